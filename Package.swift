@@ -1,0 +1,193 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+// Every target builds in Swift 6 language mode with strict concurrency; CI adds
+// -warnings-as-errors so a warning fails the build.
+let strictSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "apns-worker",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "apns-worker", targets: ["APNSWorkerCLI"]),
+        .executable(name: "apns-worker-bench", targets: ["APNSWorkerBench"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
+        .package(url: "https://github.com/apple/swift-async-algorithms.git", from: "1.1.4"),
+        .package(url: "https://github.com/apple/swift-atomics.git", from: "1.3.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
+    ],
+    targets: [
+        // librabbitmq 0.11 from Debian's librabbitmq-dev.
+        .systemLibrary(
+            name: "CRabbitMQ",
+            pkgConfig: "librabbitmq",
+            providers: [.apt(["librabbitmq-dev"])]
+        ),
+        // C shims for the parts of librabbitmq Swift cannot call (variadic functions, macros).
+        .target(name: "CRabbitMQShim", dependencies: ["CRabbitMQ"]),
+
+        // Pure logic, no IO: jobs, outcomes, wire codecs, JWT, retry and replay state machines.
+        .target(
+            name: "APNSCore",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // The configuration file format and the typed configuration of the worker.
+        .target(
+            name: "APNSConfig",
+            dependencies: [
+                "APNSCore",
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // AMQP 0-9-1 client over librabbitmq: one owner thread per connection, async API.
+        .target(
+            name: "AMQPClient",
+            dependencies: [
+                "APNSCore", "CRabbitMQ", "CRabbitMQShim",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Atomics", package: "swift-atomics"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // APNs transports: HTTP/2 provider API (production) and the legacy binary provider API.
+        .target(
+            name: "APNSTransport",
+            dependencies: [
+                "APNSCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // An APNs stand-in that behaves like Apple over TLS + HTTP/2 and the binary protocol.
+        .target(
+            name: "APNSSimulator",
+            dependencies: [
+                "APNSCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // The worker: per-bundle pipelines from the broker to APNs and back.
+        .target(
+            name: "APNSWorker",
+            dependencies: [
+                "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // Operator surface over HTTP: health, readiness, metrics, dead/retry queues, HTML page.
+        .target(
+            name: "APNSAdmin",
+            dependencies: [
+                "APNSCore", "APNSConfig", "AMQPClient", "APNSWorker",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // The `apns-worker` command: run, simulator, publish, check-config, topology, dead, retry.
+        .executableTarget(
+            name: "APNSWorkerCLI",
+            dependencies: [
+                "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator",
+                "APNSWorker", "APNSAdmin",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // Benchmarks for the README (release mode): pure codecs, AMQP, transport, end to end.
+        .executableTarget(
+            name: "APNSWorkerBench",
+            dependencies: [
+                "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // Helpers shared by the test targets: broker coordinates, processes, temp dirs.
+        .target(
+            name: "TestSupport",
+            dependencies: [],
+            path: "Tests/TestSupport",
+            swiftSettings: strictSettings
+        ),
+        .testTarget(name: "APNSCoreTests", dependencies: ["APNSCore"], swiftSettings: strictSettings),
+        .testTarget(name: "APNSConfigTests", dependencies: ["APNSConfig", "APNSCore", "APNSSimulator"], swiftSettings: strictSettings),
+        .testTarget(name: "AMQPClientTests", dependencies: ["AMQPClient", "APNSCore", "TestSupport"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "APNSTransportTests",
+            dependencies: [
+                "APNSCore", "APNSTransport", "APNSSimulator", "TestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "APNSWorkerTests",
+            dependencies: ["APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker", "TestSupport"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "APNSAdminTests",
+            dependencies: [
+                "APNSAdmin", "APNSWorker", "AMQPClient", "TestSupport",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
+            swiftSettings: strictSettings
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,94 @@
+import Foundation
+
+/// The APNs environment a notification is sent to.
+public enum APNSEnvironment: String, Sendable, Hashable, CaseIterable, Codable {
+    case production
+    case sandbox
+}
+
+/// Apple's `apns-push-type` values.
+public enum PushType: String, Sendable, Hashable, CaseIterable, Codable {
+    case alert, background, voip, complication, fileprovider, mdm, liveactivity, location
+    case pushtotalk, widgets, controls
+}
+
+/// A device token as raw bytes. Its description is redacted so a token never reaches a log
+/// by accident; use `hex` where the full token is really needed (the wire, feedback events).
+public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
+    public let bytes: [UInt8]
+
+    public init(bytes: [UInt8]) { self.bytes = bytes }
+
+    /// Parses hexadecimal in either case; nil for an empty string, odd length or a non-hex digit.
+    public init?(hex: String) {
+        var out: [UInt8] = []
+        out.reserveCapacity(hex.utf8.count / 2)
+        var high: UInt8? = nil
+        for c in hex.utf8 {
+            let v: UInt8
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): v = c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): v = c - UInt8(ascii: "A") + 10
+            default: return nil
+            }
+            if let h = high { out.append(h << 4 | v); high = nil } else { high = v }
+        }
+        guard high == nil, !out.isEmpty else { return nil }
+        self.bytes = out
+    }
+
+    /// Lower-case hexadecimal, as Apple expects it in the request path.
+    public var hex: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var chars = [UInt8]()
+        chars.reserveCapacity(bytes.count * 2)
+        for b in bytes {
+            chars.append(digits[Int(b >> 4)])
+            chars.append(digits[Int(b & 0x0f)])
+        }
+        return String(decoding: chars, as: UTF8.self)
+    }
+
+    /// The first and last four hex digits only: enough to correlate log lines, useless to an attacker.
+    public var redacted: String {
+        let h = hex
+        guard h.count > 8 else { return "…" }
+        return "\(h.prefix(4))…\(h.suffix(4))"
+    }
+
+    public var description: String { redacted }
+}
+
+/// One notification ready for a transport: validated, with every APNs header decided.
+public struct PushNotification: Sendable, Hashable {
+    /// `apns-id`; kept for every attempt of the same job.
+    public var id: UUID
+    public var token: DeviceToken
+    /// `apns-topic`: the bundle ID plus the push type's suffix.
+    public var topic: String
+    public var pushType: PushType
+    /// `apns-priority`: 10, 5 or 1.
+    public var priority: Int
+    /// `apns-expiration` in UNIX seconds; nil sends no header, 0 means deliver once.
+    public var expiration: Int?
+    public var collapseID: String?
+    /// The JSON payload exactly as it goes on the wire.
+    public var payload: [UInt8]
+    public var environment: APNSEnvironment
+
+    public init(
+        id: UUID, token: DeviceToken, topic: String, pushType: PushType, priority: Int,
+        expiration: Int?, collapseID: String?, payload: [UInt8], environment: APNSEnvironment
+    ) {
+        self.id = id
+        self.token = token
+        self.topic = topic
+        self.pushType = pushType
+        self.priority = priority
+        self.expiration = expiration
+        self.collapseID = collapseID
+        self.payload = payload
+        self.environment = environment
+    }
+}

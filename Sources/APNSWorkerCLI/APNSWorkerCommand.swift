@@ -1,0 +1,16 @@
+/// The `apns-worker` command: one executable for the worker, the simulator and operator tools.
+import ArgumentParser
+
+@main
+struct APNSWorkerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "apns-worker",
+        abstract: "Delivers Apple push notifications from RabbitMQ job queues.",
+        version: APNSWorkerVersion.current,
+        subcommands: []
+    )
+}
+
+enum APNSWorkerVersion {
+    static let current = "0.1.0"
+}

@@ -1,0 +1,158 @@
+/// TestSupport: what the test targets share: the coordinates of the throwaway broker that
+/// `scripts/test` starts, private brokers for tests that stop or restart one, free ports,
+/// child processes and the RabbitMQ management API.
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where a RabbitMQ node listens, and how to control it.
+public struct BrokerCoordinates: Sendable {
+    public var amqpURL: String
+    public var amqpPort: Int
+    public var managementURL: String
+    public var nodeName: String
+    public var rabbitmqctl: String
+
+    /// `rabbitmqctl -n <node> args…`; throws when it exits non-zero.
+    @discardableResult
+    public func ctl(_ arguments: String...) throws -> String {
+        let result = try runProcess(rabbitmqctl, ["-n", nodeName] + arguments)
+        guard result.status == 0 else {
+            throw TestSupportError("rabbitmqctl \(arguments.joined(separator: " ")) failed (\(result.status)): \(result.stderr)")
+        }
+        return result.stdout
+    }
+
+    /// GET on the management API as guest; returns the body.
+    public func management(_ path: String) throws -> Data {
+        let result = try runProcess("/usr/bin/curl", ["-fsS", "-u", "guest:guest", managementURL + "/api" + path])
+        guard result.status == 0 else { throw TestSupportError("GET \(path) failed: \(result.stderr)") }
+        return Data(result.stdout.utf8)
+    }
+
+    /// The management API's JSON for `path`, decoded as a dictionary or an array.
+    public func managementJSON(_ path: String) throws -> Any {
+        try JSONSerialization.jsonObject(with: management(path))
+    }
+}
+
+public struct TestSupportError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+public enum TestBroker {
+    /// The node `scripts/test` started, from its `APNS_TEST_*` exports; nil when tests run
+    /// without it (then broker tests are skipped by their `.enabled(if:)` trait).
+    public static let shared: BrokerCoordinates? = {
+        let env = ProcessInfo.processInfo.environment
+        guard let url = env["APNS_TEST_AMQP_URL"], let port = env["APNS_TEST_AMQP_PORT"].flatMap(Int.init),
+            let mgmt = env["APNS_TEST_RABBITMQ_MGMT_URL"], let node = env["APNS_TEST_RABBITMQ_NODE"]
+        else { return nil }
+        return BrokerCoordinates(
+            amqpURL: url, amqpPort: port, managementURL: mgmt, nodeName: node,
+            rabbitmqctl: env["APNS_TEST_RABBITMQCTL"] ?? "/usr/lib/rabbitmq/bin/rabbitmqctl")
+    }()
+
+    public static var isAvailable: Bool { shared != nil }
+
+    /// The shared broker, or a thrown error naming the command that provides one.
+    public static func require() throws -> BrokerCoordinates {
+        guard let shared else { throw TestSupportError("no test broker: run the tests with scripts/test") }
+        return shared
+    }
+}
+
+/// A RabbitMQ node of a test's own, for tests that stop, restart or kill the broker and so must
+/// not disturb the shared one. Stopped by `stop()`; always call it (defer).
+public final class PrivateBroker: Sendable {
+    public let coordinates: BrokerCoordinates
+    public let directory: String
+
+    private init(coordinates: BrokerCoordinates, directory: String) {
+        self.coordinates = coordinates
+        self.directory = directory
+    }
+
+    public static func start() throws -> PrivateBroker {
+        let dir = NSTemporaryDirectory() + "apnsw-broker-\(UUID().uuidString.prefix(8))"
+        let amqp = try freePort(), mgmt = try freePort(), dist = try freePort()
+        var env = ProcessInfo.processInfo.environment
+        env["APNS_BROKER_PORT"] = String(amqp)
+        env["APNS_BROKER_MGMT_PORT"] = String(mgmt)
+        env["APNS_BROKER_DIST_PORT"] = String(dist)
+        let result = try runProcess(repositoryRoot + "/scripts/broker.sh", ["start", dir], environment: env)
+        guard result.status == 0 else { throw TestSupportError("private broker did not start: \(result.stderr)") }
+        let coordinates = BrokerCoordinates(
+            amqpURL: "amqp://guest:guest@127.0.0.1:\(amqp)/%2f", amqpPort: amqp,
+            managementURL: "http://127.0.0.1:\(mgmt)", nodeName: "apnsw-\(amqp)@localhost",
+            rabbitmqctl: "/usr/lib/rabbitmq/bin/rabbitmqctl")
+        return PrivateBroker(coordinates: coordinates, directory: dir)
+    }
+
+    public func stop() {
+        var env = ProcessInfo.processInfo.environment
+        env["APNS_BROKER_PORT"] = String(coordinates.amqpPort)
+        _ = try? runProcess(repositoryRoot + "/scripts/broker.sh", ["stop", directory], environment: env)
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// The repository root, found from this file's path.
+public let repositoryRoot: String = {
+    var url = URL(fileURLWithPath: #filePath)
+    for _ in 0..<3 { url.deleteLastPathComponent() }  // Tests/TestSupport/TestSupport.swift
+    return url.path
+}()
+
+/// A name no other test uses, for queues and bundle IDs: `prefix.<8 hex>`.
+public func uniqueName(_ prefix: String) -> String {
+    "\(prefix).\(UUID().uuidString.prefix(8).lowercased())"
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on right now.
+public func freePort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw TestSupportError("socket() failed") }
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_port = 0
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let bound = withUnsafePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard bound == 0 else { throw TestSupportError("bind() failed") }
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+    }
+    return Int(UInt16(bigEndian: addr.sin_port))
+}
+
+public struct ProcessResult: Sendable {
+    public var status: Int32
+    public var stdout: String
+    public var stderr: String
+}
+
+/// Runs a program to completion and collects its output.
+public func runProcess(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws -> ProcessResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    if let environment { process.environment = environment }
+    let out = Pipe(), err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    try process.run()
+    // Read before waiting so a chatty child never blocks on a full pipe.
+    let outData = out.fileHandleForReading.readDataToEndOfFile()
+    let errData = err.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return ProcessResult(
+        status: process.terminationStatus,
+        stdout: String(decoding: outData, as: UTF8.self),
+        stderr: String(decoding: errData, as: UTF8.self))
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Throwaway RabbitMQ node for tests, CI and the local run command.
+#
+#   scripts/broker.sh start DIR   start a node whose state lives in DIR; prints shell exports
+#   scripts/broker.sh stop DIR    stop that node and wait for it to exit
+#
+# Runs /usr/lib/rabbitmq/bin/rabbitmq-server directly: the /usr/sbin wrappers switch to the
+# rabbitmq user, which fails in containers and CI sandboxes. Ports come from the environment
+# (APNS_BROKER_PORT, APNS_BROKER_MGMT_PORT, APNS_BROKER_DIST_PORT) or defaults that stay clear of
+# a system broker on 5672/15672.
+set -euo pipefail
+
+cmd=${1:-}
+dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+
+RMQ_BIN=/usr/lib/rabbitmq/bin
+amqp_port=${APNS_BROKER_PORT:-5682}
+mgmt_port=${APNS_BROKER_MGMT_PORT:-15682}
+dist_port=${APNS_BROKER_DIST_PORT:-25682}
+node=${APNS_BROKER_NODENAME:-apnsw-$amqp_port@localhost}
+
+node_env() {
+  export RABBITMQ_NODENAME=$node
+  export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+  export RABBITMQ_NODE_PORT=$amqp_port
+  export RABBITMQ_DIST_PORT=$dist_port
+  export RABBITMQ_MNESIA_BASE=$dir/mnesia
+  export RABBITMQ_LOG_BASE=$dir/log
+  export RABBITMQ_CONFIG_FILE=$dir/rabbitmq
+  export RABBITMQ_ADVANCED_CONFIG_FILE=$dir/advanced.config
+  export RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins
+  export RABBITMQ_PID_FILE=$dir/rabbitmq.pid
+  export RABBITMQ_CONF_ENV_FILE=$dir/rabbitmq-env.conf
+}
+
+case "$cmd" in
+start)
+  [ -x "$RMQ_BIN/rabbitmq-server" ] || { echo "broker.sh: rabbitmq-server is not installed (apt-get install rabbitmq-server)" >&2; exit 1; }
+  mkdir -p "$dir/mnesia" "$dir/log"
+  dir=$(cd "$dir" && pwd)
+  node_env
+  : > "$RABBITMQ_CONF_ENV_FILE"
+  echo '[rabbitmq_management].' > "$RABBITMQ_ENABLED_PLUGINS_FILE"
+  echo '[].' > "$RABBITMQ_ADVANCED_CONFIG_FILE"
+  cat > "$dir/rabbitmq.conf" <<CONF
+listeners.tcp.default = 127.0.0.1:$amqp_port
+management.tcp.port = $mgmt_port
+management.tcp.ip = 127.0.0.1
+loopback_users = none
+log.console = false
+log.file.level = info
+CONF
+  nohup "$RMQ_BIN/rabbitmq-server" > "$dir/log/stdout.log" 2>&1 &
+  echo $! > "$dir/server.shell.pid"
+  # rabbitmqctl wait blocks until the app is up, or fails early if the node died.
+  if ! timeout 120 "$RMQ_BIN/rabbitmqctl" -n "$node" wait --timeout 110 "$RABBITMQ_PID_FILE" > "$dir/log/wait.log" 2>&1; then
+    echo "broker.sh: node $node did not start; last log lines:" >&2
+    tail -n 30 "$dir/log/stdout.log" >&2 || true
+    exit 1
+  fi
+  # The management listener comes up a moment after the app reports ready.
+  for _ in $(seq 1 60); do
+    curl -fsS -u guest:guest "http://127.0.0.1:$mgmt_port/api/overview" > /dev/null 2>&1 && break
+    sleep 0.5
+  done
+  cat <<OUT
+export APNS_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:$amqp_port/%2f
+export APNS_TEST_AMQP_PORT=$amqp_port
+export APNS_TEST_RABBITMQ_MGMT_URL=http://127.0.0.1:$mgmt_port
+export APNS_TEST_RABBITMQ_NODE=$node
+export APNS_TEST_RABBITMQCTL=$RMQ_BIN/rabbitmqctl
+export APNS_TEST_BROKER_DIR=$dir
+OUT
+  ;;
+stop)
+  [ -d "$dir" ] || exit 0
+  dir=$(cd "$dir" && pwd)
+  node_env
+  "$RMQ_BIN/rabbitmqctl" -n "$node" stop "$RABBITMQ_PID_FILE" > /dev/null 2>&1 || true
+  if [ -f "$dir/server.shell.pid" ]; then
+    pid=$(cat "$dir/server.shell.pid")
+    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  ;;
+*)
+  echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
+esac
