@@ -1,0 +1,168 @@
+import AMQPClient
+import APNSCore
+import Foundation
+
+/// Turns a job's outcome into what the worker does with the broker (contract §4), with no IO:
+/// the message to publish (feedback event, retry, dead letter), if any, and how the job's own
+/// delivery is settled. The worker publishes with confirms and only then acks.
+public struct OutcomeRouter: Sendable {
+    public var bundleID: String
+    public var retryPolicy: RetryPolicy
+
+    public init(bundleID: String, retryPolicy: RetryPolicy) {
+        self.bundleID = bundleID
+        self.retryPolicy = retryPolicy
+    }
+
+    /// What to do with one job's delivery.
+    public enum Route: Sendable, Hashable {
+        /// Ack; nothing to publish.
+        case ack
+        /// Publish this, wait for the broker's confirm, then ack.
+        case publishThenAck(AMQPOutboundMessage, end: End)
+        /// Give the job back to the broker untouched (nack with requeue): held bundles.
+        case requeue
+    }
+
+    /// The end a job reached, for logs and metrics (a fixed, small label set).
+    public enum End: String, Sendable, Hashable, CaseIterable {
+        case delivered, invalidToken = "invalid_token", retry, dead, held, gated
+    }
+
+    /// The job as the router needs it: the delivered message, left untouched in what it forwards.
+    public struct JobContext: Sendable {
+        public var message: AMQPDeliveredMessage
+        /// The job id (`apns-id`), when the body parsed far enough to have one.
+        public var jobID: String?
+        /// The device token in hex, when the body parsed far enough to have one.
+        public var tokenHex: String?
+        /// Attempts made before this one (`x-apns-attempt` of the delivery, 0 when absent).
+        public var previousAttempts: Int
+
+        public init(message: AMQPDeliveredMessage, jobID: String?, tokenHex: String?, previousAttempts: Int) {
+            self.message = message
+            self.jobID = jobID
+            self.tokenHex = tokenHex
+            self.previousAttempts = previousAttempts
+        }
+
+        /// Reads `x-apns-attempt` from the message headers; absent or malformed counts as 0.
+        public static func previousAttempts(in message: AMQPDeliveredMessage) -> Int {
+            guard let value = message.properties.headers?[JobHeaders.attempt] else { return 0 }
+            if let int = value.intValue { return max(Int(int), 0) }
+            if let string = value.stringValue, let int = Int(string) { return max(int, 0) }
+            return 0
+        }
+    }
+
+    /// The route for an outcome reached after sending the job to APNs (this attempt counted).
+    public func route(_ outcome: Outcome, job: JobContext, now: Date) -> Route {
+        let attemptsMade = job.previousAttempts + 1
+        switch outcome {
+        case .delivered:
+            return .ack
+        case .invalidToken(let reason, let timestamp):
+            return .publishThenAck(feedbackEvent(job: job, reason: reason, timestamp: timestamp), end: .invalidToken)
+        case .retry(let reason, let status):
+            switch retryPolicy.decision(afterAttempt: attemptsMade) {
+            case .retry(let delay):
+                return .publishThenAck(retryMessage(job: job, attemptsMade: attemptsMade, delay: delay), end: .retry)
+            case .exhausted:
+                let detail = "gave up after \(attemptsMade) attempts; last: \(reason) (status \(status))"
+                return .publishThenAck(
+                    deadLetter(job: job, reason: "RetriesExhausted", status: status, attempts: attemptsMade, detail: detail, now: now),
+                    end: .dead)
+            }
+        case .dead(let reason, let status, let detail):
+            return .publishThenAck(
+                deadLetter(job: job, reason: reason, status: status, attempts: attemptsMade, detail: detail, now: now), end: .dead)
+        case .held:
+            return .requeue
+        case .renewTokenAndRetry:
+            // The transport renews and resends once itself; a second ExpiredProviderToken means
+            // the clock or the key is wrong, which is the provider's fault like any other.
+            return .requeue
+        }
+    }
+
+    /// A job that never reached APNs because it is malformed (contract §2): dead, status 0.
+    public func routeMalformed(job: JobContext, reason: String, detail: String, now: Date) -> Route {
+        .publishThenAck(
+            deadLetter(job: job, reason: reason, status: 0, attempts: job.previousAttempts, detail: detail, now: now),
+            end: .dead)
+    }
+
+    /// A job the rollout gate holds back: into the first retry queue, attempts unchanged, so it
+    /// meets the gate again after the shortest delay and never counts towards `maxAttempts`.
+    public func routeGated(job: JobContext) -> Route {
+        .publishThenAck(retryMessage(job: job, attemptsMade: job.previousAttempts, delay: retryPolicy.delays[0]), end: .gated)
+    }
+
+    // MARK: - Messages
+
+    func feedbackEvent(job: JobContext, reason: String, timestamp: Int64?) -> AMQPOutboundMessage {
+        let event = FeedbackEvent(
+            bundleId: bundleID, token: job.tokenHex ?? "", reason: reason, timestamp: timestamp, jobId: job.jobID)
+        var properties = AMQPProperties.persistentJSON
+        properties.messageID = job.jobID
+        properties.timestamp = nil
+        return AMQPOutboundMessage(
+            exchange: TopologyNames.feedbackExchange, routingKey: bundleID, body: event.jsonBytes(), properties: properties)
+    }
+
+    func retryMessage(job: JobContext, attemptsMade: Int, delay: Duration) -> AMQPOutboundMessage {
+        var properties = job.message.properties
+        var headers = properties.headers ?? [:]
+        headers[JobHeaders.attempt] = .int32(Int32(clamping: attemptsMade))
+        properties.headers = headers
+        return AMQPOutboundMessage(
+            exchange: "", routingKey: TopologyNames.retryQueue(bundleID, delay: delay),
+            body: job.message.body, properties: properties)
+    }
+
+    func deadLetter(job: JobContext, reason: String, status: Int, attempts: Int, detail: String, now: Date) -> AMQPOutboundMessage {
+        var properties = job.message.properties
+        var headers = properties.headers ?? [:]
+        headers[JobHeaders.reason] = .string(reason)
+        headers[JobHeaders.status] = .int32(Int32(clamping: status))
+        headers[JobHeaders.attempts] = .int32(Int32(clamping: attempts))
+        headers[JobHeaders.failedAt] = .string(now.formatted(.iso8601))
+        headers[JobHeaders.error] = .string(Self.oneLine(detail))
+        properties.headers = headers
+        return AMQPOutboundMessage(
+            exchange: "", routingKey: TopologyNames.deadQueue(bundleID), body: job.message.body, properties: properties)
+    }
+
+    /// Header values are read by people in a list: one line, bounded length.
+    static func oneLine(_ text: String) -> String {
+        let flat = text.split(whereSeparator: \.isNewline).joined(separator: " ")
+        return flat.count > 500 ? String(flat.prefix(497)) + "..." : flat
+    }
+}
+
+/// The event on `apns.feedback` for an invalid device token (contract §4).
+public struct FeedbackEvent: Sendable, Hashable, Codable {
+    public var bundleId: String
+    public var token: String
+    public var reason: String
+    /// Apple's timestamp in ms since the epoch, or nil.
+    public var timestamp: Int64?
+    public var jobId: String?
+
+    public init(bundleId: String, token: String, reason: String, timestamp: Int64?, jobId: String?) {
+        self.bundleId = bundleId
+        self.token = token
+        self.reason = reason
+        self.timestamp = timestamp
+        self.jobId = jobId
+    }
+
+    /// JSON with every key present (`timestamp: null` when Apple gave none), keys sorted.
+    public func jsonBytes() -> [UInt8] {
+        var object: [String: Any] = ["bundleId": bundleId, "token": token, "reason": reason]
+        object["timestamp"] = timestamp.map { NSNumber(value: $0) } ?? NSNull()
+        object["jobId"] = jobId.map { $0 as Any } ?? NSNull()
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return Array(data)
+    }
+}

@@ -1,0 +1,127 @@
+import AMQPClient
+import APNSCore
+import Foundation
+import Testing
+
+@testable import APNSWorker
+
+@Suite struct OutcomeRouterTests {
+    let bundle = "com.example.app"
+    let router = OutcomeRouter(bundleID: "com.example.app", retryPolicy: .standard)
+    let now = Date(timeIntervalSince1970: 1_700_000_000)
+
+    func job(attempt: Int32? = nil, extraHeaders: AMQPTable = [:]) -> OutcomeRouter.JobContext {
+        var headers = extraHeaders
+        if let attempt { headers[JobHeaders.attempt] = .int32(attempt) }
+        let props = AMQPProperties(
+            contentType: "application/json", headers: headers.isEmpty ? nil : headers, deliveryMode: 2,
+            messageID: "m-1", appID: "sync")
+        let message = AMQPDeliveredMessage(
+            exchange: "apns.jobs", routingKey: bundle, redelivered: false, body: Array(#"{"token":"ab"}"#.utf8),
+            properties: props)
+        return .init(message: message, jobID: "5E2D0C8B-7E4B-4C8A-9A51-6C0E8C7B7D11", tokenHex: "abcd",
+                     previousAttempts: OutcomeRouter.JobContext.previousAttempts(in: message))
+    }
+
+    @Test func deliveredIsAPlainAck() {
+        #expect(router.route(.delivered, job: job(), now: now) == .ack)
+    }
+
+    @Test func invalidTokenPublishesFeedbackWithApplesTimestamp() throws {
+        let route = router.route(.invalidToken(reason: "Unregistered", timestamp: 1_699_999_999_123), job: job(), now: now)
+        guard case .publishThenAck(let message, let end) = route else { Issue.record("expected a publish"); return }
+        #expect(end == .invalidToken)
+        #expect(message.exchange == "apns.feedback")
+        #expect(message.routingKey == bundle)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(message.body)) as? [String: Any])
+        #expect(json["bundleId"] as? String == bundle)
+        #expect(json["token"] as? String == "abcd")
+        #expect(json["reason"] as? String == "Unregistered")
+        #expect((json["timestamp"] as? NSNumber)?.int64Value == 1_699_999_999_123)
+        #expect(json["jobId"] as? String == "5E2D0C8B-7E4B-4C8A-9A51-6C0E8C7B7D11")
+    }
+
+    @Test func binaryInvalidTokenHasNullTimestamp() throws {
+        let route = router.route(.invalidToken(reason: "InvalidToken", timestamp: nil), job: job(), now: now)
+        guard case .publishThenAck(let message, _) = route else { Issue.record("expected a publish"); return }
+        let text = String(decoding: message.body, as: UTF8.self)
+        #expect(text.contains(#""timestamp":null"#))
+    }
+
+    @Test(arguments: [
+        (nil as Int32?, "apns.com.example.app.retry.10s", Int32(1)),
+        (1, "apns.com.example.app.retry.1m", 2),
+        (2, "apns.com.example.app.retry.5m", 3),
+        (3, "apns.com.example.app.retry.15m", 4),
+        (4, "apns.com.example.app.retry.15m", 5),
+    ])
+    func retryGoesToTheQueueOfTheNextDelay(previous: Int32?, queue: String, attempt: Int32) {
+        let route = router.route(.retry(reason: "ServiceUnavailable", status: 503), job: job(attempt: previous), now: now)
+        guard case .publishThenAck(let message, let end) = route else { Issue.record("expected a publish"); return }
+        #expect(end == .retry)
+        #expect(message.exchange == "")
+        #expect(message.routingKey == queue)
+        #expect(message.properties.headers?[JobHeaders.attempt] == .int32(attempt))
+        #expect(message.body == job().message.body)
+        #expect(message.properties.messageID == "m-1")
+        #expect(message.properties.appID == "sync")
+    }
+
+    @Test func retriesExhaustedAfterMaxAttempts() {
+        let route = router.route(.retry(reason: "InternalServerError", status: 500), job: job(attempt: 5), now: now)
+        guard case .publishThenAck(let message, let end) = route else { Issue.record("expected a publish"); return }
+        #expect(end == .dead)
+        #expect(message.routingKey == "apns.com.example.app.dead")
+        let headers = message.properties.headers ?? [:]
+        #expect(headers[JobHeaders.reason] == .string("RetriesExhausted"))
+        #expect(headers[JobHeaders.status] == .int32(500))
+        #expect(headers[JobHeaders.attempts] == .int32(6))
+        #expect(headers[JobHeaders.failedAt] == .string("2023-11-14T22:13:20Z"))
+        #expect(headers[JobHeaders.error]?.stringValue?.contains("6 attempts") == true)
+    }
+
+    @Test func deadKeepsBodyAndPropertiesAndAddsHeaders() {
+        let original = job(extraHeaders: ["trace": .string("t-1")])
+        let route = router.route(.dead(reason: "PayloadTooLarge", status: 413, detail: "payload\nis 5000 bytes"), job: original, now: now)
+        guard case .publishThenAck(let message, _) = route else { Issue.record("expected a publish"); return }
+        #expect(message.body == original.message.body)
+        var expected = original.message.properties
+        expected.headers = message.properties.headers
+        #expect(message.properties == expected)
+        let headers = message.properties.headers ?? [:]
+        #expect(headers["trace"] == .string("t-1"))
+        #expect(headers[JobHeaders.reason] == .string("PayloadTooLarge"))
+        #expect(headers[JobHeaders.status] == .int32(413))
+        #expect(headers[JobHeaders.attempts] == .int32(1))
+        #expect(headers[JobHeaders.error] == .string("payload is 5000 bytes"))
+    }
+
+    @Test func malformedIsDeadWithStatusZero() {
+        let route = router.routeMalformed(job: job(), reason: "MalformedJob", detail: "token: not hexadecimal", now: now)
+        guard case .publishThenAck(let message, _) = route else { Issue.record("expected a publish"); return }
+        #expect(message.properties.headers?[JobHeaders.status] == .int32(0))
+        #expect(message.properties.headers?[JobHeaders.attempts] == .int32(0))
+        #expect(message.properties.headers?[JobHeaders.reason] == .string("MalformedJob"))
+    }
+
+    @Test func heldAndUnrenewableTokensGoBackToTheBroker() {
+        #expect(router.route(.held(reason: "InvalidProviderToken", status: 403), job: job(), now: now) == .requeue)
+        #expect(router.route(.renewTokenAndRetry, job: job(), now: now) == .requeue)
+    }
+
+    @Test func gatedJobsWaitInTheFirstRetryQueueWithoutSpendingAnAttempt() {
+        guard case .publishThenAck(let message, let end) = router.routeGated(job: job(attempt: 2)) else {
+            Issue.record("expected a publish"); return
+        }
+        #expect(end == .gated)
+        #expect(message.routingKey == "apns.com.example.app.retry.10s")
+        #expect(message.properties.headers?[JobHeaders.attempt] == .int32(2))
+    }
+
+    @Test func attemptHeaderToleratesOtherEncodings() {
+        #expect(job(extraHeaders: [JobHeaders.attempt: .string("3")]).previousAttempts == 3)
+        #expect(job(extraHeaders: [JobHeaders.attempt: .int64(4)]).previousAttempts == 4)
+        #expect(job(extraHeaders: [JobHeaders.attempt: .string("x")]).previousAttempts == 0)
+        #expect(job(extraHeaders: [JobHeaders.attempt: .int32(-2)]).previousAttempts == 0)
+    }
+}

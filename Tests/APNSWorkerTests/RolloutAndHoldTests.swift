@@ -1,0 +1,76 @@
+import APNSCore
+import Testing
+
+@testable import APNSWorker
+
+@Suite struct RolloutGateTests {
+    @Test func openRuleLetsEverythingThrough() {
+        #expect(RolloutRule.open.decide(syncServer: "sync1.example.com") == .pass)
+        #expect(RolloutRule.open.decide(syncServer: nil) == .pass)
+    }
+
+    @Test func denyWinsOverAllow() {
+        let rule = RolloutRule(allow: ["a", "b"], deny: ["b"])
+        #expect(rule.decide(syncServer: "a") == .pass)
+        if case .hold(let why) = rule.decide(syncServer: "b") { #expect(why.contains("denied")) } else { Issue.record("b must be held") }
+        if case .hold(let why) = rule.decide(syncServer: "c") { #expect(why.contains("allow list")) } else { Issue.record("c must be held") }
+    }
+
+    @Test func unnamedJobsFollowTheirSetting() {
+        #expect(RolloutRule(allowUnnamed: false).decide(syncServer: nil) == .hold(why: "job names no sync server"))
+        #expect(RolloutRule(allowUnnamed: false).decide(syncServer: "") == .hold(why: "job names no sync server"))
+    }
+
+    @Test func percentageIsStableAndRoughlyProportional() {
+        let rule = RolloutRule(percentage: 30)
+        let servers = (0..<2000).map { "sync\($0).omnigroup.com" }
+        let passed = servers.filter { rule.decide(syncServer: $0) == .pass }
+        #expect((500...700).contains(passed.count), "30% of 2000 should be near 600, got \(passed.count)")
+        // Same decision every time, and a wider rollout keeps everyone already in.
+        #expect(passed == servers.filter { rule.decide(syncServer: $0) == .pass })
+        let wider = RolloutRule(percentage: 60)
+        #expect(passed.allSatisfy { wider.decide(syncServer: $0) == .pass })
+        #expect(RolloutRule(percentage: 0).decide(syncServer: "x") != .pass)
+    }
+
+    @Test func bucketIsFNV1a() {
+        // FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c; mod 100 = 12638187200555641996 % 100 = 96.
+        #expect(RolloutRule.bucket(of: "a") == 96)
+    }
+}
+
+@Suite struct HoldBreakerTests {
+    let t0 = ContinuousClock.now
+
+    @Test func firstHeldOutcomePausesOnceAndLaterOnesStaySilent() {
+        var breaker = HoldBreaker(probeInterval: .seconds(5))
+        #expect(breaker.heldOutcome(reason: "InvalidProviderToken", now: t0) == .pauseAndAlert(reason: "InvalidProviderToken"))
+        #expect(breaker.isHeld)
+        #expect(breaker.heldOutcome(reason: "InvalidProviderToken", now: t0.advanced(by: .seconds(1))) == .none)
+        #expect(breaker.heldOutcome(reason: "InvalidProviderToken", now: t0.advanced(by: .seconds(2))) == .none)
+    }
+
+    @Test func probesEveryIntervalUntilOneSucceeds() {
+        var breaker = HoldBreaker(probeInterval: .seconds(5))
+        _ = breaker.heldOutcome(reason: "BadCertificate", now: t0)
+        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(4))) == .none)
+        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(5))) == .sendProbe)
+        // Only one probe at a time.
+        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(6))) == .none)
+        #expect(breaker.heldOutcome(reason: "BadCertificate", now: t0.advanced(by: .seconds(6))) == .none)
+        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(10))) == .none)
+        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(11))) == .sendProbe)
+        #expect(breaker.healthyOutcome(now: t0.advanced(by: .seconds(12))) == .resume(heldFor: .seconds(12)))
+        #expect(!breaker.isHeld)
+        #expect(breaker.healthyOutcome(now: t0.advanced(by: .seconds(13))) == .none)
+    }
+
+    @Test func emptyQueueReschedulesTheProbe() {
+        var breaker = HoldBreaker(probeInterval: .seconds(2))
+        _ = breaker.heldOutcome(reason: "TopicDisallowed", now: t0)
+        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(2))) == .sendProbe)
+        breaker.probeFoundNothing(now: t0.advanced(by: .seconds(3)))
+        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(4))) == .none)
+        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(5))) == .sendProbe)
+    }
+}
