@@ -1,0 +1,288 @@
+import AMQPClient
+import APNSCore
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// The pipeline of one bundle ID, in the spirit of the seed's Go pipeline (part IV) but as
+/// structured concurrency. Each consumed job goes through these stages, composed in
+/// `process(_:)` and each a small function of its own:
+///
+///     consume → parse and validate → log → statistics → rollout gate → send → route the outcome
+///
+/// In-flight work is bounded by the consumer's prefetch: the broker never hands out more
+/// unacknowledged jobs, and the task group never runs more than `prefetch` at once. A held
+/// outcome (provider fault) stops consuming; the pipeline then probes with one job at a time
+/// (`basic.get`) until one is not held, and consumes again, with no restart.
+public final class BundlePipeline: Sendable {
+    public struct Settings: Sendable {
+        public var bundleID: String
+        public var defaultEnvironment: APNSEnvironment
+        public var transportKind: TransportKind
+        public var prefetch: UInt16
+        public var retryPolicy: RetryPolicy
+        /// Time between probes while the bundle is held.
+        public var probeInterval: Duration
+        /// On graceful shutdown, how long jobs in flight may take to finish.
+        public var shutdownDeadline: Duration
+
+        public init(
+            bundleID: String, defaultEnvironment: APNSEnvironment = .production, transportKind: TransportKind = .http2,
+            prefetch: UInt16 = 500, retryPolicy: RetryPolicy = .standard, probeInterval: Duration = .seconds(5),
+            shutdownDeadline: Duration = .seconds(30)
+        ) {
+            self.bundleID = bundleID
+            self.defaultEnvironment = defaultEnvironment
+            self.transportKind = transportKind
+            self.prefetch = prefetch
+            self.retryPolicy = retryPolicy
+            self.probeInterval = probeInterval
+            self.shutdownDeadline = shutdownDeadline
+        }
+    }
+
+    public let settings: Settings
+    let broker: AMQPConnection
+    let transport: any NotificationTransport
+    let router: OutcomeRouter
+    let statistics: WorkerStatistics
+    let logger: Logger
+    /// The rule of the rollout gate; replaced at run time by `updateRollout(_:)` (config reload).
+    private let rollout: Mutex<RolloutRule>
+    private let breaker: Mutex<HoldBreaker>
+
+    public init(
+        settings: Settings, broker: AMQPConnection, transport: any NotificationTransport,
+        rollout: RolloutRule = .open, statistics: WorkerStatistics, logger: Logger
+    ) {
+        self.settings = settings
+        self.broker = broker
+        self.transport = transport
+        self.router = OutcomeRouter(bundleID: settings.bundleID, retryPolicy: settings.retryPolicy)
+        self.statistics = statistics
+        self.rollout = Mutex(rollout)
+        self.breaker = Mutex(HoldBreaker(probeInterval: settings.probeInterval))
+        var logger = logger
+        logger[metadataKey: "apns.bundle"] = "\(settings.bundleID)"
+        self.logger = logger
+    }
+
+    public var queue: String { TopologyNames.workQueue(settings.bundleID) }
+
+    /// Whether a provider fault holds the bundle right now (for `/ready`).
+    public var isHeld: Bool { breaker.withLock { $0.isHeld } }
+
+    public func updateRollout(_ rule: RolloutRule) {
+        rollout.withLock { $0 = rule }
+        logger.info("rollout rule updated")
+    }
+
+    /// Consumes until graceful shutdown (or cancellation). Jobs in flight at shutdown get
+    /// `shutdownDeadline` to finish; whatever is unacked then goes back to the broker.
+    public func run() async throws {
+        logger.info("pipeline started", metadata: ["amqp.queue": "\(queue)", "amqp.prefetch": "\(settings.prefetch)"])
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            if isHeld {
+                try await probeOnce()
+            } else {
+                try await consumeUntilHeldOrShutdown()
+            }
+        }
+        logger.info("pipeline stopped")
+    }
+
+    // MARK: - Consuming
+
+    private func consumeUntilHeldOrShutdown() async throws {
+        let consumer = try await broker.consume(queue: queue, prefetch: settings.prefetch)
+        let limit = max(Int(settings.prefetch), 1)
+        // Stop taking jobs as soon as shutdown starts or the bundle becomes held; jobs already
+        // taken run on in the group below, within the shutdown deadline.
+        let stop = StopSignal()
+        try await withGracefulShutdownHandler {
+            try await withThrowingTaskGroup(of: Bool.self) { group in
+                var running = 0
+                var iterator = consumer.makeAsyncIterator()
+                while !stop.isSet, !isHeld, let delivery = try await iterator.next() {
+                    if stop.isSet || isHeld {
+                        await broker.nack(delivery, requeue: true)
+                        break
+                    }
+                    if running >= limit, try await group.next() != nil { running -= 1 }
+                    running += 1
+                    group.addTask {
+                        await self.process(delivery)
+                        return false
+                    }
+                }
+                await consumer.cancel()
+                // Deliveries the broker pushed before the cancel took effect go back untouched.
+                while let leftover = try await iterator.next() {
+                    await broker.nack(leftover, requeue: true)
+                }
+                guard running > 0 else { return }
+                let deadline = settings.shutdownDeadline
+                group.addTask {
+                    try? await Task.sleep(for: deadline)
+                    return true
+                }
+                while let isDeadline = try await group.next() {
+                    if isDeadline {
+                        // Unfinished jobs stay unacked; the broker delivers them again.
+                        logger.warning("jobs still in flight at the deadline are left to the broker", metadata: ["jobs": "\(running)"])
+                        group.cancelAll()
+                        break
+                    }
+                    running -= 1
+                    if running == 0 { group.cancelAll() }
+                }
+            }
+        } onGracefulShutdown: {
+            stop.set()
+            // The handler must not block, and the consume loop may be waiting for a delivery
+            // that never comes: cancelling the consumer ends its sequence. Short-lived by design.
+            Task { await consumer.cancel() }
+        }
+    }
+
+    // MARK: - Probing while held
+
+    private func probeOnce() async throws {
+        let due = breaker.withLock { $0.probeDue(now: .now) }
+        guard due == .sendProbe else {
+            try await Task.sleep(for: .milliseconds(200))
+            return
+        }
+        guard let delivery = try await broker.get(queue: queue) else {
+            breaker.withLock { $0.probeFoundNothing(now: .now) }
+            return
+        }
+        logger.info("probing held bundle with one job")
+        await process(delivery)
+    }
+
+    // MARK: - The stages
+
+    /// One job through every stage to exactly one end.
+    func process(_ delivery: AMQPDelivery) async {
+        let started = ContinuousClock.now
+        let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
+        let job: Job
+        switch parse(delivery) {
+        case .failure(let error):
+            let context = OutcomeRouter.JobContext(
+                message: delivery.message, jobID: delivery.message.properties.messageID, tokenHex: nil,
+                previousAttempts: previousAttempts)
+            logger.warning("malformed job", metadata: ["job.error": "\(error)", "job.reason": "\(error.reason)"])
+            await settle(delivery, router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: Date()))
+            return
+        case .success(let parsed):
+            job = parsed
+        }
+        let context = OutcomeRouter.JobContext(
+            message: delivery.message, jobID: job.id.uuidString, tokenHex: job.token.hex, previousAttempts: previousAttempts)
+        log(job, attempt: previousAttempts + 1, redelivered: delivery.message.redelivered)
+        statistics.jobReceived(bundle: settings.bundleID)
+        if case .hold(let why) = gate(job) {
+            logger.debug("rollout gate holds job", metadata: ["job.id": "\(job.id)", "gate.why": "\(why)"])
+            await settle(delivery, router.routeGated(job: context))
+            return
+        }
+        let outcome = await send(job)
+        // Cancelled at the shutdown deadline: leave the job unacked for the broker to deliver again.
+        if Task.isCancelled { return }
+        await routeOutcome(outcome, delivery: delivery, context: context, started: started)
+    }
+
+    func parse(_ delivery: AMQPDelivery) -> Result<Job, JobError> {
+        JobParser.parse(
+            body: delivery.message.body, bundleID: settings.bundleID, messageID: delivery.message.properties.messageID,
+            defaultEnvironment: settings.defaultEnvironment, transport: settings.transportKind)
+    }
+
+    func log(_ job: Job, attempt: Int, redelivered: Bool) {
+        logger.debug(
+            "job",
+            metadata: [
+                "job.id": "\(job.id)", "apns.token": "\(job.token.redacted)", "apns.push_type": "\(job.pushType.rawValue)",
+                "job.attempt": "\(attempt)", "amqp.redelivered": "\(redelivered)",
+            ])
+    }
+
+    func gate(_ job: Job) -> RolloutRule.Decision {
+        let server: String?
+        if case .string(let name) = job.userInfo["syncServer"] { server = name } else { server = nil }
+        return rollout.withLock { $0.decide(syncServer: server) }
+    }
+
+    func send(_ job: Job) async -> Outcome {
+        let start = ContinuousClock.now
+        let result = await transport.send(job.notification)
+        statistics.apnsAnswered(bundle: settings.bundleID, after: start.duration(to: .now))
+        return OutcomeClassifier.classify(result)
+    }
+
+    func routeOutcome(_ outcome: Outcome, delivery: AMQPDelivery, context: OutcomeRouter.JobContext, started: ContinuousClock.Instant) async {
+        let now = ContinuousClock.now
+        switch outcome {
+        case .held(let reason, let status):
+            let action = breaker.withLock { $0.heldOutcome(reason: reason, now: now) }
+            if case .pauseAndAlert = action {
+                statistics.bundleHeld(bundle: settings.bundleID, true)
+                logger.error(
+                    "APNs rejects this bundle's credentials or topic: bundle HELD, jobs stay in the broker until a probe succeeds",
+                    metadata: ["apns.reason": "\(reason)", "apns.status": "\(status)"])
+            }
+        default:
+            if case .resume(let heldFor) = breaker.withLock({ $0.healthyOutcome(now: now) }) {
+                statistics.bundleHeld(bundle: settings.bundleID, false)
+                logger.notice("bundle resumed: APNs accepts its credentials again", metadata: ["held.seconds": "\(heldFor)"])
+            }
+        }
+        let route = router.route(outcome, job: context, now: Date())
+        await settle(delivery, route)
+        statistics.jobEnded(bundle: settings.bundleID, end: Self.end(of: route, outcome: outcome), after: started.duration(to: .now))
+        if case .retry(let reason, let status) = outcome {
+            logger.info("job will be retried", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
+        } else if case .dead(let reason, let status, _) = outcome {
+            logger.warning("job dead-lettered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
+        }
+    }
+
+    static func end(of route: OutcomeRouter.Route, outcome: Outcome) -> OutcomeRouter.End {
+        switch route {
+        case .ack: return .delivered
+        case .requeue: return .held
+        case .publishThenAck(_, let end): return end
+        }
+    }
+
+    /// Carries out a route: publish (confirmed), then ack. A publish that fails (connection lost,
+    /// returned, nacked) leaves the job unacked so the broker delivers it again: at-least-once.
+    func settle(_ delivery: AMQPDelivery, _ route: OutcomeRouter.Route) async {
+        switch route {
+        case .ack:
+            await broker.ack(delivery)
+        case .requeue:
+            await broker.nack(delivery, requeue: true)
+        case .publishThenAck(let message, _):
+            do {
+                try await broker.publish(message)
+                await broker.ack(delivery)
+            } catch {
+                logger.warning(
+                    "could not publish the job's outcome; the broker will deliver the job again",
+                    metadata: ["amqp.error": "\(error)", "amqp.routing_key": "\(message.routingKey)"])
+                await broker.nack(delivery, requeue: true)
+            }
+        }
+    }
+}
+
+/// A one-way flag shared between the consume loop and the tasks it spawned.
+final class StopSignal: Sendable {
+    private let flag = Atomic<Bool>(false)
+    var isSet: Bool { flag.load(ordering: .acquiring) }
+    func set() { flag.store(true, ordering: .releasing) }
+}
