@@ -60,6 +60,7 @@ let package = Package(
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: strictSettings
         ),
@@ -165,7 +166,17 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(name: "APNSCoreTests", dependencies: ["APNSCore"], swiftSettings: strictSettings),
-        .testTarget(name: "APNSConfigTests", dependencies: ["APNSConfig", "APNSCore", "APNSSimulator"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "APNSConfigTests",
+            dependencies: [
+                "APNSConfig", "APNSCore", "APNSSimulator",
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ],
+            swiftSettings: strictSettings
+        ),
         .testTarget(name: "AMQPClientTests", dependencies: ["AMQPClient", "APNSCore", "TestSupport"], swiftSettings: strictSettings),
         .testTarget(
             name: "APNSTransportTests",

@@ -1,0 +1,301 @@
+// The public face of one AMQP connection (with its automatic reconnects): async methods that
+// queue commands for the owner thread and await its answer.
+import APNSCore
+import CRabbitMQShim
+import Foundation
+import Logging
+import Synchronization
+
+/// Where a connection stands, for readiness checks and metrics.
+public enum AMQPConnectionState: String, Sendable, Hashable {
+    /// Opening a socket / logging in (first connect or reconnect).
+    case connecting
+    case connected
+    /// Connected, but the broker refuses publishes (`connection.blocked`: memory or disk alarm);
+    /// publishes wait until it unblocks.
+    case blocked
+    /// Lost; waiting for the next reconnect attempt.
+    case disconnected
+    /// Closed by `close()`; final.
+    case closed
+}
+
+/// Message and consumer counts of a queue (`queue.declare` reply).
+public struct AMQPQueueInfo: Sendable, Hashable {
+    public var name: String
+    public var messageCount: UInt32
+    public var consumerCount: UInt32
+}
+
+/// One connection to RabbitMQ that reconnects by itself (failover list, capped exponential
+/// backoff with jitter), re-declares the topology given to `declare(_:)` and restores consumers.
+///
+/// Operations that need the broker (publish, declare…) fail with `notConnected` while it is
+/// reconnecting, and with `connectionLost` when the connection dies while they are in flight:
+/// the caller decides whether to retry. Call `close()` when done.
+public final class AMQPConnection: Sendable {
+    let shared: Mutex<SharedState>
+    let wakeFD: Int32
+    let logger: Logger
+
+    private init(wakeFD: Int32, logger: Logger) {
+        self.shared = Mutex(SharedState())
+        self.wakeFD = wakeFD
+        self.logger = logger
+    }
+
+    deinit {
+        crabbitmq_wakeup_close(wakeFD)
+    }
+
+    /// Starts the connection's owner thread and waits until the first connection is up. Throws
+    /// when every URL of the failover list failed once (the thread then stops); after that
+    /// first success, losses are repaired by reconnecting until `close()`.
+    public static func connect(configuration: AMQPConfiguration, logger: Logger) async throws -> AMQPConnection {
+        guard !configuration.urls.isEmpty else { throw AMQPError(.invalidURL, "no AMQP URL given") }
+        let fd = crabbitmq_wakeup_create()
+        guard fd >= 0 else { throw AMQPError(.library, "eventfd() failed: errno \(errno)") }
+        let connection = AMQPConnection(wakeFD: fd, logger: logger)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            connection.shared.withLock { $0.firstConnect = continuation }
+            let driver = ConnectionDriver(configuration: configuration, connection: connection, logger: logger)
+            let thread = Thread { driver.run() }
+            thread.name = "amqp-\(configuration.connectionName)"
+            thread.start()
+        }
+        return connection
+    }
+
+    /// `connect`, run `body`, and close whatever happens.
+    public static func withConnection<Result>(
+        configuration: AMQPConfiguration, logger: Logger,
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: (AMQPConnection) async throws -> Result
+    ) async throws -> Result {
+        let connection = try await connect(configuration: configuration, logger: logger)
+        do {
+            let result = try await body(connection)
+            await connection.close()
+            return result
+        } catch {
+            await connection.close()
+            throw error
+        }
+    }
+
+    /// Closes the connection (consumers end, publishes still unconfirmed fail with `closed`) and
+    /// waits for the owner thread to finish. Idempotent.
+    public func close() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            submit(.close(continuation), orElse: { continuation.resume() })
+        }
+    }
+
+    public var state: AMQPConnectionState { shared.withLock { $0.state } }
+
+    /// How many times a connection was established (1 after `connect`; +1 per reconnect).
+    public var connectionCount: Int { shared.withLock { $0.connectionCount } }
+
+    /// The broker currently connected to, if any (password not included in its description).
+    public var connectedURL: AMQPURL? { shared.withLock { $0.connectedURL } }
+
+    // MARK: Topology
+
+    /// Declares exchanges, queues and bindings, in that order, and remembers the plan so it is
+    /// declared again after every reconnect. Idempotent: declaring the same plan twice is a no-op
+    /// on the broker. A queue or exchange that exists with other arguments fails with
+    /// `declarationConflict`, naming it and the argument that differs.
+    public func declare(_ plan: TopologyPlan) async throws {
+        _ = try await rpc(.declarePlan(plan))
+    }
+
+    /// Declares one durable exchange (not remembered for reconnects; see `declare(_:)`).
+    public func declareExchange(_ exchange: ExchangeDeclaration) async throws {
+        _ = try await rpc(.declareExchange(exchange))
+    }
+
+    /// Declares one durable queue; returns its counts.
+    @discardableResult
+    public func declareQueue(_ queue: QueueDeclaration) async throws -> AMQPQueueInfo {
+        guard case .queueInfo(let info) = try await rpc(.declareQueue(queue)) else { throw unexpectedReply() }
+        return info
+    }
+
+    public func bind(_ binding: BindingDeclaration) async throws {
+        _ = try await rpc(.bind(binding))
+    }
+
+    /// Deletes a queue; returns how many messages it held.
+    @discardableResult
+    public func deleteQueue(_ name: String, ifUnused: Bool = false, ifEmpty: Bool = false) async throws -> UInt32 {
+        guard case .count(let count) = try await rpc(.deleteQueue(name, ifUnused: ifUnused, ifEmpty: ifEmpty)) else { throw unexpectedReply() }
+        return count
+    }
+
+    public func deleteExchange(_ name: String, ifUnused: Bool = false) async throws {
+        _ = try await rpc(.deleteExchange(name, ifUnused: ifUnused))
+    }
+
+    /// Drops every ready message of a queue; returns how many.
+    @discardableResult
+    public func purgeQueue(_ name: String) async throws -> UInt32 {
+        guard case .count(let count) = try await rpc(.purgeQueue(name)) else { throw unexpectedReply() }
+        return count
+    }
+
+    /// Passive declare: the counts of an existing queue; `channelClosed` with reply code 404
+    /// when it does not exist.
+    public func inspectQueue(_ name: String) async throws -> AMQPQueueInfo {
+        guard case .queueInfo(let info) = try await rpc(.inspectQueue(name)) else { throw unexpectedReply() }
+        return info
+    }
+
+    // MARK: Messages
+
+    /// `basic.get`: takes the next message of a queue without a consumer, or nil when it is
+    /// empty. The message stays unacked until `ack`/`nack`/`reject` (or the connection closes,
+    /// which requeues it).
+    public func get(queue: String) async throws -> AMQPDelivery? {
+        guard case .delivery(let delivery) = try await rpc(.get(queue)) else { throw unexpectedReply() }
+        return delivery
+    }
+
+    /// Publishes on the connection's confirm-mode channel and returns once the broker confirmed
+    /// the message (`basic.ack`). Many publishes may be in flight at once (call concurrently):
+    /// they are pipelined, not confirmed one by one. Throws `publishReturned` for an unroutable
+    /// `mandatory` message, `publishNacked`, `channelClosed` (e.g. 404: no such exchange),
+    /// `connectionLost`/`notConnected`. While the broker has blocked the connection, the
+    /// publish waits. Once sent, a publish cannot be withdrawn, so it ignores task cancellation.
+    public func publish(_ message: AMQPOutboundMessage) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            submit(.publish(message, continuation), orElse: { continuation.resume(throwing: AMQPError(.closed, "the connection is closed")) })
+        }
+    }
+
+    /// Starts a consumer on a channel of its own with `basic.qos(prefetch)` and manual acks.
+    /// While the connection is down, the consumer is registered and starts with the next connection.
+    public func consume(queue: String, prefetch: UInt16 = 500) async throws -> AMQPConsumer {
+        let buffer = DeliveryBuffer()
+        let (id, tag) = shared.withLock { state -> (Int, String) in
+            state.nextConsumerID += 1
+            return (state.nextConsumerID, "apnsw-\(UUID().uuidString.prefix(8).lowercased())-\(state.nextConsumerID)")
+        }
+        let request = ConsumerRequest(id: id, queue: queue, prefetch: prefetch, tag: tag, buffer: buffer)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            submit(.consume(request, continuation), orElse: { continuation.resume(throwing: AMQPError(.closed, "the connection is closed")) })
+        }
+        return AMQPConsumer(queue: queue, consumerTag: tag, id: id, buffer: buffer, connection: self)
+    }
+
+    /// Acknowledges a delivery. `.stale` when its channel is gone (see `AMQPSettlement`).
+    @discardableResult
+    public func ack(_ delivery: AMQPDelivery) async -> AMQPSettlement {
+        await settle(delivery.tag, .ack)
+    }
+
+    /// Negatively acknowledges a delivery; `requeue: false` dead-letters or drops it.
+    @discardableResult
+    public func nack(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement {
+        await settle(delivery.tag, .nack(requeue: requeue))
+    }
+
+    /// Rejects a delivery (like `nack` for one message).
+    @discardableResult
+    public func reject(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement {
+        await settle(delivery.tag, .reject(requeue: requeue))
+    }
+
+    // MARK: Plumbing
+
+    func settle(_ tag: AMQPDeliveryTag, _ kind: SettlementKind) async -> AMQPSettlement {
+        await withCheckedContinuation { (continuation: CheckedContinuation<AMQPSettlement, Never>) in
+            submit(.settle(tag, kind, continuation), orElse: { continuation.resume(returning: .stale) })
+        }
+    }
+
+    func cancelConsumer(id: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            submit(.cancelConsumer(id, continuation), orElse: { continuation.resume() })
+        }
+    }
+
+    private func rpc(_ request: RPCRequest) async throws -> RPCResult {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<RPCResult, any Error>) in
+            submit(.rpc(request, continuation), orElse: { continuation.resume(throwing: AMQPError(.closed, "the connection is closed")) })
+        }
+    }
+
+    private func unexpectedReply() -> AMQPError { AMQPError(.library, "unexpected reply from the connection thread") }
+
+    /// Queues a command for the owner thread and wakes it if it sleeps; runs `orElse` instead
+    /// when the thread has ended.
+    private func submit(_ command: Command, orElse rejected: () -> Void) {
+        let outcome: (accepted: Bool, wake: Bool) = shared.withLock { state in
+            guard !state.terminated else { return (false, false) }
+            state.commands.append(command)
+            if state.sleeping {
+                state.sleeping = false
+                return (true, true)
+            }
+            return (true, false)
+        }
+        if !outcome.accepted { rejected() }
+        if outcome.wake { crabbitmq_wakeup_signal(wakeFD) }
+    }
+}
+
+/// State shared by async callers and the owner thread, always under `AMQPConnection.shared`.
+struct SharedState: ~Copyable {
+    var commands: [Command] = []
+    /// The owner thread is (about to be) in poll(2): a new command must signal the eventfd.
+    var sleeping = false
+    /// The owner thread has ended: commands are refused.
+    var terminated = false
+    var state: AMQPConnectionState = .connecting
+    var connectionCount = 0
+    var connectedURL: AMQPURL?
+    var nextConsumerID = 0
+    var firstConnect: CheckedContinuation<Void, any Error>?
+}
+
+enum SettlementKind: Sendable {
+    case ack
+    case nack(requeue: Bool)
+    case reject(requeue: Bool)
+}
+
+struct ConsumerRequest: Sendable {
+    var id: Int
+    var queue: String
+    var prefetch: UInt16
+    var tag: String
+    var buffer: DeliveryBuffer
+}
+
+enum RPCRequest: Sendable {
+    case declarePlan(TopologyPlan)
+    case declareExchange(ExchangeDeclaration)
+    case declareQueue(QueueDeclaration)
+    case bind(BindingDeclaration)
+    case deleteQueue(String, ifUnused: Bool, ifEmpty: Bool)
+    case deleteExchange(String, ifUnused: Bool)
+    case purgeQueue(String)
+    case inspectQueue(String)
+    case get(String)
+}
+
+enum RPCResult: Sendable {
+    case done
+    case queueInfo(AMQPQueueInfo)
+    case count(UInt32)
+    case delivery(AMQPDelivery?)
+}
+
+enum Command: Sendable {
+    case publish(AMQPOutboundMessage, CheckedContinuation<Void, any Error>)
+    case settle(AMQPDeliveryTag, SettlementKind, CheckedContinuation<AMQPSettlement, Never>)
+    case rpc(RPCRequest, CheckedContinuation<RPCResult, any Error>)
+    case consume(ConsumerRequest, CheckedContinuation<Void, any Error>)
+    case cancelConsumer(Int, CheckedContinuation<Void, Never>)
+    case close(CheckedContinuation<Void, Never>)
+}

@@ -1,0 +1,227 @@
+// Conversion between librabbitmq's C field tables / `basic` properties and the Swift values of
+// Values.swift. Decoding copies everything out of librabbitmq's pools (which are recycled after
+// each frame); encoding allocates in an `EncodingArena` that lives until the frame is sent.
+import APNSCore
+import CRabbitMQ
+import CRabbitMQShim
+import Foundation
+
+/// The `basic` property flags of AMQP 0-9-1 (librabbitmq's AMQP_BASIC_*_FLAG).
+enum PropertyFlag {
+    static let contentType: UInt32 = 1 << 15
+    static let contentEncoding: UInt32 = 1 << 14
+    static let headers: UInt32 = 1 << 13
+    static let deliveryMode: UInt32 = 1 << 12
+    static let priority: UInt32 = 1 << 11
+    static let correlationID: UInt32 = 1 << 10
+    static let replyTo: UInt32 = 1 << 9
+    static let expiration: UInt32 = 1 << 8
+    static let messageID: UInt32 = 1 << 7
+    static let timestamp: UInt32 = 1 << 6
+    static let type: UInt32 = 1 << 5
+    static let userID: UInt32 = 1 << 4
+    static let appID: UInt32 = 1 << 3
+}
+
+/// Field type tags of RabbitMQ's table grammar, as librabbitmq uses them.
+private enum Kind {
+    static let boolean = UInt8(ascii: "t")
+    static let i8 = UInt8(ascii: "b")
+    static let u8 = UInt8(ascii: "B")
+    static let i16 = UInt8(ascii: "s")
+    static let u16 = UInt8(ascii: "u")
+    static let i32 = UInt8(ascii: "I")
+    static let u32 = UInt8(ascii: "i")
+    static let i64 = UInt8(ascii: "l")
+    static let u64 = UInt8(ascii: "L")
+    static let f32 = UInt8(ascii: "f")
+    static let f64 = UInt8(ascii: "d")
+    static let decimal = UInt8(ascii: "D")
+    static let utf8 = UInt8(ascii: "S")
+    static let array = UInt8(ascii: "A")
+    static let timestamp = UInt8(ascii: "T")
+    static let table = UInt8(ascii: "F")
+    static let void = UInt8(ascii: "V")
+    static let bytes = UInt8(ascii: "x")
+}
+
+enum FieldDecoder {
+    static func bytes(_ b: amqp_bytes_t) -> [UInt8] {
+        guard b.len > 0, let base = b.bytes else { return [] }
+        return Array(UnsafeRawBufferPointer(start: base, count: b.len))
+    }
+
+    static func string(_ b: amqp_bytes_t) -> String {
+        guard b.len > 0, let base = b.bytes else { return "" }
+        return String(decoding: UnsafeRawBufferPointer(start: base, count: b.len), as: UTF8.self)
+    }
+
+    static func table(_ t: amqp_table_t) -> AMQPTable {
+        var result: AMQPTable = [:]
+        guard t.num_entries > 0, let entries = t.entries else { return result }
+        result.reserveCapacity(Int(t.num_entries))
+        for i in 0..<Int(t.num_entries) {
+            result[string(entries[i].key)] = value(entries[i].value)
+        }
+        return result
+    }
+
+    static func value(_ v: amqp_field_value_t) -> AMQPFieldValue {
+        switch v.kind {
+        case Kind.boolean: return .bool(v.value.boolean != 0)
+        case Kind.i8: return .int8(v.value.i8)
+        // Unsigned kinds (RabbitMQ never sends them, other clients may) widen to the next
+        // signed type so no value changes.
+        case Kind.u8: return .int16(Int16(v.value.u8))
+        case Kind.i16: return .int16(v.value.i16)
+        case Kind.u16: return .int32(Int32(v.value.u16))
+        case Kind.i32: return .int32(v.value.i32)
+        case Kind.u32: return .int64(Int64(v.value.u32))
+        case Kind.i64: return .int64(v.value.i64)
+        case Kind.u64: return .int64(Int64(truncatingIfNeeded: v.value.u64))
+        case Kind.f32: return .float(v.value.f32)
+        case Kind.f64: return .double(v.value.f64)
+        case Kind.decimal: return .decimal(scale: v.value.decimal.decimals, value: v.value.decimal.value)
+        case Kind.utf8: return .string(string(v.value.bytes))
+        case Kind.bytes: return .bytes(bytes(v.value.bytes))
+        case Kind.timestamp: return .timestamp(Date(timeIntervalSince1970: TimeInterval(v.value.u64)))
+        case Kind.table: return .table(table(v.value.table))
+        case Kind.array:
+            let array = v.value.array
+            guard array.num_entries > 0, let entries = array.entries else { return .array([]) }
+            return .array((0..<Int(array.num_entries)).map { value(entries[$0]) })
+        default: return .void
+        }
+    }
+
+    static func properties(_ p: amqp_basic_properties_t) -> AMQPProperties {
+        let flags = p._flags
+        func has(_ flag: UInt32) -> Bool { flags & flag != 0 }
+        var result = AMQPProperties()
+        if has(PropertyFlag.contentType) { result.contentType = string(p.content_type) }
+        if has(PropertyFlag.contentEncoding) { result.contentEncoding = string(p.content_encoding) }
+        if has(PropertyFlag.headers) { result.headers = table(p.headers) }
+        if has(PropertyFlag.deliveryMode) { result.deliveryMode = p.delivery_mode }
+        if has(PropertyFlag.priority) { result.priority = p.priority }
+        if has(PropertyFlag.correlationID) { result.correlationID = string(p.correlation_id) }
+        if has(PropertyFlag.replyTo) { result.replyTo = string(p.reply_to) }
+        if has(PropertyFlag.expiration) { result.expiration = string(p.expiration) }
+        if has(PropertyFlag.messageID) { result.messageID = string(p.message_id) }
+        if has(PropertyFlag.timestamp) { result.timestamp = Date(timeIntervalSince1970: TimeInterval(p.timestamp)) }
+        if has(PropertyFlag.type) { result.type = string(p.type) }
+        if has(PropertyFlag.userID) { result.userID = string(p.user_id) }
+        if has(PropertyFlag.appID) { result.appID = string(p.app_id) }
+        return result
+    }
+}
+
+/// Scratch memory for encoding one method or content header: an amqp_pool_t recycled after
+/// each use. Owned by one connection's owner thread only.
+final class EncodingArena {
+    private let pool: UnsafeMutablePointer<amqp_pool_t>
+
+    init() {
+        pool = .allocate(capacity: 1)
+        init_amqp_pool(pool, 16 * 1024)
+    }
+
+    deinit {
+        empty_amqp_pool(pool)
+        pool.deallocate()
+    }
+
+    /// Frees everything allocated since the last reset (keeps the pages for reuse).
+    func reset() { recycle_amqp_pool(pool) }
+
+    private func allocate(_ count: Int) -> UnsafeMutableRawPointer {
+        guard let memory = amqp_pool_alloc(pool, count) else { fatalError("librabbitmq pool allocation of \(count) bytes failed") }
+        return memory
+    }
+
+    func bytes(_ value: some Collection<UInt8>) -> amqp_bytes_t {
+        let count = value.count
+        guard count > 0 else { return amqp_bytes_t(len: 0, bytes: nil) }
+        let memory = allocate(count)
+        UnsafeMutableRawBufferPointer(start: memory, count: count).copyBytes(from: value)
+        return amqp_bytes_t(len: count, bytes: memory)
+    }
+
+    func bytes(_ string: String) -> amqp_bytes_t { bytes(string.utf8) }
+
+    func table(_ table: AMQPTable) -> amqp_table_t {
+        guard !table.isEmpty else { return amqp_table_t(num_entries: 0, entries: nil) }
+        let entries = allocate(MemoryLayout<amqp_table_entry_t>.stride * table.count)
+            .bindMemory(to: amqp_table_entry_t.self, capacity: table.count)
+        // Sorted keys make the encoding deterministic (and tests and logs stable).
+        for (i, key) in table.keys.sorted().enumerated() {
+            (entries + i).initialize(to: amqp_table_entry_t(key: bytes(key), value: value(table[key]!)))
+        }
+        return amqp_table_t(num_entries: Int32(table.count), entries: entries)
+    }
+
+    func table(_ arguments: [String: TopologyArgument]) -> amqp_table_t {
+        table(arguments.mapValues(\.fieldValue))
+    }
+
+    func value(_ value: AMQPFieldValue) -> amqp_field_value_t {
+        var v = amqp_field_value_t()
+        switch value {
+        case .bool(let b): v.kind = Kind.boolean; v.value.boolean = b ? 1 : 0
+        case .int8(let i): v.kind = Kind.i8; v.value.i8 = i
+        case .int16(let i): v.kind = Kind.i16; v.value.i16 = i
+        case .int32(let i): v.kind = Kind.i32; v.value.i32 = i
+        case .int64(let i): v.kind = Kind.i64; v.value.i64 = i
+        case .float(let f): v.kind = Kind.f32; v.value.f32 = f
+        case .double(let d): v.kind = Kind.f64; v.value.f64 = d
+        case .decimal(let scale, let raw): v.kind = Kind.decimal; v.value.decimal = amqp_decimal_t(decimals: scale, value: raw)
+        case .string(let s): v.kind = Kind.utf8; v.value.bytes = bytes(s)
+        case .bytes(let b): v.kind = Kind.bytes; v.value.bytes = bytes(b)
+        case .timestamp(let date):
+            v.kind = Kind.timestamp
+            v.value.u64 = UInt64(max(0, date.timeIntervalSince1970.rounded(.down)))
+        case .table(let t): v.kind = Kind.table; v.value.table = table(t)
+        case .array(let elements):
+            v.kind = Kind.array
+            if elements.isEmpty {
+                v.value.array = amqp_array_t(num_entries: 0, entries: nil)
+            } else {
+                let entries = allocate(MemoryLayout<amqp_field_value_t>.stride * elements.count)
+                    .bindMemory(to: amqp_field_value_t.self, capacity: elements.count)
+                for (i, element) in elements.enumerated() { (entries + i).initialize(to: self.value(element)) }
+                v.value.array = amqp_array_t(num_entries: Int32(elements.count), entries: entries)
+            }
+        case .void: v.kind = Kind.void
+        }
+        return v
+    }
+
+    func properties(_ p: AMQPProperties) -> amqp_basic_properties_t {
+        var c = amqp_basic_properties_t()
+        var flags: UInt32 = 0
+        if let v = p.contentType { flags |= PropertyFlag.contentType; c.content_type = bytes(v) }
+        if let v = p.contentEncoding { flags |= PropertyFlag.contentEncoding; c.content_encoding = bytes(v) }
+        if let v = p.headers { flags |= PropertyFlag.headers; c.headers = table(v) }
+        if let v = p.deliveryMode { flags |= PropertyFlag.deliveryMode; c.delivery_mode = v }
+        if let v = p.priority { flags |= PropertyFlag.priority; c.priority = v }
+        if let v = p.correlationID { flags |= PropertyFlag.correlationID; c.correlation_id = bytes(v) }
+        if let v = p.replyTo { flags |= PropertyFlag.replyTo; c.reply_to = bytes(v) }
+        if let v = p.expiration { flags |= PropertyFlag.expiration; c.expiration = bytes(v) }
+        if let v = p.messageID { flags |= PropertyFlag.messageID; c.message_id = bytes(v) }
+        if let v = p.timestamp { flags |= PropertyFlag.timestamp; c.timestamp = UInt64(max(0, v.timeIntervalSince1970.rounded(.down))) }
+        if let v = p.type { flags |= PropertyFlag.type; c.type = bytes(v) }
+        if let v = p.userID { flags |= PropertyFlag.userID; c.user_id = bytes(v) }
+        if let v = p.appID { flags |= PropertyFlag.appID; c.app_id = bytes(v) }
+        c._flags = flags
+        return c
+    }
+}
+
+extension TopologyArgument {
+    /// Integers go out as signed 64-bit (`l`), as RabbitMQ's own clients send TTLs and limits.
+    var fieldValue: AMQPFieldValue {
+        switch self {
+        case .string(let s): .string(s)
+        case .int(let i): .int64(i)
+        }
+    }
+}

@@ -1,0 +1,22 @@
+import APNSCore
+
+/// The short, secret-free description of a configuration that `apns-worker check-config` prints.
+extension WorkerConfiguration {
+    public var summaryLines: [String] {
+        var lines: [String] = []
+        let urlCount = amqp.urls.count == 1 ? "1 url" : "\(amqp.urls.count) urls (failover)"
+        lines.append("amqp: \(urlCount): \(amqp.maskedURLs.joined(separator: ", ")); prefetch \(amqp.prefetch), \(amqp.queueType.rawValue) queues")
+        lines.append("retry: delays \(retry.delays.map(TopologyNames.delayLabel).joined(separator: ", ")), maxAttempts \(retry.maxAttempts)")
+        lines.append("admin: listen \(admin.listen)\(admin.token == nil ? "" : ", bearer token set")")
+        lines.append("bundles: \(bundles.count)")
+        for bundle in bundles {
+            let endpoint = bundle.endpoint(for: bundle.environment)
+            var line = "  \(bundle.bundleID): \(bundle.transport.rawValue), \(bundle.auth.kindName) auth, "
+            line += "\(bundle.environment.rawValue), \(endpoint.host):\(endpoint.port), \(bundle.connections) connection"
+            line += bundle.connections == 1 ? "" : "s"
+            if !bundle.rollout.isOpen { line += ", rollout gate on" }
+            lines.append(line)
+        }
+        return lines
+    }
+}

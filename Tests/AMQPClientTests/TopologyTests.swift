@@ -1,0 +1,90 @@
+// Declaring the contract's topology, checked against the broker's own view (management API).
+import AMQPClient
+import APNSCore
+import Foundation
+import Testing
+import TestSupport
+
+@Suite(.enabled(if: TestBroker.isAvailable))
+struct TopologyTests {
+    @Test func planShapeMatchesTheBroker() async throws {
+        let broker = try TestBroker.require()
+        let bundle = uniqueName("com.example.topo")
+        let plan = TopologyPlan(bundleIDs: [bundle], retryDelays: [.seconds(10), .seconds(60), .seconds(10)], queueType: .quorum)
+        try await withConnection(configuration(broker)) { connection in
+        try await connection.declare(plan)
+
+        let jobs = try broker.object("/exchanges/%2f/apns.jobs")
+        #expect(jobs["type"] as? String == "direct")
+        #expect(jobs["durable"] as? Bool == true)
+        #expect((jobs["arguments"] as? [String: Any])?["alternate-exchange"] as? String == "apns.unrouted")
+        #expect(try broker.object("/exchanges/%2f/apns.unrouted")["type"] as? String == "fanout")
+        #expect(try broker.object("/exchanges/%2f/apns.feedback")["type"] as? String == "topic")
+
+        let work = try broker.object("/queues/%2f/apns.\(bundle)")
+        #expect(work["type"] as? String == "quorum")
+        #expect(work["durable"] as? Bool == true)
+
+        let retry = try broker.object("/queues/%2f/apns.\(bundle).retry.10s")
+        let arguments = try #require(retry["arguments"] as? [String: Any])
+        #expect(arguments["x-queue-type"] as? String == "quorum")
+        #expect((arguments["x-message-ttl"] as? NSNumber)?.int64Value == 10_000)
+        #expect(arguments["x-dead-letter-exchange"] as? String == "")
+        #expect(arguments["x-dead-letter-routing-key"] as? String == "apns.\(bundle)")
+        #expect(arguments["x-dead-letter-strategy"] as? String == "at-least-once")
+        #expect(arguments["x-overflow"] as? String == "reject-publish")
+        #expect(((try broker.object("/queues/%2f/apns.\(bundle).retry.1m"))["arguments"] as? [String: Any])?["x-message-ttl"] as? Int == 60_000)
+        #expect(try broker.object("/queues/%2f/apns.\(bundle).dead")["type"] as? String == "quorum")
+
+        let bindings = try broker.array("/queues/%2f/apns.\(bundle)/bindings")
+        #expect(bindings.contains { $0["source"] as? String == "apns.jobs" && $0["routing_key"] as? String == bundle })
+        let unroutedBindings = try broker.array("/queues/%2f/apns.unrouted/bindings")
+        #expect(unroutedBindings.contains { $0["source"] as? String == "apns.unrouted" })
+
+        // Declaring the same plan again is a no-op, and the queue counts are readable.
+        try await connection.declare(plan)
+        let info = try await connection.inspectQueue("apns.\(bundle)")
+        #expect(info.messageCount == 0 && info.consumerCount == 0)
+
+        for queue in plan.queues where queue.name.contains(bundle) { try await connection.deleteQueue(queue.name) }
+        }
+    }
+
+    @Test func conflictingDeclareNamesTheQueueAndArgument() async throws {
+        let broker = try TestBroker.require()
+        let name = uniqueName("conflict")
+        try await withConnection(configuration(broker)) { connection in
+        try await connection.declareQueue(QueueDeclaration(name: name, arguments: ["x-message-ttl": .int(1000)]))
+        do {
+            try await connection.declareQueue(QueueDeclaration(name: name, arguments: ["x-message-ttl": .int(2000)]))
+            Issue.record("a conflicting declare must fail")
+        } catch let error as AMQPError {
+            #expect(error.code == .declarationConflict)
+            #expect(error.queue == name)
+            #expect(error.argument == "x-message-ttl")
+            #expect(error.replyCode == 406)
+            #expect(error.message.contains(name) && error.message.contains("x-message-ttl"))
+        }
+        // The control channel was reopened: the connection keeps working.
+        #expect(try await connection.inspectQueue(name).messageCount == 0)
+        try await connection.deleteQueue(name)
+        }
+    }
+
+    @Test func missingQueueIsA404AndPurgeCounts() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+        do {
+            _ = try await connection.inspectQueue(uniqueName("missing"))
+            Issue.record("expected NOT_FOUND")
+        } catch let error as AMQPError {
+            #expect(error.code == .channelClosed && error.replyCode == 404)
+        }
+        let name = uniqueName("purge")
+        try await connection.declareQueue(QueueDeclaration(name: name, arguments: ["x-queue-type": .string("classic")]))
+        for i in 0..<3 { try await connection.publish(message("m\(i)", to: name)) }
+        #expect(try await connection.purgeQueue(name) == 3)
+        #expect(try await connection.deleteQueue(name) == 0)
+        }
+    }
+}
