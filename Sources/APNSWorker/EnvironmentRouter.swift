@@ -1,0 +1,21 @@
+import APNSCore
+
+/// Sends each notification through the transport of its environment: a job may override its
+/// bundle's environment (tokens of debug builds), so a bundle keeps a transport per environment.
+public struct EnvironmentRouter: NotificationTransport {
+    let transports: [APNSEnvironment: any NotificationTransport]
+
+    public init(_ transports: [APNSEnvironment: any NotificationTransport]) {
+        precondition(!transports.isEmpty, "a bundle needs at least one transport")
+        self.transports = transports
+    }
+
+    public func send(_ notification: PushNotification) async -> TransportResult {
+        guard let transport = transports[notification.environment] else {
+            // Configuration decides which environments exist; a job asking for another one can
+            // never be sent, which is the job's own fault.
+            return .http(HTTPAnswer(status: 400, reason: .unknown("EnvironmentNotConfigured")))
+        }
+        return await transport.send(notification)
+    }
+}

@@ -1,0 +1,52 @@
+import AMQPClient
+import APNSConfig
+import ArgumentParser
+import Foundation
+import Logging
+
+/// Where a command finds the broker: `--url` wins, then the configuration file's `[amqp]`
+/// (with its environment overrides), then the local broker of `scripts/broker.sh`.
+struct BrokerOptions: ParsableArguments {
+    @Option(name: .customLong("config"), help: "Configuration file whose [amqp] section to use.")
+    var configPath: String?
+
+    @Option(name: .customLong("url"), help: "AMQP URL (overrides --config).")
+    var url: String?
+
+    static let localURL = "amqp://guest:guest@127.0.0.1:5682/%2f"
+
+    func amqpConfiguration(connectionName: String) throws -> AMQPConfiguration {
+        let urls: [String]
+        var heartbeat: Duration = .seconds(30)
+        if let url {
+            urls = [url]
+        } else if let configPath {
+            let configuration = try loadConfiguration(configPath, credentials: .skipFiles)
+            urls = configuration.amqp.urls
+            heartbeat = configuration.amqp.heartbeat
+        } else {
+            urls = [ProcessInfo.processInfo.environment["APNS_WORKER_AMQP_URL"] ?? Self.localURL]
+        }
+        var amqp = try AMQPConfiguration(urlStrings: urls, connectionName: connectionName)
+        amqp.heartbeat = heartbeat
+        return amqp
+    }
+}
+
+/// Loads a configuration file, turning its error into the one line the operator needs and exit 1.
+func loadConfiguration(_ path: String, credentials: ConfigurationLoader.CredentialValidation = .verifyFiles) throws -> WorkerConfiguration {
+    do {
+        return try ConfigurationLoader.load(path: path, credentials: credentials)
+    } catch {
+        FileHandle.standardError.write(Data("\(error)\n".utf8))
+        throw ExitCode.failure
+    }
+}
+
+/// A console logger for the CLI, level from `APNS_WORKER_LOG_LEVEL` (default info).
+func makeLogger(_ label: String) -> Logger {
+    var logger = Logger(label: label)
+    let level = ProcessInfo.processInfo.environment["APNS_WORKER_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:))
+    logger.logLevel = level ?? .info
+    return logger
+}

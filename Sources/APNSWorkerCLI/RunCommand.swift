@@ -1,0 +1,120 @@
+import AMQPClient
+import APNSConfig
+import APNSCore
+import APNSTransport
+import APNSWorker
+import ArgumentParser
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// `apns-worker run`: the worker. Start more instances to scale; they share the queues.
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Consume notification jobs and deliver them to APNs until SIGTERM or SIGINT.")
+
+    @Option(name: .customLong("config"), help: "The configuration file.")
+    var configPath: String = "/etc/apns-worker/apns-worker.conf"
+
+    func run() async throws {
+        let configuration = try loadConfiguration(configPath)
+        let logger = makeLogger("apns-worker")
+        var amqp = try AMQPConfiguration(urlStrings: configuration.amqp.urls, connectionName: "apns-worker run")
+        amqp.heartbeat = configuration.amqp.heartbeat
+        if let caFile = configuration.amqp.caFile { amqp.tls.caFile = caFile }
+
+        let broker = try await AMQPConnection.connect(configuration: amqp, logger: logger)
+        var services: [any Service] = []
+        var pipelines: [BundlePipeline] = []
+        let statistics = WorkerStatistics()
+        let tokenSources = TokenSources()
+        for bundle in configuration.bundles {
+            var transports: [APNSEnvironment: any NotificationTransport] = [:]
+            for environment in APNSEnvironment.allCases {
+                let transport = try makeTransport(bundle, environment: environment, settings: configuration.worker, tokens: tokenSources, logger: logger)
+                services.append(transport)
+                transports[environment] = transport
+            }
+            let settings = BundlePipeline.Settings(
+                bundleID: bundle.bundleID, defaultEnvironment: bundle.environment,
+                transportKind: bundle.transport == .binary ? .binary : .http2,
+                prefetch: UInt16(clamping: configuration.amqp.prefetch),
+                retryPolicy: RetryPolicy(delays: configuration.retry.delays, maxAttempts: configuration.retry.maxAttempts),
+                probeInterval: configuration.worker.probeInterval,
+                shutdownDeadline: configuration.worker.shutdownDeadline)
+            pipelines.append(
+                BundlePipeline(
+                    settings: settings, broker: broker, transport: EnvironmentRouter(transports),
+                    rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger))
+        }
+        let worker = WorkerService(broker: broker, topology: configuration.topologyPlan, pipelines: pipelines, logger: logger)
+        // Graceful shutdown runs in reverse order: the worker stops taking jobs and finishes
+        // those in flight first, while the transports it sends through are still up.
+        services.append(worker)
+        let group = ServiceGroup(
+            configuration: .init(
+                services: services.map { .init(service: $0) },
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger))
+        logger.info("apns-worker starting", metadata: ["apns.bundles": "\(configuration.bundles.map(\.bundleID))"])
+        do {
+            try await group.run()
+        } catch {
+            await broker.close()
+            throw error
+        }
+        await broker.close()
+    }
+
+    func makeTransport(
+        _ bundle: BundleConfiguration, environment: APNSEnvironment, settings: WorkerSettings, tokens: TokenSources, logger: Logger
+    ) throws -> HTTP2Transport {
+        guard bundle.transport == .http2 else {
+            throw ValidationError("[apns \"\(bundle.bundleID)\"] transport = binary: the binary transport is not built yet")
+        }
+        let authentication: HTTP2TransportConfiguration.Authentication
+        switch bundle.auth {
+        case .token(let teamID, let keyID, let keyFile):
+            authentication = .token(try tokens.source(teamID: teamID, keyID: keyID, keyFile: keyFile, maximumAge: settings.providerTokenRefresh))
+        case .certificate(let certFile, let keyFile):
+            authentication = .certificate(certFile: certFile, keyFile: keyFile)
+        }
+        var configuration = HTTP2TransportConfiguration(
+            environment: environment, authentication: authentication, host: bundle.host, port: bundle.port ?? 443)
+        if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
+        configuration.connections = bundle.connections
+        configuration.requestTimeout = settings.requestTimeout
+        configuration.connectTimeout = settings.connectTimeout
+        var transportLogger = logger
+        transportLogger[metadataKey: "apns.bundle"] = "\(bundle.bundleID)"
+        return try HTTP2Transport(configuration: configuration, logger: transportLogger)
+    }
+}
+
+/// One provider-token source per team key, shared by every transport that signs with it, so
+/// there is one JWT per key (contract §4: TooManyProviderTokenUpdates must never happen).
+final class TokenSources {
+    private var sources: [String: ProviderTokenSource] = [:]
+
+    func source(teamID: String, keyID: String, keyFile: String, maximumAge: Duration) throws -> ProviderTokenSource {
+        let id = "\(teamID)/\(keyID)"
+        if let existing = sources[id] { return existing }
+        let pem = try String(contentsOfFile: keyFile, encoding: .utf8)
+        let source = ProviderTokenSource(
+            teamID: teamID, keyID: keyID, key: try .init(pemRepresentation: pem), maximumAge: maximumAge)
+        sources[id] = source
+        return source
+    }
+}
+
+extension RolloutRule {
+    /// The configuration's rollout keys as the gate's rule. Server names compare case-insensitively.
+    init(_ gate: RolloutGate) {
+        self.init(
+            allow: gate.allowSyncServers.isEmpty ? nil : Set(gate.allowSyncServers.map { $0.lowercased() }),
+            deny: Set(gate.denySyncServers.map { $0.lowercased() }),
+            percentage: gate.percentage,
+            allowUnnamed: gate.allowSyncServers.isEmpty)
+    }
+}
