@@ -189,10 +189,11 @@ public enum APNSAuthentication: Sendable, Hashable {
 /// Keys in the bundle's `[apns "…"]` section (one place per bundle, no second section to keep
 /// in step): `allowSyncServers` and `denySyncServers` (comma-separated host names, compared
 /// case-insensitively) and `rolloutPercentage` (0 to 100). A job passes when its sync server is
-/// not denied, and is allowed or the allow list is empty, and falls in the percentage (decided
-/// by a stable hash of the device token, so a device is consistently in or out). A job without
-/// `syncServer` is judged by the percentage alone when the allow list is empty, and is
-/// held back otherwise. The defaults (empty lists, 100) let every job through.
+/// not denied, and is allowed or the allow list is empty, and its server falls in the
+/// percentage (a stable hash of the server name, so a server is consistently in or out on every
+/// instance; the seed rolled push out server by server). A job without `syncServer` passes when
+/// the allow list is empty and is held back otherwise. The defaults (empty lists, 100) let every
+/// job through. The gate itself is `APNSWorker.RolloutRule`.
 public struct RolloutGate: Sendable, Hashable {
     public var allowSyncServers: [String]
     public var denySyncServers: [String]

@@ -15,8 +15,9 @@ public struct RolloutRule: Sendable, Hashable {
     public var allowUnnamed: Bool
 
     public init(allow: Set<String>? = nil, deny: Set<String> = [], percentage: Int = 100, allowUnnamed: Bool = true) {
-        self.allow = allow
-        self.deny = deny
+        // Host names compare case-insensitively.
+        self.allow = allow.map { Set($0.map { $0.lowercased() }) }
+        self.deny = Set(deny.map { $0.lowercased() })
         self.percentage = min(max(percentage, 0), 100)
         self.allowUnnamed = allowUnnamed
     }
@@ -30,7 +31,7 @@ public struct RolloutRule: Sendable, Hashable {
     }
 
     public func decide(syncServer: String?) -> Decision {
-        guard let server = syncServer, !server.isEmpty else {
+        guard let server = syncServer?.lowercased(), !server.isEmpty else {
             return allowUnnamed ? .pass : .hold(why: "job names no sync server")
         }
         if deny.contains(server) { return .hold(why: "sync server \(server) is denied") }

@@ -109,11 +109,11 @@ final class TokenSources {
 }
 
 extension RolloutRule {
-    /// The configuration's rollout keys as the gate's rule. Server names compare case-insensitively.
+    /// The configuration's rollout keys as the gate's rule.
     init(_ gate: RolloutGate) {
         self.init(
-            allow: gate.allowSyncServers.isEmpty ? nil : Set(gate.allowSyncServers.map { $0.lowercased() }),
-            deny: Set(gate.denySyncServers.map { $0.lowercased() }),
+            allow: gate.allowSyncServers.isEmpty ? nil : Set(gate.allowSyncServers),
+            deny: Set(gate.denySyncServers),
             percentage: gate.percentage,
             allowUnnamed: gate.allowSyncServers.isEmpty)
     }
