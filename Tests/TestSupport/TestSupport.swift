@@ -156,3 +156,68 @@ public func runProcess(_ executable: String, _ arguments: [String], environment:
         stdout: String(decoding: outData, as: UTF8.self),
         stderr: String(decoding: errData, as: UTF8.self))
 }
+
+/// The `apns-worker` executable the tests run: `APNS_TEST_BIN_PATH` (set by `scripts/test`),
+/// else the debug build folder.
+public var workerExecutable: String {
+    let bin = ProcessInfo.processInfo.environment["APNS_TEST_BIN_PATH"] ?? (repositoryRoot + "/.build/debug")
+    return bin + "/apns-worker"
+}
+
+/// A child process that keeps running while the test goes on (a worker, a simulator), its
+/// output going to a log file the test can read.
+public final class ChildProcess: Sendable {
+    public let logPath: String
+    private let process: Process
+
+    public init(_ executable: String, _ arguments: [String], logPath: String, environment: [String: String] = [:]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        for (key, value) in environment { env[key] = value }
+        process.environment = env
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        self.process = process
+        self.logPath = logPath
+    }
+
+    public var pid: Int32 { process.processIdentifier }
+    public var isRunning: Bool { process.isRunning }
+
+    public func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+
+    /// Waits up to `timeout` for the process to exit; its exit status, or nil if it still runs.
+    public func waitForExit(timeout: Duration) async -> Int32? {
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        while process.isRunning {
+            if ContinuousClock.now >= deadline { return nil }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        return process.terminationStatus
+    }
+
+    /// Stops the process if it still runs (SIGKILL), for test clean-up.
+    public func kill9() {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+    }
+
+    public var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+}
+
+/// Polls `condition` until it holds or `timeout` passes; throws with `what` on time-out.
+public func waitUntil(
+    _ what: @autoclosure () -> String, timeout: Duration = .seconds(30), every interval: Duration = .milliseconds(100),
+    _ condition: () async throws -> Bool
+) async throws {
+    let deadline = ContinuousClock.now.advanced(by: timeout)
+    while try await !condition() {
+        if ContinuousClock.now >= deadline { throw TestSupportError("timed out after \(timeout) waiting for \(what())") }
+        try await Task.sleep(for: interval)
+    }
+}
