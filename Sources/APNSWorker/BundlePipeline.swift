@@ -51,6 +51,8 @@ public final class BundlePipeline: Sendable {
     /// The rule of the rollout gate; replaced at run time by `updateRollout(_:)` (config reload).
     private let rollout: Mutex<RolloutRule>
     private let breaker: Mutex<HoldBreaker>
+    /// Jobs this pipeline brought to each end, for the line it logs when it stops.
+    private let ends: Mutex<[OutcomeRouter.End: Int]> = Mutex([:])
 
     public init(
         settings: Settings, broker: AMQPConnection, transport: any NotificationTransport,
@@ -89,7 +91,10 @@ public final class BundlePipeline: Sendable {
                 try await consumeUntilHeldOrShutdown()
             }
         }
-        logger.info("pipeline stopped")
+        let ends = self.ends.withLock { $0 }
+        var metadata: Logger.Metadata = [:]
+        for end in OutcomeRouter.End.allCases { metadata["jobs.\(end.rawValue)"] = "\(ends[end] ?? 0)" }
+        logger.info("pipeline stopped", metadata: metadata)
     }
 
     // MARK: - Consuming
@@ -242,7 +247,9 @@ public final class BundlePipeline: Sendable {
         }
         let route = router.route(outcome, job: context, now: Date())
         await settle(delivery, route)
-        statistics.jobEnded(bundle: settings.bundleID, end: Self.end(of: route, outcome: outcome), after: started.duration(to: .now))
+        let end = Self.end(of: route, outcome: outcome)
+        ends.withLock { $0[end, default: 0] += 1 }
+        statistics.jobEnded(bundle: settings.bundleID, end: end, after: started.duration(to: .now))
         if case .retry(let reason, let status) = outcome {
             logger.info("job will be retried", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
         } else if case .dead(let reason, let status, _) = outcome {

@@ -1,0 +1,260 @@
+import AMQPClient
+import APNSCore
+import APNSSimulator
+import Foundation
+import Testing
+import TestSupport
+
+/// Contract §4 row by row, through the real broker, the real `apns-worker` process and the
+/// simulator. Serialized: each test runs worker processes, and two cores are all CI has.
+@Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the broker that scripts/test starts"))
+struct EndToEndTests {
+    @Test func deliveredJobsAreAckedAndSentOnce() async throws {
+        let h = try await WorkerHarness.start(broker: try TestBroker.require())
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        let ids = try await h.publishMany(50)
+        try await waitUntil("50 deliveries") { h.acceptedIDs().distinct.count == 50 }
+        #expect(h.acceptedIDs().distinct == Set(ids.map { $0.uuidString.lowercased() }))
+        try await waitUntil("an empty work queue") { try await h.messageCount(h.workQueue) == 0 }
+        worker.signal(SIGTERM)
+        #expect(await worker.waitForExit(timeout: .seconds(15)) == 0)
+        #expect(h.acceptedIDs().total == 50)
+        #expect(try await h.messageCount(h.deadQueue) == 0)
+        await h.shutdown()
+    }
+
+    @Test func invalidTokensBecomeFeedbackEventsWithApplesTimestamp() async throws {
+        let h = try await WorkerHarness.start(broker: try TestBroker.require())
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        let gone = WorkerHarness.token(9001), bad = WorkerHarness.token(9002)
+        h.simulator.script(token: gone, .unregistered(timestamp: 1_700_000_000_123))
+        h.simulator.script(token: bad, .badDeviceToken)
+        let goneID = try await h.publishJob(token: gone)
+        let badID = try await h.publishJob(token: bad)
+        var events: [[String: Any]] = []
+        try await waitUntil("two feedback events") {
+            for delivery in try await h.drain(h.feedbackQueue) {
+                events.append(try #require(try JSONSerialization.jsonObject(with: Data(delivery.message.body)) as? [String: Any]))
+            }
+            return events.count >= 2
+        }
+        let byToken = Dictionary(uniqueKeysWithValues: events.map { ($0["token"] as? String ?? "", $0) })
+        #expect(byToken[gone]?["reason"] as? String == "Unregistered")
+        #expect((byToken[gone]?["timestamp"] as? NSNumber)?.int64Value == 1_700_000_000_123)
+        #expect(byToken[gone]?["jobId"] as? String == goneID.uuidString)
+        #expect(byToken[gone]?["bundleId"] as? String == h.bundle)
+        #expect(byToken[bad]?["reason"] as? String == "BadDeviceToken")
+        #expect(byToken[bad]?["timestamp"] is NSNull)
+        #expect(byToken[bad]?["jobId"] as? String == badID.uuidString)
+        try await waitUntil("an empty work queue") { try await h.messageCount(h.workQueue) == 0 }
+        #expect(try await h.messageCount(h.deadQueue) == 0)
+        await h.shutdown()
+    }
+
+    @Test func malformedAndOversizedJobsAreDeadWithTheirBodyUnchanged() async throws {
+        let h = try await WorkerHarness.start(broker: try TestBroker.require())
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        let garbage: [UInt8] = Array("{\"token\": 12, \"payload\": {}}".utf8)
+        let notJSON: [UInt8] = [0xff, 0xfe, 0x00, 0x41]
+        let big = String(repeating: "x", count: 4200)
+        try await h.publishRaw(garbage, messageID: "garbage-1", headers: ["trace": .string("t-1")])
+        try await h.publishRaw(notJSON, messageID: "garbage-2")
+        let bigID = try await h.publishJob(token: WorkerHarness.token(1), payload: #"{"aps":{"alert":"\#(big)"}}"#)
+        var dead: [AMQPDelivery] = []
+        try await waitUntil("three dead letters") {
+            dead += try await h.drain(h.deadQueue)
+            return dead.count >= 3
+        }
+        let byID = Dictionary(uniqueKeysWithValues: dead.map { ($0.message.properties.messageID ?? "", $0.message) })
+        let first = try #require(byID["garbage-1"])
+        #expect(first.body == garbage)
+        #expect(first.properties.headers?["trace"] == .string("t-1"))
+        #expect(first.properties.appID == "sync-server-test")
+        #expect(first.properties.contentType == "application/json")
+        #expect(first.properties.headers?[JobHeaders.reason]?.stringValue == "MalformedJob")
+        #expect(first.properties.headers?[JobHeaders.status]?.intValue == 0)
+        #expect(first.properties.headers?[JobHeaders.attempts]?.intValue == 0)
+        #expect(first.properties.headers?[JobHeaders.error]?.stringValue?.contains("token") == true)
+        let failedAt = try #require(first.properties.headers?[JobHeaders.failedAt]?.stringValue)
+        #expect((try? Date(failedAt, strategy: .iso8601)) != nil)
+        #expect(try #require(byID["garbage-2"]).body == notJSON)
+        let oversized = try #require(byID[bigID.uuidString])
+        #expect(oversized.properties.headers?[JobHeaders.reason]?.stringValue == "PayloadTooLarge")
+        #expect(h.simulator.counters().received == 0, "malformed jobs never reach Apple")
+        await h.shutdown()
+    }
+
+    @Test func transientFailuresAreDeliveredAfterRetries() async throws {
+        let h = try await WorkerHarness.start(broker: try TestBroker.require())
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        let token = WorkerHarness.token(42)
+        h.simulator.script(token: token, .failFirst(2, status: 503, reason: .serviceUnavailable))
+        let id = try await h.publishJob(token: token)
+        try await waitUntil("delivery after two 503s") { h.acceptedIDs().distinct.contains(id.uuidString.lowercased()) }
+        #expect(h.simulator.counters().byStatus[503] == 2)
+        try await waitUntil("an empty work queue") { try await h.messageCount(h.workQueue) == 0 }
+        #expect(try await h.messageCount(h.deadQueue) == 0)
+        await h.shutdown()
+    }
+
+    @Test func alwaysFailingJobsAreDeadAfterMaxAttempts() async throws {
+        let h = try await WorkerHarness.start(broker: try TestBroker.require())
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        let token = WorkerHarness.token(43)
+        h.simulator.script(token: token, .always(status: 500, reason: .internalServerError))
+        let id = try await h.publishJob(token: token)
+        var dead: [AMQPDelivery] = []
+        try await waitUntil("a dead letter") {
+            dead += try await h.drain(h.deadQueue)
+            return !dead.isEmpty
+        }
+        let headers = try #require(dead.first?.message.properties.headers)
+        #expect(dead.first?.message.properties.messageID == id.uuidString)
+        #expect(headers[JobHeaders.reason]?.stringValue == "RetriesExhausted")
+        #expect(headers[JobHeaders.status]?.intValue == 500)
+        #expect(headers[JobHeaders.attempts]?.intValue == 3)
+        #expect(h.simulator.counters().byStatus[500] == 3)
+        await h.shutdown()
+    }
+
+    @Test func unknownBundlesGoToUnrouted() async throws {
+        let h = try await WorkerHarness.start(broker: try TestBroker.require())
+        let stranger = uniqueName("com.example.nobody")
+        let marker = UUID().uuidString
+        try await h.publishRaw(Array(#"{"token":"00","payload":{"aps":{}}}"#.utf8), messageID: marker, routingKey: stranger)
+        var found: AMQPDelivery?
+        try await waitUntil("the job in apns.unrouted") {
+            while let delivery = try await h.connection.get(queue: TopologyNames.unrouted) {
+                if delivery.message.properties.messageID == marker {
+                    found = delivery
+                    await h.connection.ack(delivery)
+                    return true
+                }
+                await h.connection.nack(delivery, requeue: true)
+                return false
+            }
+            return false
+        }
+        #expect(found?.message.routingKey == stranger)
+        await h.shutdown()
+    }
+
+    @Test func heldBundlePausesAndResumesWithoutRestartOrDeadLetters() async throws {
+        let h = try await WorkerHarness.start(broker: try TestBroker.require())
+        h.simulator.setFaults(SimulatorFaults(rejectAllTokens: .invalidProviderToken))
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        let ids = try await h.publishMany(30)
+        try await waitUntil("the hold") { worker.log.contains("bundle HELD") }
+        try await Task.sleep(for: .seconds(2))
+        #expect(h.acceptedIDs().total == 0)
+        #expect(try await h.messageCount(h.deadQueue) == 0)
+        #expect(try await h.messageCount(h.workQueue) == 30, "held jobs wait in the broker")
+        #expect(worker.log.components(separatedBy: "bundle HELD").count == 2, "one loud line, not one per job")
+        h.simulator.setFaults(.none)
+        try await waitUntil("every job delivered after the hold") { h.acceptedIDs().distinct.count == 30 }
+        #expect(h.acceptedIDs().distinct == Set(ids.map { $0.uuidString.lowercased() }))
+        #expect(worker.log.contains("bundle resumed"))
+        #expect(try await h.messageCount(h.deadQueue) == 0)
+        #expect(worker.isRunning)
+        await h.shutdown()
+    }
+}
+
+/// Crash and scale tests: kill -9, SIGTERM, a broker restart, two workers.
+@Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the broker that scripts/test starts"))
+struct ReliabilityTests {
+    @Test func killNineLosesNothingAndDuplicatesAtMostThePrefetch() async throws {
+        var options = WorkerHarness.Options()
+        options.prefetch = 200
+        let h = try await WorkerHarness.start(broker: try TestBroker.require(), options: options)
+        h.simulator.setFaults(SimulatorFaults(latency: .milliseconds(20)))
+        let ids = try await h.publishMany(3000)
+        let first = try h.startWorker("first")
+        try await waitUntil("some deliveries before the kill") { h.acceptedIDs().distinct.count >= 300 }
+        first.signal(SIGKILL)
+        _ = await first.waitForExit(timeout: .seconds(5))
+        let second = try h.startWorker("second")
+        defer { second.kill9() }
+        try await waitUntil("all 3000 delivered after the restart", timeout: .seconds(120)) { h.acceptedIDs().distinct.count == 3000 }
+        let (distinct, total) = h.acceptedIDs()
+        #expect(distinct == Set(ids.map { $0.uuidString.lowercased() }))
+        let duplicates = total - distinct.count
+        print("kill -9 with jobs in flight: 3000 jobs, \(duplicates) sent twice (prefetch \(options.prefetch))")
+        #expect(duplicates <= options.prefetch)
+        await h.shutdown()
+    }
+
+    @Test func sigtermFinishesInFlightJobsAndExitsZero() async throws {
+        let h = try await WorkerHarness.start(broker: try TestBroker.require())
+        h.simulator.setFaults(SimulatorFaults(latency: .milliseconds(50)))
+        let ids = try await h.publishMany(1000)
+        let first = try h.startWorker("first")
+        try await waitUntil("some deliveries") { h.acceptedIDs().distinct.count >= 100 }
+        let stopAsked = ContinuousClock.now
+        first.signal(SIGTERM)
+        let status = await first.waitForExit(timeout: .seconds(15))
+        #expect(status == 0)
+        #expect(stopAsked.duration(to: .now) < .seconds(11), "within the 10 s deadline")
+        let afterStop = h.acceptedIDs()
+        #expect(afterStop.distinct.count < 1000, "the rest is left in the broker")
+        let second = try h.startWorker("second")
+        defer { second.kill9() }
+        try await waitUntil("all 1000 delivered", timeout: .seconds(90)) { h.acceptedIDs().distinct.count == 1000 }
+        #expect(h.acceptedIDs().distinct == Set(ids.map { $0.uuidString.lowercased() }))
+        print("SIGTERM mid-run: \(afterStop.distinct.count) delivered before the stop, \(h.acceptedIDs().total - 1000) sent twice")
+        await h.shutdown()
+    }
+
+    @Test func twoWorkersShareOneQueueAndDeliverEachJobOnce() async throws {
+        let h = try await WorkerHarness.start(broker: try TestBroker.require())
+        h.simulator.setFaults(SimulatorFaults(latency: .milliseconds(10)))
+        let a = try h.startWorker("a"), b = try h.startWorker("b")
+        defer { a.kill9(); b.kill9() }
+        try await waitUntil("two consumers") { try await h.connection.inspectQueue(h.workQueue).consumerCount == 2 }
+        let ids = try await h.publishMany(2000)
+        try await waitUntil("all 2000 delivered", timeout: .seconds(90)) { h.acceptedIDs().distinct.count == 2000 }
+        #expect(h.acceptedIDs().distinct == Set(ids.map { $0.uuidString.lowercased() }))
+        #expect(h.acceptedIDs().total == 2000, "no job sent twice")
+        a.signal(SIGTERM); b.signal(SIGTERM)
+        #expect(await a.waitForExit(timeout: .seconds(15)) == 0)
+        #expect(await b.waitForExit(timeout: .seconds(15)) == 0)
+        let shareA = Self.deliveredCount(in: a.log), shareB = Self.deliveredCount(in: b.log)
+        print("two workers: \(shareA) + \(shareB) deliveries")
+        #expect(shareA > 0 && shareB > 0, "both took a share")
+        #expect(shareA + shareB == 2000)
+        await h.shutdown()
+    }
+
+    @Test func brokerRestartLosesNothing() async throws {
+        let broker = try PrivateBroker.start()
+        defer { broker.stop() }
+        let h = try await WorkerHarness.start(broker: broker.coordinates)
+        h.simulator.setFaults(SimulatorFaults(latency: .milliseconds(20)))
+        let ids = try await h.publishMany(1000)
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        try await waitUntil("some deliveries") { h.acceptedIDs().distinct.count >= 100 }
+        try broker.coordinates.ctl("stop_app")
+        try await Task.sleep(for: .seconds(2))
+        try broker.coordinates.ctl("start_app")
+        try await waitUntil("all 1000 delivered after the broker restart", timeout: .seconds(120)) { h.acceptedIDs().distinct.count == 1000 }
+        #expect(h.acceptedIDs().distinct == Set(ids.map { $0.uuidString.lowercased() }))
+        #expect(worker.isRunning, "the worker reconnected by itself")
+        print("broker restart: \(h.acceptedIDs().total - 1000) of 1000 sent twice")
+        await h.shutdown()
+    }
+
+    /// The `jobs.delivered` figure each pipeline logs when it stops.
+    static func deliveredCount(in log: String) -> Int {
+        log.split(separator: "\n").filter { $0.contains("pipeline stopped") }.compactMap { line -> Int? in
+            guard let range = line.range(of: "jobs.delivered=") else { return nil }
+            return Int(line[range.upperBound...].prefix { $0.isNumber })
+        }.reduce(0, +)
+    }
+}

@@ -1,0 +1,176 @@
+import AMQPClient
+import APNSCore
+import APNSSimulator
+import Foundation
+import Logging
+import TestSupport
+
+/// One end-to-end setup: the shared test broker (or a private one), an in-process simulator
+/// with generated credentials, a configuration file for a bundle of the test's own, and real
+/// `apns-worker run` processes started from the built executable.
+final class WorkerHarness: Sendable {
+    let bundle: String
+    let directory: String
+    let broker: BrokerCoordinates
+    let credentials: GeneratedCredentials
+    let simulator: APNSSimulator
+    let connection: AMQPConnection
+    let configPath: String
+    /// A queue of the test's own bound to `apns.feedback` with the bundle's routing key.
+    let feedbackQueue: String
+
+    struct Options {
+        var retryDelays = "300ms, 600ms"
+        var maxAttempts = 3
+        var prefetch = 100
+        var probeInterval = "500ms"
+        var shutdownDeadline = "10s"
+        var requestTimeout = "5s"
+        var connections = 2
+    }
+
+    static func start(broker: BrokerCoordinates, options: Options = Options()) async throws -> WorkerHarness {
+        let bundle = uniqueName("com.example.e2e")
+        let directory = NSTemporaryDirectory() + "apnsw-e2e-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let credentials = try SimulatorCredentials.generate(into: directory + "/credentials", teamID: "TEAM123456", keyID: "KEY1234567")
+        var logger = Logger(label: "e2e.simulator")
+        logger.logLevel = .warning
+        let simulator = try await APNSSimulator.start(
+            SimulatorConfiguration(
+                tls: credentials.tlsConfiguration(), bundleIDs: [bundle], tokenKeys: [credentials.tokenKey],
+                environment: .production),
+            logger: logger)
+        let configPath = directory + "/worker.conf"
+        let config = """
+            [amqp]
+            url = \(broker.amqpURL)
+            prefetch = \(options.prefetch)
+            heartbeat = 5s
+
+            [retry]
+            delays = \(options.retryDelays)
+            maxAttempts = \(options.maxAttempts)
+
+            [worker]
+            shutdownDeadline = \(options.shutdownDeadline)
+            requestTimeout = \(options.requestTimeout)
+            probeInterval = \(options.probeInterval)
+
+            [apns "\(bundle)"]
+            teamId = TEAM123456
+            keyId = KEY1234567
+            tokenKeyFile = credentials/AuthKey_KEY1234567.p8
+            host = 127.0.0.1
+            port = \(simulator.port)
+            caFile = credentials/ca.pem
+            connections = \(options.connections)
+
+            """
+        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+
+        var clientLogger = Logger(label: "e2e.amqp")
+        clientLogger.logLevel = .warning
+        let connection = try await AMQPConnection.connect(
+            configuration: AMQPConfiguration(urlStrings: [broker.amqpURL], connectionName: "e2e-test"), logger: clientLogger)
+        // The worker declares the same plan; declaring it here first lets the test bind its
+        // feedback queue and publish before any worker runs.
+        try await connection.declare(
+            TopologyPlan(bundleIDs: [bundle], retryDelays: [.milliseconds(300), .milliseconds(600)], queueType: .quorum))
+        let feedbackQueue = uniqueName("e2e.feedback")
+        _ = try await connection.declareQueue(QueueDeclaration(name: feedbackQueue))
+        try await connection.bind(BindingDeclaration(queue: feedbackQueue, exchange: TopologyNames.feedbackExchange, routingKey: bundle))
+        return WorkerHarness(
+            bundle: bundle, directory: directory, broker: broker, credentials: credentials, simulator: simulator,
+            connection: connection, configPath: configPath, feedbackQueue: feedbackQueue)
+    }
+
+    private init(
+        bundle: String, directory: String, broker: BrokerCoordinates, credentials: GeneratedCredentials,
+        simulator: APNSSimulator, connection: AMQPConnection, configPath: String, feedbackQueue: String
+    ) {
+        self.bundle = bundle
+        self.directory = directory
+        self.broker = broker
+        self.credentials = credentials
+        self.simulator = simulator
+        self.connection = connection
+        self.configPath = configPath
+        self.feedbackQueue = feedbackQueue
+    }
+
+    /// Starts `apns-worker run` on this harness's configuration; its log goes to `name.log`.
+    func startWorker(_ name: String = "worker") throws -> ChildProcess {
+        try ChildProcess(
+            workerExecutable, ["run", "--config", configPath], logPath: "\(directory)/\(name).log",
+            environment: ["APNS_WORKER_LOG_LEVEL": "info"])
+    }
+
+    func shutdown() async {
+        try? await connection.deleteQueue(feedbackQueue)
+        await connection.close()
+        try? await simulator.shutdown()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    // MARK: - Publishing as the sync server
+
+    static func token(_ n: Int) -> String {
+        // 32 bytes of hex, distinct per n.
+        String(format: "%064x", n &* 2_654_435_761 &+ 0x5eed)
+    }
+
+    @discardableResult
+    func publishJob(token: String, id: UUID = UUID(), payload: String = #"{"aps":{"alert":"Hello"}}"#, extra: String = "") async throws -> UUID {
+        let body = #"{"token":"\#(token)","payload":\#(payload),"id":"\#(id.uuidString)"\#(extra)}"#
+        try await publishRaw(Array(body.utf8), messageID: id.uuidString)
+        return id
+    }
+
+    func publishRaw(_ body: [UInt8], messageID: String? = nil, routingKey: String? = nil, headers: AMQPTable? = nil) async throws {
+        var properties = AMQPProperties.persistentJSON
+        properties.messageID = messageID
+        properties.headers = headers
+        properties.appID = "sync-server-test"
+        try await connection.publish(
+            AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: routingKey ?? bundle, body: body, properties: properties))
+    }
+
+    /// Publishes `count` good jobs concurrently (bounded), returning their ids.
+    func publishMany(_ count: Int) async throws -> [UUID] {
+        let ids = (0..<count).map { _ in UUID() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, id) in ids.enumerated() {
+                if index >= 200 { try await group.next() }
+                group.addTask { try await self.publishJob(token: Self.token(index), id: id) }
+            }
+            try await group.waitForAll()
+        }
+        return ids
+    }
+
+    // MARK: - Looking at the outcome
+
+    /// Takes every message now in `queue` (acked: the test owns these queues).
+    func drain(_ queue: String) async throws -> [AMQPDelivery] {
+        var out: [AMQPDelivery] = []
+        while let delivery = try await connection.get(queue: queue) {
+            out.append(delivery)
+            await connection.ack(delivery)
+        }
+        return out
+    }
+
+    func messageCount(_ queue: String) async throws -> UInt32 {
+        try await connection.inspectQueue(queue).messageCount
+    }
+
+    /// Distinct apns-ids the simulator accepted, and how many acceptances in all.
+    func acceptedIDs() -> (distinct: Set<String>, total: Int) {
+        let accepted = simulator.accepted().filter { $0.topic == bundle }
+        return (Set(accepted.map { $0.apnsID.lowercased() }), accepted.count)
+    }
+
+    var workQueue: String { TopologyNames.workQueue(bundle) }
+    var deadQueue: String { TopologyNames.deadQueue(bundle) }
+}
