@@ -24,7 +24,9 @@ func withTimeout<T: Sendable>(_ limit: Duration, _ what: String, _ body: @escapi
 }
 
 /// Polls `condition` every 100 ms until it holds or `limit` passes.
-func eventually(_ limit: Duration, _ what: String, _ condition: @Sendable () async throws -> Bool) async throws {
+func eventually(
+    _ limit: Duration, _ what: String, isolation: isolated (any Actor)? = #isolation, _ condition: () async throws -> Bool
+) async throws {
     let deadline = ContinuousClock.now + limit
     while ContinuousClock.now < deadline {
         if try await condition() { return }

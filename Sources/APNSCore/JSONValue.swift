@@ -1,0 +1,405 @@
+/// A small, strict JSON reader for job bodies, and the value type it produces.
+///
+/// Why not `JSONSerialization`: a job body comes from another system and must never crash or
+/// stall the worker. This reader bounds nesting depth (no unbounded recursion), validates UTF-8
+/// with a byte offset in the error, rejects duplicate object keys (so what we validate is what
+/// Apple sees), keeps integers exact, and reports where each top-level member's value lies in the
+/// body so the payload can be sent to Apple with its original key order and lexemes.
+
+/// A JSON value. Integers that fit `Int64` and have no fraction or exponent stay exact.
+public enum JSONValue: Sendable, Hashable {
+    case null
+    case bool(Bool)
+    case integer(Int64)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    /// The member `key` of an object; nil for a missing key or a non-object.
+    public subscript(key: String) -> JSONValue? {
+        if case .object(let members) = self { return members[key] }
+        return nil
+    }
+
+    public var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    public var integerValue: Int64? {
+        if case .integer(let i) = self { return i }
+        return nil
+    }
+
+    /// The JSON type name, for error messages ("expected an integer, got a string").
+    public var typeName: String {
+        switch self {
+        case .null: return "null"
+        case .bool: return "a boolean"
+        case .integer: return "an integer"
+        case .number: return "a number"
+        case .string: return "a string"
+        case .array: return "an array"
+        case .object: return "an object"
+        }
+    }
+}
+
+/// Why a body is not acceptable JSON. `offset` is the byte offset in the body.
+struct JSONSyntaxError: Error, Hashable {
+    var offset: Int
+    var message: String
+}
+
+/// One member of the top-level object: its value and where the value's bytes lie in the body.
+struct JSONTopLevelMember {
+    var value: JSONValue
+    var range: Range<Int>
+}
+
+enum JSONReader {
+    /// Offset of the first byte that is not part of well-formed UTF-8, or nil when all of it is.
+    /// Rejects overlong forms, surrogates and code points above U+10FFFF, as RFC 3629 requires.
+    static func firstInvalidUTF8Offset(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+        var i = 0
+        let n = bytes.count
+        while i < n {
+            let b0 = bytes[i]
+            if b0 < 0x80 { i += 1; continue }
+            let need: Int
+            var lower: UInt8 = 0x80
+            var upper: UInt8 = 0xBF
+            switch b0 {
+            case 0xC2...0xDF: need = 1
+            case 0xE0: need = 2; lower = 0xA0
+            case 0xE1...0xEC, 0xEE...0xEF: need = 2
+            case 0xED: need = 2; upper = 0x9F
+            case 0xF0: need = 3; lower = 0x90
+            case 0xF1...0xF3: need = 3
+            case 0xF4: need = 3; upper = 0x8F
+            default: return i
+            }
+            guard i + need < n else { return i }
+            let b1 = bytes[i + 1]
+            guard b1 >= lower && b1 <= upper else { return i }
+            var k = 2
+            while k <= need {
+                guard bytes[i + k] & 0xC0 == 0x80 else { return i }
+                k += 1
+            }
+            i += need + 1
+        }
+        return nil
+    }
+
+    /// Parses a body whose top level must be an object. The body must already be valid UTF-8.
+    static func parseTopLevelObject(
+        _ bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int
+    ) throws(JSONSyntaxError) -> [String: JSONTopLevelMember] {
+        var parser = Parser(bytes: bytes, maxDepth: maxDepth)
+        parser.skipWhitespace()
+        guard parser.peek() == UInt8(ascii: "{") else {
+            if parser.index >= bytes.count { throw parser.error("the body is empty") }
+            throw parser.error("the body must be a JSON object")
+        }
+        parser.index += 1
+        var members: [String: JSONTopLevelMember] = [:]
+        parser.skipWhitespace()
+        if parser.peek() == UInt8(ascii: "}") {
+            parser.index += 1
+        } else {
+            while true {
+                parser.skipWhitespace()
+                let keyOffset = parser.index
+                let key = try parser.parseKey()
+                try parser.expect(UInt8(ascii: ":"))
+                parser.skipWhitespace()
+                let start = parser.index
+                let value = try parser.parseValue(depth: 1)
+                if members[key] != nil {
+                    throw JSONSyntaxError(offset: keyOffset, message: "duplicate key \"\(key)\"")
+                }
+                members[key] = JSONTopLevelMember(value: value, range: start..<parser.index)
+                parser.skipWhitespace()
+                if try parser.endOfContainer(closing: UInt8(ascii: "}")) { break }
+            }
+        }
+        parser.skipWhitespace()
+        guard parser.index == bytes.count else { throw parser.error("unexpected data after the top-level object") }
+        return members
+    }
+
+    /// Parses any single JSON value (tests and tools).
+    static func parseValue(_ bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) throws(JSONSyntaxError) -> JSONValue {
+        var parser = Parser(bytes: bytes, maxDepth: maxDepth)
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 0)
+        parser.skipWhitespace()
+        guard parser.index == bytes.count else { throw parser.error("unexpected data after the value") }
+        return value
+    }
+
+    /// The JSON text in `bytes` with every whitespace byte outside strings removed. Key order,
+    /// escapes and number lexemes are kept exactly. `bytes` must be valid JSON.
+    static func compact(_ bytes: UnsafeBufferPointer<UInt8>) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var inString = false
+        var escaped = false
+        for b in bytes {
+            if inString {
+                if escaped {
+                    escaped = false
+                } else if b == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if b == UInt8(ascii: "\"") {
+                    inString = false
+                }
+                out.append(b)
+            } else {
+                switch b {
+                case 0x20, 0x09, 0x0A, 0x0D: continue
+                case UInt8(ascii: "\""): inString = true; out.append(b)
+                default: out.append(b)
+                }
+            }
+        }
+        return out
+    }
+
+    private struct Parser {
+        let bytes: UnsafeBufferPointer<UInt8>
+        let maxDepth: Int
+        var index = 0
+
+        init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
+            self.bytes = bytes
+            self.maxDepth = maxDepth
+        }
+
+        func error(_ message: String) -> JSONSyntaxError {
+            JSONSyntaxError(offset: index, message: message)
+        }
+
+        func peek() -> UInt8? { index < bytes.count ? bytes[index] : nil }
+
+        mutating func skipWhitespace() {
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+                default: return
+                }
+            }
+        }
+
+        mutating func expect(_ byte: UInt8) throws(JSONSyntaxError) {
+            skipWhitespace()
+            guard peek() == byte else {
+                throw error("expected '\(Character(Unicode.Scalar(byte)))'")
+            }
+            index += 1
+        }
+
+        /// After a member or element: true at the closing bracket, false after a comma.
+        mutating func endOfContainer(closing: UInt8) throws(JSONSyntaxError) -> Bool {
+            guard let b = peek() else { throw error("unexpected end of the body") }
+            index += 1
+            if b == closing { return true }
+            if b == UInt8(ascii: ",") { return false }
+            index -= 1
+            throw error("expected ',' or '\(Character(Unicode.Scalar(closing)))'")
+        }
+
+        mutating func parseKey() throws(JSONSyntaxError) -> String {
+            guard peek() == UInt8(ascii: "\"") else { throw error("expected a string key") }
+            return try parseString()
+        }
+
+        mutating func parseValue(depth: Int) throws(JSONSyntaxError) -> JSONValue {
+            guard let b = peek() else { throw error("unexpected end of the body") }
+            switch b {
+            case UInt8(ascii: "{"):
+                guard depth < maxDepth else { throw error("nesting deeper than \(maxDepth) levels") }
+                index += 1
+                var members: [String: JSONValue] = [:]
+                skipWhitespace()
+                if peek() == UInt8(ascii: "}") { index += 1; return .object(members) }
+                while true {
+                    skipWhitespace()
+                    let keyOffset = index
+                    let key = try parseKey()
+                    try expect(UInt8(ascii: ":"))
+                    skipWhitespace()
+                    let value = try parseValue(depth: depth + 1)
+                    if members.updateValue(value, forKey: key) != nil {
+                        throw JSONSyntaxError(offset: keyOffset, message: "duplicate key \"\(key)\"")
+                    }
+                    skipWhitespace()
+                    if try endOfContainer(closing: UInt8(ascii: "}")) { return .object(members) }
+                }
+            case UInt8(ascii: "["):
+                guard depth < maxDepth else { throw error("nesting deeper than \(maxDepth) levels") }
+                index += 1
+                var elements: [JSONValue] = []
+                skipWhitespace()
+                if peek() == UInt8(ascii: "]") { index += 1; return .array(elements) }
+                while true {
+                    skipWhitespace()
+                    elements.append(try parseValue(depth: depth + 1))
+                    skipWhitespace()
+                    if try endOfContainer(closing: UInt8(ascii: "]")) { return .array(elements) }
+                }
+            case UInt8(ascii: "\""):
+                return .string(try parseString())
+            case UInt8(ascii: "t"):
+                try literal("true")
+                return .bool(true)
+            case UInt8(ascii: "f"):
+                try literal("false")
+                return .bool(false)
+            case UInt8(ascii: "n"):
+                try literal("null")
+                return .null
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                return try parseNumber()
+            default:
+                throw error("unexpected character")
+            }
+        }
+
+        mutating func literal(_ word: StaticString) throws(JSONSyntaxError) {
+            let count = word.utf8CodeUnitCount
+            guard index + count <= bytes.count else { throw error("invalid literal") }
+            let expected = UnsafeBufferPointer(start: word.utf8Start, count: count)
+            for k in 0..<count where bytes[index + k] != expected[k] {
+                throw error("invalid literal")
+            }
+            index += count
+        }
+
+        mutating func parseNumber() throws(JSONSyntaxError) -> JSONValue {
+            let start = index
+            var isInteger = true
+            if peek() == UInt8(ascii: "-") { index += 1 }
+            guard let first = peek(), first >= UInt8(ascii: "0"), first <= UInt8(ascii: "9") else {
+                throw error("invalid number")
+            }
+            if first == UInt8(ascii: "0") {
+                index += 1
+            } else {
+                skipDigits()
+            }
+            if peek() == UInt8(ascii: ".") {
+                isInteger = false
+                index += 1
+                guard skipDigits() > 0 else { throw error("invalid number: digits expected after '.'") }
+            }
+            if peek() == UInt8(ascii: "e") || peek() == UInt8(ascii: "E") {
+                isInteger = false
+                index += 1
+                if peek() == UInt8(ascii: "+") || peek() == UInt8(ascii: "-") { index += 1 }
+                guard skipDigits() > 0 else { throw error("invalid number: digits expected in the exponent") }
+            }
+            // Numbers are ASCII, and the body is valid UTF-8, so this slice decodes as is.
+            let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+            if isInteger, let exact = Int64(text) { return .integer(exact) }
+            guard let d = Double(text), d.isFinite else {
+                throw JSONSyntaxError(offset: start, message: "number out of range")
+            }
+            return .number(d)
+        }
+
+        @discardableResult
+        mutating func skipDigits() -> Int {
+            let start = index
+            while index < bytes.count, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") {
+                index += 1
+            }
+            return index - start
+        }
+
+        /// At an opening quote. Fast path: no escapes, one slice decoded (UTF-8 already checked).
+        mutating func parseString() throws(JSONSyntaxError) -> String {
+            index += 1
+            let start = index
+            while index < bytes.count {
+                let b = bytes[index]
+                if b == UInt8(ascii: "\"") {
+                    let s = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+                    index += 1
+                    return s
+                }
+                if b == UInt8(ascii: "\\") { return try parseEscapedString(from: start) }
+                if b < 0x20 { throw error("control character in a string") }
+                index += 1
+            }
+            throw JSONSyntaxError(offset: start - 1, message: "unterminated string")
+        }
+
+        mutating func parseEscapedString(from start: Int) throws(JSONSyntaxError) -> String {
+            var utf8 = Array(UnsafeBufferPointer(rebasing: bytes[start..<index]))
+            while index < bytes.count {
+                let b = bytes[index]
+                if b == UInt8(ascii: "\"") {
+                    index += 1
+                    return String(decoding: utf8, as: UTF8.self)
+                }
+                if b < 0x20 { throw error("control character in a string") }
+                if b != UInt8(ascii: "\\") {
+                    utf8.append(b)
+                    index += 1
+                    continue
+                }
+                index += 1
+                guard let e = peek() else { break }
+                index += 1
+                switch e {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): utf8.append(e)
+                case UInt8(ascii: "b"): utf8.append(0x08)
+                case UInt8(ascii: "f"): utf8.append(0x0C)
+                case UInt8(ascii: "n"): utf8.append(0x0A)
+                case UInt8(ascii: "r"): utf8.append(0x0D)
+                case UInt8(ascii: "t"): utf8.append(0x09)
+                case UInt8(ascii: "u"):
+                    var scalar = try hex4()
+                    if (0xD800...0xDBFF).contains(scalar) {
+                        guard peek() == UInt8(ascii: "\\"), index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "u") else {
+                            throw error("unpaired surrogate in a \\u escape")
+                        }
+                        index += 2
+                        let low = try hex4()
+                        guard (0xDC00...0xDFFF).contains(low) else { throw error("unpaired surrogate in a \\u escape") }
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    } else if (0xDC00...0xDFFF).contains(scalar) {
+                        throw error("unpaired surrogate in a \\u escape")
+                    }
+                    guard let us = Unicode.Scalar(scalar) else { throw error("invalid \\u escape") }
+                    UTF8.encode(us) { utf8.append($0) }
+                default:
+                    index -= 1
+                    throw error("invalid escape sequence")
+                }
+            }
+            throw JSONSyntaxError(offset: start - 1, message: "unterminated string")
+        }
+
+        mutating func hex4() throws(JSONSyntaxError) -> UInt32 {
+            guard index + 4 <= bytes.count else { throw error("truncated \\u escape") }
+            var v: UInt32 = 0
+            for _ in 0..<4 {
+                let c = bytes[index]
+                let d: UInt32
+                switch c {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): d = UInt32(c - UInt8(ascii: "0"))
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): d = UInt32(c - UInt8(ascii: "a") + 10)
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): d = UInt32(c - UInt8(ascii: "A") + 10)
+                default: throw error("invalid hex digit in a \\u escape")
+                }
+                v = v << 4 | d
+                index += 1
+            }
+            return v
+        }
+    }
+}

@@ -1,0 +1,260 @@
+import Foundation
+
+/// Turns a message body into a `Job` or a precise `JobError` (contract §2). Pure: no IO, no
+/// clock; the id generator for jobs without an id is a parameter so tests are deterministic.
+///
+/// Decisions where the contract is silent:
+/// - `null` for an optional field means the field is absent; `collapseId: ""` means no collapse id.
+/// - Duplicate keys anywhere in the body make it malformed: what we validate must be what Apple sees.
+/// - The payload is sent with its original key order, escapes and number lexemes; only the
+///   whitespace between tokens is removed, and the size limit applies to those compact bytes.
+/// - Binary transport: the token must be 32 bytes, the payload at most 2048 bytes, priority 10 or
+///   5 (the binary protocol defines no other), expiration at most 2^32 - 1 (a 4-byte item);
+///   `pushType` and `collapseId` are validated but have no item in that protocol.
+/// - Bodies larger than `Limits.maxBodyBytes` are refused before any parsing, so a 10 MB body
+///   costs one comparison; nesting deeper than `Limits.maxDepth` is refused without recursion
+///   beyond that depth.
+public enum JobParser {
+    public struct Limits: Sendable, Hashable {
+        /// Largest body parsed at all. A job is at most a 5 KiB payload plus a few fields and
+        /// some metadata, so 64 KiB leaves ample room while bounding the work per message.
+        public var maxBodyBytes: Int
+        /// Deepest nesting of arrays and objects accepted anywhere in the body.
+        public var maxDepth: Int
+
+        public init(maxBodyBytes: Int = 64 * 1024, maxDepth: Int = 64) {
+            self.maxBodyBytes = maxBodyBytes
+            self.maxDepth = maxDepth
+        }
+    }
+
+    /// The largest payload, in bytes as sent, for a push type on a transport.
+    public static func payloadLimit(pushType: PushType, transport: TransportKind) -> Int {
+        switch transport {
+        case .binary: return 2048
+        case .http2: return pushType == .voip ? 5120 : 4096
+        }
+    }
+
+    /// Parses and validates one job body.
+    /// - Parameters:
+    ///   - bundleID: the bundle the job was consumed for; the topic is derived from it.
+    ///   - messageID: the AMQP `message_id`, used as the job id when the body has none and it is
+    ///     a canonical UUID.
+    ///   - defaultEnvironment: the bundle's configured environment, unless the job overrides it.
+    ///   - makeID: the id of a job that has neither an `id` nor a UUID `message_id`.
+    public static func parse(
+        body: [UInt8], bundleID: String, messageID: String?, defaultEnvironment: APNSEnvironment,
+        transport: TransportKind, limits: Limits = Limits(), makeID: () -> UUID = { UUID() }
+    ) -> Result<Job, JobError> {
+        guard body.count <= limits.maxBodyBytes else {
+            return .failure(.malformed("body", "the body is \(body.count) bytes; at most \(limits.maxBodyBytes) are accepted"))
+        }
+        return body.withUnsafeBufferPointer { buffer in
+            do throws(JobError) {
+                return .success(try parse(
+                    buffer, bundleID: bundleID, messageID: messageID, defaultEnvironment: defaultEnvironment,
+                    transport: transport, limits: limits, makeID: makeID))
+            } catch {
+                return .failure(error)
+            }
+        }
+    }
+
+    private static func parse(
+        _ body: UnsafeBufferPointer<UInt8>, bundleID: String, messageID: String?,
+        defaultEnvironment: APNSEnvironment, transport: TransportKind, limits: Limits, makeID: () -> UUID
+    ) throws(JobError) -> Job {
+        if let bad = JSONReader.firstInvalidUTF8Offset(body) {
+            throw .malformed("body", "the body is not valid UTF-8 (byte \(bad))")
+        }
+        let members: [String: JSONTopLevelMember]
+        do {
+            members = try JSONReader.parseTopLevelObject(body, maxDepth: limits.maxDepth)
+        } catch {
+            throw .malformed("body", "invalid JSON at byte \(error.offset): \(error.message)")
+        }
+        func present(_ name: String) -> JSONTopLevelMember? {
+            guard let member = members[name], member.value != .null else { return nil }
+            return member
+        }
+
+        // token
+        guard let tokenValue = present("token")?.value else { throw .malformed("token", "is required") }
+        guard case .string(let tokenHex) = tokenValue else {
+            throw .malformed("token", "must be a string of hex digits, got \(tokenValue.typeName)")
+        }
+        let token = try parseToken(tokenHex, transport: transport)
+
+        // payload
+        guard let payloadMember = present("payload") else { throw .malformed("payload", "is required") }
+        guard case .object(let payloadObject) = payloadMember.value else {
+            throw .malformed("payload", "must be an object, got \(payloadMember.value.typeName)")
+        }
+        guard let apsValue = payloadObject["aps"] else {
+            throw .malformed("payload.aps", "is required in the payload")
+        }
+        guard case .object(let aps) = apsValue else {
+            throw .malformed("payload.aps", "must be an object, got \(apsValue.typeName)")
+        }
+        let payload = JSONReader.compact(UnsafeBufferPointer(rebasing: body[payloadMember.range]))
+
+        // pushType
+        let pushType: PushType
+        if let value = present("pushType")?.value {
+            guard case .string(let name) = value else {
+                throw .malformed("pushType", "must be a string, got \(value.typeName)")
+            }
+            guard let known = PushType(rawValue: name) else {
+                let allowed = PushType.allCases.map(\.rawValue).joined(separator: ", ")
+                throw .malformed("pushType", "unknown push type \"\(printable(name))\"; expected one of \(allowed)")
+            }
+            pushType = known
+        } else {
+            let silent = aps["content-available"] == .integer(1)
+                && aps["alert"] == nil && aps["sound"] == nil && aps["badge"] == nil
+            pushType = silent ? .background : .alert
+        }
+
+        let limit = payloadLimit(pushType: pushType, transport: transport)
+        guard payload.count <= limit else {
+            throw JobError(
+                kind: .payloadTooLarge, field: "payload",
+                message: "is \(payload.count) bytes as sent; at most \(limit) for \(pushType.rawValue) on \(transport.rawValue)")
+        }
+
+        // priority
+        let priority: Int
+        if let value = present("priority")?.value {
+            guard case .integer(let p) = value else {
+                throw .malformed("priority", "must be an integer, got \(value.typeName)")
+            }
+            switch transport {
+            case .http2:
+                guard p == 10 || p == 5 || p == 1 else { throw .malformed("priority", "must be 10, 5 or 1, got \(p)") }
+            case .binary:
+                guard p == 10 || p == 5 else {
+                    throw .malformed("priority", "must be 10 or 5 on the binary transport, got \(p)")
+                }
+            }
+            priority = Int(p)
+        } else {
+            priority = pushType == .background ? 5 : 10
+        }
+
+        // expiration
+        var expiration: Int? = nil
+        if let value = present("expiration")?.value {
+            guard case .integer(let e) = value else {
+                throw .malformed("expiration", "must be an integer (UNIX seconds), got \(value.typeName)")
+            }
+            guard e >= 0 else { throw .malformed("expiration", "must be 0 or more, got \(e)") }
+            if transport == .binary && e > Int64(UInt32.max) {
+                throw .malformed("expiration", "must fit 32 bits on the binary transport, got \(e)")
+            }
+            expiration = Int(e)
+        }
+
+        // collapseId
+        var collapseID: String? = nil
+        if let value = present("collapseId")?.value {
+            guard case .string(let c) = value else {
+                throw .malformed("collapseId", "must be a string, got \(value.typeName)")
+            }
+            guard c.utf8.count <= 64 else {
+                throw .malformed("collapseId", "is \(c.utf8.count) bytes; at most 64")
+            }
+            collapseID = c.isEmpty ? nil : c
+        }
+
+        // id
+        let id: UUID
+        if let value = present("id")?.value {
+            guard case .string(let text) = value else {
+                throw .malformed("id", "must be a string holding a UUID, got \(value.typeName)")
+            }
+            guard let parsed = canonicalUUID(text) else {
+                throw .malformed("id", "\"\(printable(text))\" is not a canonical UUID (8-4-4-4-12 hex digits)")
+            }
+            id = parsed
+        } else if let messageID, let parsed = canonicalUUID(messageID) {
+            id = parsed
+        } else {
+            id = makeID()
+        }
+
+        // environment
+        var environment = defaultEnvironment
+        if let value = present("environment")?.value {
+            guard case .string(let name) = value else {
+                throw .malformed("environment", "must be a string, got \(value.typeName)")
+            }
+            guard let env = APNSEnvironment(rawValue: name) else {
+                throw .malformed("environment", "must be production or sandbox, got \"\(printable(name))\"")
+            }
+            environment = env
+        }
+
+        // userInfo
+        var userInfo: [String: JSONValue] = [:]
+        if let value = present("userInfo")?.value {
+            guard case .object(let info) = value else {
+                throw .malformed("userInfo", "must be an object, got \(value.typeName)")
+            }
+            userInfo = info
+        }
+
+        return Job(
+            id: id, bundleID: bundleID, token: token, payload: payload, pushType: pushType,
+            priority: priority, expiration: expiration, collapseID: collapseID,
+            environment: environment, userInfo: userInfo)
+    }
+
+    /// Never echoes the token: a message may end up in logs and dead-letter headers.
+    private static func parseToken(_ hex: String, transport: TransportKind) throws(JobError) -> DeviceToken {
+        guard !hex.isEmpty else { throw .malformed("token", "is empty") }
+        for (position, c) in hex.utf8.enumerated() {
+            let isHex = (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9"))
+                || (c >= UInt8(ascii: "a") && c <= UInt8(ascii: "f"))
+                || (c >= UInt8(ascii: "A") && c <= UInt8(ascii: "F"))
+            guard isHex else { throw .malformed("token", "has a non-hex character at position \(position)") }
+        }
+        guard hex.utf8.count % 2 == 0 else {
+            throw .malformed("token", "has an odd number of hex digits (\(hex.utf8.count))")
+        }
+        guard let token = DeviceToken(hex: hex) else { throw .malformed("token", "is not hexadecimal") }
+        if transport == .binary && token.bytes.count != 32 {
+            throw .malformed("token", "must be 32 bytes (64 hex digits) on the binary transport, got \(token.bytes.count) bytes")
+        }
+        return token
+    }
+
+    /// A UUID in the canonical 8-4-4-4-12 form, either case; nil for anything else (braces,
+    /// missing hyphens, other lengths), whatever `UUID(uuidString:)` would tolerate.
+    public static func canonicalUUID(_ text: String) -> UUID? {
+        let utf8 = Array(text.utf8)
+        guard utf8.count == 36 else { return nil }
+        for (i, c) in utf8.enumerated() {
+            if i == 8 || i == 13 || i == 18 || i == 23 {
+                guard c == UInt8(ascii: "-") else { return nil }
+            } else {
+                let isHex = (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9"))
+                    || (c >= UInt8(ascii: "a") && c <= UInt8(ascii: "f"))
+                    || (c >= UInt8(ascii: "A") && c <= UInt8(ascii: "F"))
+                guard isHex else { return nil }
+            }
+        }
+        return UUID(uuidString: text)
+    }
+
+    /// A value quoted in an error line: at most 40 characters, control characters replaced, so a
+    /// hostile body cannot inject lines into logs or headers.
+    private static func printable(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars.prefix(40) {
+            out.unicodeScalars.append(scalar.value < 0x20 || scalar.value == 0x7F ? "?" : scalar)
+        }
+        if text.unicodeScalars.count > 40 { out += "…" }
+        return out
+    }
+}

@@ -1,0 +1,242 @@
+// Publishing with confirms, consuming, settling, returns, header round-trips and consumer
+// cancellation against the shared test broker.
+import AMQPClient
+import APNSCore
+import Foundation
+import Testing
+import TestSupport
+
+private func classicQueue(_ name: String) -> QueueDeclaration {
+    QueueDeclaration(name: name, arguments: ["x-queue-type": .string("classic")])
+}
+
+@Suite(.enabled(if: TestBroker.isAvailable))
+struct MessagingTests {
+    @Test func publishConsumeAckNackReject() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queue = uniqueName("settle")
+            try await connection.declareQueue(classicQueue(queue))
+            for text in ["one", "two", "three"] { try await connection.publish(message(text, to: queue)) }
+            #expect(try await connection.inspectQueue(queue).messageCount == 3)
+
+            let consumer = try await connection.consume(queue: queue, prefetch: 10)
+            var iterator = consumer.makeAsyncIterator()
+            let first = try #require(try await iterator.next())
+            let second = try #require(try await iterator.next())
+            let third = try #require(try await iterator.next())
+            #expect([first.text, second.text, third.text] == ["one", "two", "three"])
+            #expect(!first.message.redelivered)
+            #expect(first.message.routingKey == queue && first.message.properties.deliveryMode == 2)
+
+            #expect(await connection.ack(first) == .settled)
+            #expect(await connection.nack(second, requeue: true) == .settled)
+            let again = try #require(try await iterator.next())
+            #expect(again.text == "two" && again.message.redelivered)
+            #expect(await connection.reject(third, requeue: false) == .settled)
+            #expect(await connection.ack(again) == .settled)
+
+            try await eventually(.seconds(5), "queue drained") {
+                let info = try await connection.inspectQueue(queue)
+                return info.messageCount == 0 && info.consumerCount == 1
+            }
+            await consumer.cancel()
+            #expect(try await iterator.next() == nil, "a cancelled consumer ends")
+            #expect(try await connection.inspectQueue(queue).consumerCount == 0)
+            try await connection.deleteQueue(queue)
+        }
+    }
+
+    @Test func manyPipelinedConfirmedPublishes() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queue = uniqueName("confirms")
+            try await connection.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("quorum")]))
+            let count = 2000
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<count { group.addTask { try await connection.publish(message("m\(i)", to: queue)) } }
+                try await group.waitForAll()
+            }
+            #expect(try await connection.inspectQueue(queue).messageCount == UInt32(count))
+            try await connection.deleteQueue(queue)
+        }
+    }
+
+    @Test func unroutableMandatoryPublishFailsAndTheChannelStaysUsable() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let exchange = uniqueName("nowhere")
+            try await connection.declareExchange(ExchangeDeclaration(name: exchange, kind: .direct))
+            let queue = uniqueName("routable")
+            try await connection.declareQueue(classicQueue(queue))
+            do {
+                try await connection.publish(AMQPOutboundMessage(exchange: exchange, routingKey: "nobody", body: Array("x".utf8), properties: .persistentJSON))
+                Issue.record("an unroutable mandatory publish must fail")
+            } catch let error as AMQPError {
+                #expect(error.code == .publishReturned)
+                #expect(error.replyCode == 312 && error.replyText == "NO_ROUTE")
+                #expect(error.exchange == exchange)
+            }
+            // Not mandatory: the broker drops it and confirms.
+            try await connection.publish(AMQPOutboundMessage(exchange: exchange, routingKey: "nobody", body: [1], properties: .persistentJSON, mandatory: false))
+            // A missing exchange closes the publishing channel (404); the client reopens it.
+            do {
+                try await connection.publish(AMQPOutboundMessage(exchange: uniqueName("missing"), routingKey: "k", body: [1], properties: .persistentJSON))
+                Issue.record("publishing to a missing exchange must fail")
+            } catch let error as AMQPError {
+                #expect(error.code == .channelClosed && error.replyCode == 404)
+            }
+            try await connection.publish(message("still works", to: queue))
+            #expect(try await connection.inspectQueue(queue).messageCount == 1)
+            try await connection.deleteQueue(queue)
+            try await connection.deleteExchange(exchange)
+        }
+    }
+
+    @Test func propertiesAndHeadersRoundTrip() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queue = uniqueName("headers")
+            try await connection.declareQueue(classicQueue(queue))
+            let headers: AMQPTable = [
+                "bool": .bool(true),
+                "int8": .int8(-8),
+                "int16": .int16(-1600),
+                "int32": .int32(320_000),
+                "int64": .int64(-6_400_000_000),
+                "float": .float(1.5),
+                "double": .double(-2.25),
+                "decimal": .decimal(scale: 2, value: 12345),
+                "string": .string("héllo"),
+                "bytes": .bytes([0, 255, 7, 128]),
+                "timestamp": .timestamp(Date(timeIntervalSince1970: 1_700_000_000)),
+                "table": .table(["nested": .table(["deep": .int32(1)]), "list": .array([.string("a"), .int64(2)])]),
+                "array": .array([.int32(1), .string("two"), .table(["k": .bool(false)]), .array([])]),
+                "void": .void,
+                JobHeaders.attempt: .int32(3),
+            ]
+            let properties = AMQPProperties(
+                contentType: "application/json", contentEncoding: "identity", headers: headers, deliveryMode: 2,
+                priority: 5, correlationID: "corr-1", replyTo: "reply.queue", expiration: "600000",
+                messageID: "6c2b0d43-8a9f-4b1a-9a59-1c1f6b0a7e11", timestamp: Date(timeIntervalSince1970: 1_700_000_123),
+                type: "job", userID: "guest", appID: "apns-worker-tests")
+            try await connection.publish(message("{}", to: queue, properties: properties))
+
+            let consumer = try await connection.consume(queue: queue, prefetch: 1)
+            var iterator = consumer.makeAsyncIterator()
+            let delivery = try #require(try await iterator.next())
+            #expect(delivery.message.properties == properties)
+            #expect(delivery.message.properties.headers?["table"] == headers["table"])
+            await connection.ack(delivery)
+            await consumer.cancel()
+
+            // basic.get decodes the same way, for the operator CLI.
+            try await connection.publish(message("{}", to: queue, properties: properties))
+            let got = try await connection.get(queue: queue)
+            #expect(got?.message.properties == properties)
+            if let got { #expect(await connection.ack(got) == .settled) }
+            #expect(try await connection.get(queue: queue) == nil)
+            try await connection.deleteQueue(queue)
+        }
+    }
+
+    @Test func deadLetteredMessagesCarryXDeath() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let target = uniqueName("dlx-target")
+            let source = uniqueName("dlx-source")
+            try await connection.declareQueue(classicQueue(target))
+            try await connection.declareQueue(QueueDeclaration(name: source, arguments: [
+                "x-queue-type": .string("classic"), "x-dead-letter-exchange": .string(""), "x-dead-letter-routing-key": .string(target),
+            ]))
+            try await connection.publish(message("dead", to: source))
+            let consumer = try await connection.consume(queue: source, prefetch: 1)
+            var iterator = consumer.makeAsyncIterator()
+            let delivery = try #require(try await iterator.next())
+            await connection.reject(delivery, requeue: false)
+            await consumer.cancel()
+
+            var dead: AMQPDelivery?
+            try await eventually(.seconds(5), "dead-lettered message") {
+                dead = try await connection.get(queue: target)
+                return dead != nil
+            }
+            let headers = try #require(dead?.message.properties.headers)
+            guard case .array(let deaths)? = headers["x-death"], case .table(let death)? = deaths.first else {
+                Issue.record("x-death missing: \(headers)")
+                return
+            }
+            #expect(death["queue"]?.stringValue == source)
+            #expect(death["reason"]?.stringValue == "rejected")
+            #expect(death["count"]?.intValue == 1)
+            if case .timestamp = death["time"] {} else { Issue.record("x-death time is not a timestamp") }
+            try await connection.deleteQueue(source)
+            try await connection.deleteQueue(target)
+        }
+    }
+
+    @Test func deletingTheQueueCancelsTheConsumer() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queue = uniqueName("cancelled")
+            try await connection.declareQueue(classicQueue(queue))
+            let consumer = try await connection.consume(queue: queue, prefetch: 5)
+            try await connection.deleteQueue(queue)
+            do {
+                for try await _ in consumer {}
+                Issue.record("the stream must end with consumerCancelled")
+            } catch let error as AMQPError {
+                #expect(error.code == .consumerCancelled)
+                #expect(error.queue == queue)
+            }
+            // The connection is unaffected.
+            try await connection.declareQueue(classicQueue(queue))
+            try await connection.publish(message("after", to: queue))
+            try await connection.deleteQueue(queue)
+            #expect(connection.state == .connected)
+        }
+    }
+
+    @Test func consumingAMissingQueueFails() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            do {
+                _ = try await connection.consume(queue: uniqueName("absent"))
+                Issue.record("expected NOT_FOUND")
+            } catch let error as AMQPError {
+                #expect(error.code == .channelClosed && error.replyCode == 404)
+            }
+            #expect(connection.state == .connected)
+        }
+    }
+
+    @Test func severalConsumersOnOneConnection() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queues = [uniqueName("multi-a"), uniqueName("multi-b")]
+            for queue in queues {
+                try await connection.declareQueue(classicQueue(queue))
+                for i in 0..<20 { try await connection.publish(message("\(queue)-\(i)", to: queue)) }
+            }
+            let counts = try await withThrowingTaskGroup(of: Int.self) { group in
+                for queue in queues {
+                    let consumer = try await connection.consume(queue: queue, prefetch: 3)
+                    group.addTask {
+                        var received = 0
+                        for try await delivery in consumer {
+                            #expect(delivery.text.hasPrefix(queue))
+                            await connection.ack(delivery)
+                            received += 1
+                            if received == 20 { break }
+                        }
+                        await consumer.cancel()
+                        return received
+                    }
+                }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(counts == [20, 20])
+            for queue in queues { try await connection.deleteQueue(queue) }
+        }
+    }
+}
