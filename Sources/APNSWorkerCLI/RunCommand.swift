@@ -80,8 +80,9 @@ struct RunCommand: AsyncParsableCommand {
         case .certificate(let certFile, let keyFile):
             authentication = .certificate(certFile: certFile, keyFile: keyFile)
         }
+        let (host, port) = bundle.endpoint(for: environment)
         var configuration = HTTP2TransportConfiguration(
-            environment: environment, authentication: authentication, host: bundle.host, port: bundle.port ?? 443)
+            environment: environment, authentication: authentication, host: host, port: port)
         if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
         configuration.connections = bundle.connections
         configuration.requestTimeout = settings.requestTimeout

@@ -107,7 +107,7 @@ final class WorkerHarness: Sendable {
     }
 
     func shutdown() async {
-        try? await connection.deleteQueue(feedbackQueue)
+        _ = try? await connection.deleteQueue(feedbackQueue)
         await connection.close()
         try? await simulator.shutdown()
         try? FileManager.default.removeItem(atPath: directory)
