@@ -1,0 +1,182 @@
+/// `apns-worker-bench worker`: the whole system on one machine. Preloads N jobs, drains them
+/// through a real `apns-worker run` process into the in-process simulator, and reports jobs/s,
+/// the worker's CPU seconds and peak RSS; then publishes at a steady rate to measure latency from
+/// publish to Apple's 200; then drains the same N jobs with a no-op consumer on this project's
+/// AMQP client, the broker's ceiling in the same run.
+import AMQPClient
+import APNSCore
+import APNSSimulator
+import ArgumentParser
+import Foundation
+import Logging
+
+struct WorkerBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "worker",
+        abstract: "End-to-end: jobs/s, latency percentiles, CPU and peak RSS of the worker, beside a no-op consumer.")
+
+    @Option(help: "AMQP URL of a running broker (scripts/broker.sh start).")
+    var url: String = ProcessInfo.processInfo.environment["APNS_TEST_AMQP_URL"] ?? "amqp://guest:guest@127.0.0.1:5682/%2f"
+
+    @Option(help: "Jobs to preload and drain.")
+    var jobs: Int = 50_000
+
+    @Option(help: "Consumer prefetch (the worker's in-flight bound).")
+    var prefetch: Int = 500
+
+    @Option(help: "HTTP/2 connections per environment.")
+    var connections: Int = 2
+
+    @Option(help: "Jobs per second in the latency phase.")
+    var rate: Int = 1_000
+
+    @Option(help: "Seconds of the latency phase.")
+    var latencySeconds: Int = 10
+
+    func run() async throws {
+        var logger = Logger(label: "bench")
+        logger.logLevel = .warning
+        let bundle = "com.example.bench.\(UUID().uuidString.prefix(6).lowercased())"
+        let directory = NSTemporaryDirectory() + "apnsw-bench-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let credentials = try SimulatorCredentials.generate(into: directory + "/credentials", teamID: "TEAM123456", keyID: "KEY1234567")
+        let simulator = try await APNSSimulator.start(
+            SimulatorConfiguration(
+                tls: credentials.tlsConfiguration(), bundleIDs: [bundle], tokenKeys: [credentials.tokenKey],
+                recordLimit: jobs + rate * latencySeconds + 10),
+            logger: logger)
+        let configPath = directory + "/worker.conf"
+        try """
+            [amqp]
+            url = \(url)
+            prefetch = \(prefetch)
+            [retry]
+            delays = 1s
+            maxAttempts = 3
+            [apns "\(bundle)"]
+            teamId = TEAM123456
+            keyId = KEY1234567
+            tokenKeyFile = credentials/AuthKey_KEY1234567.p8
+            host = 127.0.0.1
+            port = \(simulator.port)
+            caFile = credentials/ca.pem
+            connections = \(connections)
+            """.write(toFile: configPath, atomically: true, encoding: .utf8)
+
+        let connection = try await AMQPConnection.connect(
+            configuration: AMQPConfiguration(urlStrings: [url], connectionName: "bench"), logger: logger)
+        try await connection.declare(TopologyPlan(bundleIDs: [bundle], retryDelays: [.seconds(1)], queueType: .quorum))
+        let queue = TopologyNames.workQueue(bundle)
+
+        // Phase 1: preload, then drain through the worker.
+        print("preloading \(jobs) jobs into \(queue) …")
+        try await publish(count: jobs, bundle: bundle, connection: connection)
+        let worker = try startWorker(configPath: configPath, directory: directory)
+        let drainStart = ContinuousClock.now
+        try await waitUntil { simulator.counters().accepted >= jobs }
+        let drain = drainStart.duration(to: .now)
+
+        // Phase 2: steady rate, latency from publish to the simulator's acceptance.
+        simulator.clearAccepted()
+        var published: [String: Date] = [:]
+        let interval = Duration.seconds(1) / max(rate, 1)
+        let total = rate * latencySeconds
+        let paceStart = ContinuousClock.now
+        for index in 0..<total {
+            let id = UUID().uuidString
+            published[id.lowercased()] = Date()
+            try await publishOne(id: id, index: index, bundle: bundle, connection: connection)
+            let due = paceStart.advanced(by: interval * (index + 1))
+            if due > .now { try await Task.sleep(until: due, clock: .continuous) }
+        }
+        try await waitUntil { simulator.accepted().count >= total }
+        var latencies = simulator.accepted().compactMap { accepted -> Double? in
+            published[accepted.apnsID.lowercased()].map { accepted.receivedAt.timeIntervalSince($0) * 1000 }
+        }
+        latencies.sort()
+
+        worker.terminate()
+        worker.waitUntilExit()
+        var usage = rusage()
+        getrusage(RUSAGE_CHILDREN, &usage)
+        let cpu = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+
+        // Phase 3: the broker's ceiling: the same drain with a consumer that only acks.
+        try await publish(count: jobs, bundle: bundle, connection: connection)
+        let consumer = try await connection.consume(queue: queue, prefetch: UInt16(clamping: prefetch))
+        let noopStart = ContinuousClock.now
+        var consumed = 0
+        for try await delivery in consumer {
+            await connection.ack(delivery)
+            consumed += 1
+            if consumed == jobs { break }
+        }
+        let noop = noopStart.duration(to: .now)
+        await consumer.cancel()
+        for name in [queue, TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
+            _ = try? await connection.deleteQueue(name)
+        }
+        await connection.close()
+        try await simulator.shutdown()
+
+        let drainRate = Double(jobs) / drain.seconds
+        let noopRate = Double(jobs) / noop.seconds
+        print("""
+            worker drain:      \(jobs) jobs in \(String(format: "%.2f", drain.seconds)) s = \(Int(drainRate)) jobs/s (prefetch \(prefetch), \(connections) connections)
+            worker process:    \(String(format: "%.1f", cpu)) CPU s, peak RSS \(usage.ru_maxrss / 1024) MiB
+            latency at \(rate)/s: p50 \(percentile(latencies, 0.50)) ms, p99 \(percentile(latencies, 0.99)) ms, max \(percentile(latencies, 1.0)) ms (\(latencies.count) jobs, publish → APNs 200)
+            no-op consumer:    \(jobs) jobs in \(String(format: "%.2f", noop.seconds)) s = \(Int(noopRate)) msgs/s (broker ceiling)
+            ratio worker/no-op: \(String(format: "%.2f", drainRate / noopRate))
+            """)
+    }
+
+    private func percentile(_ sorted: [Double], _ p: Double) -> String {
+        guard !sorted.isEmpty else { return "-" }
+        let index = min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)
+        return String(format: "%.1f", sorted[max(index, 0)])
+    }
+
+    private func startWorker(configPath: String, directory: String) throws -> Process {
+        let binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        let process = Process()
+        process.executableURL = binDirectory.appendingPathComponent("apns-worker")
+        process.arguments = ["run", "--config", configPath]
+        var environment = ProcessInfo.processInfo.environment
+        environment["APNS_WORKER_LOG_LEVEL"] = "warning"
+        process.environment = environment
+        try process.run()
+        return process
+    }
+
+    private func publish(count: Int, bundle: String, connection: AMQPConnection) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<count {
+                if index >= 500 { try await group.next() }
+                group.addTask { try await publishOne(id: UUID().uuidString, index: index, bundle: bundle, connection: connection) }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    private func publishOne(id: String, index: Int, bundle: String, connection: AMQPConnection) async throws {
+        let token = String(format: "%064x", index)
+        let body = #"{"token":"\#(token)","payload":{"aps":{"alert":"bench \#(index)"}},"id":"\#(id)"}"#
+        var properties = AMQPProperties.persistentJSON
+        properties.messageID = id
+        try await connection.publish(
+            AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: bundle, body: Array(body.utf8), properties: properties))
+    }
+
+    private func waitUntil(_ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now.advanced(by: .seconds(900))
+        while !condition() {
+            guard ContinuousClock.now < deadline else { throw ValidationError("the benchmark did not finish in 15 minutes") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
