@@ -1,0 +1,205 @@
+/// Which connection a request goes to, and who waits: the pool of an `HTTP2Transport` as a pure
+/// state machine, generic over the connection and the waiter so that tests drive it with plain
+/// values. The transport holds it under a lock and carries out what it returns.
+import NIOCore
+
+struct ConnectionPoolStateMachine<Connection, Waiter> {
+    enum SlotState: Int, CaseIterable, Sendable {
+        /// Not connected: before the first attempt or waiting out a backoff delay.
+        case down
+        /// TCP/TLS under way, or connected but the server's first SETTINGS not seen yet.
+        case connecting
+        /// Takes new streams.
+        case ready
+        /// GOAWAY received (or found unusable): finishes its streams, takes no new ones.
+        case draining
+
+        var name: String {
+            switch self {
+            case .down: return "down"
+            case .connecting: return "connecting"
+            case .ready: return "ready"
+            case .draining: return "draining"
+            }
+        }
+    }
+
+    struct Slot {
+        var state: SlotState = .down
+        /// Bumped on each new connection, so news about an old one is ignored.
+        var generation = 0
+        var connection: Connection?
+        /// The server's SETTINGS_MAX_CONCURRENT_STREAMS; nil until the first SETTINGS.
+        var serverLimit: Int?
+        var settingsSeen = false
+        var inFlight = 0
+        /// An answer has arrived on this connection (token auth: the JWT was accepted).
+        var answered = false
+    }
+
+    /// Permission to open one stream on one connection; give it back with `release`.
+    struct Lease {
+        var slot: Int
+        var generation: Int
+        var connection: Connection
+    }
+
+    enum AcquireAction {
+        case leased(Lease)
+        case wait
+        case shutdown
+    }
+
+    /// Waiters to resume with their leases, and a connection to close (shutdown, drained).
+    struct Dispatch {
+        var resume: [(Waiter, Lease)] = []
+        var close: [Connection] = []
+    }
+
+    private(set) var slots: [Slot]
+    private var waiters = CircularBuffer<(id: UInt64, waiter: Waiter)>()
+    private(set) var shuttingDown = false
+    let streamCap: Int
+    let oneStreamUntilFirstAnswer: Bool
+
+    /// - Parameters:
+    ///   - streamCap: our ceiling on streams per connection, below the server's.
+    ///   - oneStreamUntilFirstAnswer: token authentication: Apple allows one stream on a new
+    ///     connection until it has validated the first token.
+    init(connections: Int, streamCap: Int, oneStreamUntilFirstAnswer: Bool) {
+        self.slots = Array(repeating: Slot(), count: max(1, connections))
+        self.streamCap = max(1, streamCap)
+        self.oneStreamUntilFirstAnswer = oneStreamUntilFirstAnswer
+    }
+
+    var waiting: Int { waiters.count }
+    var inFlight: Int { slots.reduce(0) { $0 + $1.inFlight } }
+
+    func count(_ state: SlotState) -> Int { slots.filter { $0.state == state }.count }
+
+    /// Streams the slot may carry at once right now.
+    func limit(_ slot: Slot) -> Int {
+        if oneStreamUntilFirstAnswer && !slot.answered { return 1 }
+        // RFC 9113: no MAX_CONCURRENT_STREAMS means no limit, so ours applies.
+        return min(slot.serverLimit ?? streamCap, streamCap)
+    }
+
+    // MARK: requests
+
+    mutating func acquire(id: UInt64, waiter: Waiter) -> AcquireAction {
+        if shuttingDown { return .shutdown }
+        if waiters.isEmpty, let lease = leaseSlot() { return .leased(lease) }
+        waiters.append((id, waiter))
+        return .wait
+    }
+
+    /// The waiter gave up (deadline, cancellation); nil when it was already resumed.
+    mutating func removeWaiter(id: UInt64) -> Waiter? {
+        guard let index = waiters.firstIndex(where: { $0.id == id }) else { return nil }
+        return waiters.remove(at: index).waiter
+    }
+
+    mutating func release(_ lease: Lease, answered: Bool) -> Dispatch {
+        guard slots[lease.slot].generation == lease.generation else { return Dispatch() }
+        slots[lease.slot].inFlight -= 1
+        if answered { slots[lease.slot].answered = true }
+        var dispatch = dispatchWaiters()
+        if shuttingDown, slots[lease.slot].inFlight == 0, let connection = slots[lease.slot].connection {
+            dispatch.close.append(connection)
+        }
+        return dispatch
+    }
+
+    private mutating func leaseSlot() -> Lease? {
+        var best: Int?
+        // The least busy ready connection with a free stream spreads load over all of them.
+        for index in slots.indices where slots[index].state == .ready && slots[index].inFlight < limit(slots[index]) {
+            if best.map({ slots[index].inFlight < slots[$0].inFlight }) ?? true { best = index }
+        }
+        guard let index = best, let connection = slots[index].connection else { return nil }
+        slots[index].inFlight += 1
+        return Lease(slot: index, generation: slots[index].generation, connection: connection)
+    }
+
+    private mutating func dispatchWaiters() -> Dispatch {
+        var dispatch = Dispatch()
+        while !waiters.isEmpty, let lease = leaseSlot() {
+            dispatch.resume.append((waiters.removeFirst().waiter, lease))
+        }
+        return dispatch
+    }
+
+    // MARK: connections
+
+    /// A new connection attempt on `slot`; returns its generation.
+    mutating func connecting(slot: Int) -> Int {
+        slots[slot].generation += 1
+        slots[slot].state = .connecting
+        slots[slot].connection = nil
+        slots[slot].serverLimit = nil
+        slots[slot].settingsSeen = false
+        slots[slot].inFlight = 0
+        slots[slot].answered = false
+        return slots[slot].generation
+    }
+
+    /// TCP and TLS set up (the channel exists). Ready once SETTINGS has also arrived.
+    mutating func connected(slot: Int, generation: Int, connection: Connection) -> Dispatch {
+        guard slots[slot].generation == generation, slots[slot].state == .connecting else {
+            return Dispatch(close: [connection])
+        }
+        slots[slot].connection = connection
+        if shuttingDown { return Dispatch(close: [connection]) }
+        return becomeReadyIfComplete(slot)
+    }
+
+    mutating func settings(slot: Int, generation: Int, maxConcurrentStreams: Int?) -> Dispatch {
+        guard slots[slot].generation == generation else { return Dispatch() }
+        if let maxConcurrentStreams { slots[slot].serverLimit = maxConcurrentStreams }
+        slots[slot].settingsSeen = true
+        if slots[slot].state == .connecting { return becomeReadyIfComplete(slot) }
+        return dispatchWaiters()
+    }
+
+    private mutating func becomeReadyIfComplete(_ slot: Int) -> Dispatch {
+        guard slots[slot].settingsSeen, slots[slot].connection != nil, !shuttingDown else { return Dispatch() }
+        slots[slot].state = .ready
+        return dispatchWaiters()
+    }
+
+    func isReady(slot: Int, generation: Int) -> Bool {
+        slots[slot].generation == generation && slots[slot].state == .ready
+    }
+
+    /// GOAWAY, or a write found the connection closed: no new streams on it.
+    mutating func draining(slot: Int, generation: Int) {
+        guard slots[slot].generation == generation, slots[slot].state != .down else { return }
+        slots[slot].state = .draining
+    }
+
+    /// The connection is gone; returns whether it had been ready (for the reconnect delay).
+    mutating func closed(slot: Int, generation: Int) -> Bool {
+        guard slots[slot].generation == generation else { return false }
+        let wasUsed = slots[slot].state == .ready || slots[slot].state == .draining
+        slots[slot].state = .down
+        slots[slot].connection = nil
+        slots[slot].inFlight = 0
+        return wasUsed
+    }
+
+    /// Stop: every waiter is told, idle connections close, busy ones close when drained.
+    mutating func beginShutdown() -> (waiters: [Waiter], close: [Connection]) {
+        shuttingDown = true
+        var resumed: [Waiter] = []
+        while let entry = waiters.popFirst() { resumed.append(entry.waiter) }
+        var close: [Connection] = []
+        for index in slots.indices {
+            if slots[index].state == .ready { slots[index].state = .draining }
+            if slots[index].inFlight == 0, let connection = slots[index].connection { close.append(connection) }
+        }
+        return (resumed, close)
+    }
+}
+
+extension ConnectionPoolStateMachine.Lease: Sendable where Connection: Sendable {}
+extension ConnectionPoolStateMachine.Dispatch: Sendable where Connection: Sendable, Waiter: Sendable {}

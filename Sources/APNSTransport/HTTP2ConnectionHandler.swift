@@ -1,0 +1,283 @@
+/// The per-connection HTTP/2 protocol work of the APNs client, as one channel handler after
+/// `NIOHTTP2Handler` (no child channels, like pushy's handler on Netty): it opens a stream per
+/// request, collects the answer, enforces the request deadline, reads SETTINGS and GOAWAY, and
+/// keeps an idle connection alive with PINGs. What to do with a connection (how many streams it
+/// may carry, when to replace it) is decided by the pool from the events this handler reports.
+import APNSCore
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+
+/// What became of one request on one connection.
+enum StreamResult: Sendable, Hashable {
+    /// APNs answered.
+    case answer(HTTPAnswer)
+    /// The server never processed the stream (GOAWAY with a lower last-stream-id, or the
+    /// connection was already closing): safe to send again on another connection.
+    case notProcessed
+    /// No answer, and the server may have seen the request.
+    case failed(TransportFailure)
+}
+
+/// A request handed to the connection, with the promise its answer completes.
+struct StreamRequest: Sendable {
+    var request: HTTP2Request
+    var deadline: NIODeadline
+    var promise: EventLoopPromise<StreamResult>
+}
+
+/// Connection-level news for the pool.
+enum HTTP2ConnectionEvent: Sendable, Hashable {
+    /// A SETTINGS frame from the server; nil when it did not set MAX_CONCURRENT_STREAMS.
+    /// The first one means the connection is usable.
+    case settings(maxConcurrentStreams: Int?)
+    /// The server will take no new streams on this connection.
+    case goaway(lastStreamID: Int, errorCode: UInt32)
+}
+
+final class HTTP2ConnectionHandler: ChannelDuplexHandler {
+    typealias InboundIn = HTTP2Frame
+    typealias InboundOut = Never
+    typealias OutboundIn = StreamRequest
+    typealias OutboundOut = HTTP2Frame
+
+    private struct InFlight {
+        var promise: EventLoopPromise<StreamResult>
+        var timeout: Scheduled<Void>?
+        var status: Int?
+        var headers: [HTTP2HeaderField] = []
+        var body: ByteBuffer?
+    }
+
+    private let pingInterval: TimeAmount
+    private let onEvent: @Sendable (HTTP2ConnectionEvent) -> Void
+    private var context: ChannelHandlerContext?
+    private var streams: [HTTP2StreamID: InFlight] = [:]
+    private var nextStreamID = HTTP2StreamID(1)
+    private var goawayLastStreamID: HTTP2StreamID?
+    private var closed = false
+    private var lastReadAt = NIODeadline.uptimeNanoseconds(0)
+    private var pingOutstanding = false
+    private var pingTask: Scheduled<Void>?
+    private var pinging = false
+
+    /// How many streams are open; for tests and logs.
+    var openStreams: Int { streams.count }
+
+    init(pingInterval: TimeAmount, onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void) {
+        self.pingInterval = pingInterval
+        self.onEvent = onEvent
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if context.channel.isActive { startPinging(context: context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        startPinging(context: context)
+        context.fireChannelActive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        failAll(.failed(.connectionLost("handler removed")))
+        self.context = nil
+    }
+
+    private func startPinging(context: ChannelHandlerContext) {
+        guard !pinging else { return }
+        pinging = true
+        lastReadAt = context.eventLoop.now
+        schedulePingTick(context: context)
+    }
+
+    // A quiet connection gets a PING each interval; one still unanswered a whole interval later
+    // means the peer is gone without a FIN (NAT timeout, dead host): close and let the pool
+    // replace it, rather than finding out from the next request's deadline.
+    private func schedulePingTick(context: ChannelHandlerContext) {
+        pingTask = context.eventLoop.assumeIsolated().scheduleTask(in: pingInterval) { [weak self] in
+            guard let self, let context = self.context, !self.closed else { return }
+            self.pingTick()
+            self.schedulePingTick(context: context)
+        }
+    }
+
+    private func pingTick() {
+        guard let context, !closed else { return }
+        if pingOutstanding {
+            context.close(promise: nil)
+            return
+        }
+        guard context.eventLoop.now - lastReadAt >= pingInterval else { return }
+        pingOutstanding = true
+        let frame = HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: 0x6170_6e73), ack: false))
+        context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+    }
+
+    // MARK: outbound: one request → HEADERS + DATA on a new stream
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let request = unwrapOutboundIn(data)
+        promise?.succeed(())
+        guard !closed, goawayLastStreamID == nil else {
+            request.promise.succeed(.notProcessed)
+            return
+        }
+        let streamID = nextStreamID
+        nextStreamID = HTTP2StreamID(Int32(streamID) + 2)
+
+        var timeout: Scheduled<Void>?
+        if request.deadline != .distantFuture {
+            timeout = context.eventLoop.assumeIsolated().scheduleTask(deadline: request.deadline) { [weak self] in
+                self?.deadlinePassed(streamID)
+            }
+        }
+        streams[streamID] = InFlight(promise: request.promise, timeout: timeout)
+
+        let headers = HPACKHeaders(request.request.headers.map { ($0.name, $0.value) })
+        let body = request.request.body
+        context.write(
+            wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: body.isEmpty)))),
+            promise: nil)
+        if !body.isEmpty {
+            let buffer = context.channel.allocator.buffer(bytes: body)
+            context.write(
+                wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(buffer), endStream: true)))),
+                promise: nil)
+        }
+    }
+
+    private func deadlinePassed(_ streamID: HTTP2StreamID) {
+        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        stream.promise.succeed(.failed(.timeout))
+        if let context, !closed {
+            // Tell the server we no longer care, so the stream slot is freed on both ends.
+            context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
+        }
+        closeIfDrained()
+    }
+
+    // MARK: inbound
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        lastReadAt = context.eventLoop.now
+        if frame.streamID == .rootStream {
+            connectionFrame(frame.payload, context: context)
+            return
+        }
+        guard var stream = streams[frame.streamID] else { return }
+        switch frame.payload {
+        case .headers(let headers):
+            if stream.status == nil {
+                stream.status = headers.headers.first(name: ":status").flatMap { Int($0) }
+                stream.headers = headers.headers.map { HTTP2HeaderField($0.name, $0.value) }
+            }
+            streams[frame.streamID] = stream
+            if headers.endStream { complete(frame.streamID) }
+        case .data(let data):
+            if case .byteBuffer(var bytes) = data.data {
+                if stream.body == nil {
+                    stream.body = bytes
+                } else {
+                    stream.body!.writeBuffer(&bytes)
+                }
+            }
+            streams[frame.streamID] = stream
+            if data.endStream { complete(frame.streamID) }
+        case .rstStream(.refusedStream):
+            // RFC 9113 §8.7: REFUSED_STREAM guarantees the request was not processed.
+            finish(frame.streamID, with: .notProcessed)
+        case .rstStream(let code):
+            finish(frame.streamID, with: .failed(.streamReset(UInt32(code.networkCode))))
+        default:
+            break
+        }
+    }
+
+    private func connectionFrame(_ payload: HTTP2Frame.FramePayload, context: ChannelHandlerContext) {
+        switch payload {
+        case .settings(.settings(let settings)):
+            let max = settings.last { $0.parameter == .maxConcurrentStreams }.map { Int($0.value) }
+            onEvent(.settings(maxConcurrentStreams: max))
+        case .ping(_, ack: true):
+            pingOutstanding = false
+        case .goAway(let lastStreamID, let errorCode, _):
+            goawayLastStreamID = lastStreamID
+            // Streams above last-stream-id were never processed: hand them back for a new
+            // connection. The others still get their answers on this one.
+            for id in streams.keys where id > lastStreamID {
+                finish(id, with: .notProcessed)
+            }
+            onEvent(.goaway(lastStreamID: Int(lastStreamID), errorCode: UInt32(errorCode.networkCode)))
+            closeIfDrained()
+        default:
+            break
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        switch event {
+        case let closed as StreamClosedEvent:
+            // A stream NIO closed without our seeing its end (e.g. a stream-level protocol error).
+            if streams[closed.streamID] != nil {
+                finish(closed.streamID, with: .failed(.streamReset(UInt32(closed.reason?.networkCode ?? 0))))
+            }
+        default:
+            break
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let streamError = error as? NIOHTTP2Errors.StreamError, streams[streamError.streamID] != nil {
+            finish(streamError.streamID, with: .failed(.streamReset(UInt32(HTTP2ErrorCode.protocolError.networkCode))))
+            return
+        }
+        // Anything else on the connection is fatal for it; the pool makes a new one.
+        failAll(.failed(.connectionLost(String(describing: error))))
+        context.fireErrorCaught(error)
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        failAll(.failed(.connectionLost("connection closed")))
+        context.fireChannelInactive()
+    }
+
+    // MARK: completion
+
+    private func complete(_ streamID: HTTP2StreamID) {
+        guard let stream = streams[streamID] else { return }
+        let body = stream.body.map { Array($0.readableBytesView) } ?? []
+        let answer = HTTP2Response.answer(status: stream.status ?? 0, headers: stream.headers, body: body)
+        finish(streamID, with: .answer(answer))
+    }
+
+    private func finish(_ streamID: HTTP2StreamID, with result: StreamResult) {
+        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        stream.timeout?.cancel()
+        stream.promise.succeed(result)
+        closeIfDrained()
+    }
+
+    private func failAll(_ result: StreamResult) {
+        closed = true
+        pingTask?.cancel()
+        pingTask = nil
+        let all = streams
+        streams = [:]
+        for (_, stream) in all {
+            stream.timeout?.cancel()
+            stream.promise.succeed(result)
+        }
+    }
+
+    /// After GOAWAY, the connection closes once its last processed stream has its answer.
+    private func closeIfDrained() {
+        guard goawayLastStreamID != nil, streams.isEmpty, !closed, let context else { return }
+        closed = true
+        context.close(promise: nil)
+    }
+}
+

@@ -1,0 +1,336 @@
+/// The HTTP/2 provider API transport: a fixed number of persistent TLS + HTTP/2 connections per
+/// credential and environment, each carrying as many concurrent streams as the server allows,
+/// replaced when they go away, with a deadline per request and a classified result for every
+/// notification. A ServiceLifecycle `Service`: `run()` owns the connections.
+import APNSCore
+import Foundation
+import Logging
+import Metrics
+import NIOCore
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import ServiceLifecycle
+import Synchronization
+
+public final class HTTP2Transport: NotificationTransport, Service {
+    public let configuration: HTTP2TransportConfiguration
+    private let logger: Logger
+    private let eventLoopGroup: any EventLoopGroup
+    private let tlsContext: NIOSSLContext
+    private let tokens: ProviderTokenSource?
+
+    private typealias Pool = ConnectionPoolStateMachine<any Channel, CheckedContinuation<PoolGrant, Never>>
+    private enum PoolGrant: Sendable {
+        case leased(Pool.Lease)
+        case timedOut
+        case shutdown
+    }
+
+    private struct State {
+        var pool: Pool
+        var nextWaiterID: UInt64 = 0
+        /// Connection counts by state as last reported to the meters.
+        var published: [Int] = Array(repeating: 0, count: Pool.SlotState.allCases.count)
+    }
+    private let state: Mutex<State>
+
+    private let latency: Metrics.Timer
+    private let inFlightMeter: Meter
+    private let connectionMeters: [Meter]
+
+    /// - Parameters:
+    ///   - eventLoopGroup: where the connections live; NIO's shared singleton by default.
+    /// - Throws: when the TLS material (CA file, client certificate or key) cannot be loaded.
+    public init(
+        configuration: HTTP2TransportConfiguration,
+        logger: Logger,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) throws {
+        self.configuration = configuration
+        var logger = logger
+        logger[metadataKey: "apns.host"] = .string(configuration.host)
+        logger[metadataKey: "apns.environment"] = .string(configuration.environment.rawValue)
+        self.logger = logger
+        self.eventLoopGroup = eventLoopGroup
+        self.tlsContext = try configuration.makeTLSContext()
+        if case .token(let source) = configuration.authentication { tokens = source } else { tokens = nil }
+        self.state = Mutex(
+            State(
+                pool: Pool(
+                    connections: configuration.connections,
+                    streamCap: configuration.maxConcurrentStreamsPerConnection,
+                    oneStreamUntilFirstAnswer: configuration.usesTokenAuthentication)))
+        let env = [("environment", configuration.environment.rawValue)]
+        self.latency = Metrics.Timer(label: "apns_transport_request_duration", dimensions: env)
+        self.inFlightMeter = Meter(label: "apns_transport_in_flight", dimensions: env)
+        self.connectionMeters = Pool.SlotState.allCases.map {
+            Meter(label: "apns_transport_connections", dimensions: env + [("state", $0.name)])
+        }
+    }
+
+    // MARK: sending
+
+    public func send(_ notification: PushNotification) async -> TransportResult {
+        let started = ContinuousClock.now
+        inFlightMeter.increment()
+        defer {
+            inFlightMeter.decrement()
+            latency.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
+        }
+        let result = await sendWithRetries(notification)
+        if case .failed(let failure) = result {
+            logger.debug(
+                "notification not answered",
+                metadata: [
+                    "apns.id": .string(notification.id.uuidString.lowercased()),
+                    "apns.token": .string(notification.token.redacted), "apns.failure": .string(failure.description),
+                ])
+        }
+        return result
+    }
+
+    private func sendWithRetries(_ notification: PushNotification) async -> TransportResult {
+        let deadline = NIODeadline.now() + configuration.requestTimeout.timeAmount
+        var token: ProviderToken?
+        if let tokens {
+            do { token = try tokens.token() } catch {
+                return .failed(.connectFailed("cannot sign a provider token: \(error)"))
+            }
+        }
+        var renewedAfterExpiry = false
+        while true {
+            let lease: Pool.Lease
+            switch await acquire(deadline: deadline) {
+            case .leased(let l): lease = l
+            case .timedOut: return .failed(.timeout)
+            case .shutdown: return .failed(.shutdown)
+            }
+            let request = HTTP2Request(
+                notification: notification, authority: configuration.host, authorization: token?.authorization)
+            let result = await execute(request, on: lease, deadline: deadline)
+            var answered = false
+            if case .answer = result { answered = true }
+            release(lease, answered: answered)
+
+            switch result {
+            case .notProcessed:
+                // The server never saw it: send it again on another (or a new) connection.
+                if !lease.connection.isActive { markDraining(lease) }
+                if NIODeadline.now() >= deadline { return .failed(.goaway) }
+                continue
+            case .answer(let answer)
+            where answer.reason == .expiredProviderToken && !renewedAfterExpiry && token != nil:
+                renewedAfterExpiry = true
+                do { token = try tokens?.expired(token!) } catch {
+                    return .http(answer)
+                }
+                logger.info("APNs reported ExpiredProviderToken; retrying with the current token")
+                continue
+            case .answer(let answer):
+                return .http(answer)
+            case .failed(let failure):
+                return .failed(failure)
+            }
+        }
+    }
+
+    private func execute(_ request: HTTP2Request, on lease: Pool.Lease, deadline: NIODeadline) async -> StreamResult {
+        let channel = lease.connection
+        let promise = channel.eventLoop.makePromise(of: StreamResult.self)
+        channel.writeAndFlush(StreamRequest(request: request, deadline: deadline, promise: promise)).whenFailure { _ in
+            // The handler never saw the request (the channel closed first), so nothing was sent.
+            promise.succeed(.notProcessed)
+        }
+        // The handler completes every promise it receives (answer, reset, timeout, close).
+        return (try? await promise.futureResult.get()) ?? .notProcessed
+    }
+
+    // MARK: the pool under its lock
+
+    private func acquire(deadline: NIODeadline) async -> PoolGrant {
+        let id = state.withLock { s -> UInt64 in
+            s.nextWaiterID += 1
+            return s.nextWaiterID
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<PoolGrant, Never>) in
+                let action = state.withLock { $0.pool.acquire(id: id, waiter: continuation) }
+                switch action {
+                case .leased(let lease): continuation.resume(returning: .leased(lease))
+                case .shutdown: continuation.resume(returning: .shutdown)
+                case .wait:
+                    eventLoopGroup.any().scheduleTask(deadline: deadline) { [self] in
+                        giveUp(waiter: id, with: .timedOut)
+                    }
+                }
+            }
+        } onCancel: {
+            giveUp(waiter: id, with: .shutdown)
+        }
+    }
+
+    private func giveUp(waiter id: UInt64, with grant: PoolGrant) {
+        state.withLock { $0.pool.removeWaiter(id: id) }?.resume(returning: grant)
+    }
+
+    private func release(_ lease: Pool.Lease, answered: Bool) {
+        let dispatch = state.withLock { $0.pool.release(lease, answered: answered) }
+        carryOut(dispatch)
+    }
+
+    private func markDraining(_ lease: Pool.Lease) {
+        mutatePool { $0.draining(slot: lease.slot, generation: lease.generation) }
+    }
+
+    private func carryOut(_ dispatch: Pool.Dispatch) {
+        for (waiter, lease) in dispatch.resume { waiter.resume(returning: .leased(lease)) }
+        for channel in dispatch.close { channel.close(promise: nil) }
+    }
+
+    /// Runs `body` on the pool and brings the connection meters up to date.
+    private func mutatePool<R: Sendable>(_ body: @Sendable (inout Pool) -> R) -> R {
+        let (result, deltas) = state.withLock { s -> (R, [Int]) in
+            let result = body(&s.pool)
+            let counts = Pool.SlotState.allCases.map { s.pool.count($0) }
+            let deltas = zip(counts, s.published).map { $0 - $1 }
+            s.published = counts
+            return (result, deltas)
+        }
+        for (meter, delta) in zip(connectionMeters, deltas) where delta != 0 {
+            if delta > 0 { meter.increment(by: Double(delta)) } else { meter.decrement(by: Double(-delta)) }
+        }
+        return result
+    }
+
+    // MARK: connections
+
+    /// Keeps `configuration.connections` connections open until graceful shutdown or
+    /// cancellation; then lets streams in flight finish (each is bounded by its deadline).
+    public func run() async throws {
+        logger.info("HTTP/2 transport starting", metadata: ["apns.connections": .stringConvertible(configuration.connections)])
+        await withTaskCancellationHandler {
+            await withGracefulShutdownHandler {
+                await withTaskGroup(of: Void.self) { group in
+                    for slot in 0..<max(1, configuration.connections) {
+                        group.addTask { await self.keepConnected(slot: slot) }
+                    }
+                }
+            } onGracefulShutdown: {
+                self.shutdown()
+            }
+        } onCancel: {
+            self.shutdown()
+        }
+        logger.info("HTTP/2 transport stopped")
+    }
+
+    private func shutdown() {
+        let (waiters, close) = mutatePool { $0.beginShutdown() }
+        for waiter in waiters { waiter.resume(returning: .shutdown) }
+        for channel in close { channel.close(promise: nil) }
+    }
+
+    private var isShuttingDown: Bool { state.withLock { $0.pool.shuttingDown } }
+
+    private func keepConnected(slot: Int) async {
+        var backoff = configuration.reconnectInitialDelay
+        while !isShuttingDown && !Task.isCancelled {
+            let generation = mutatePool { $0.connecting(slot: slot) }
+            var wasUsed = false
+            do {
+                let channel = try await connect(slot: slot, generation: generation)
+                carryOut(mutatePool { $0.connected(slot: slot, generation: generation, connection: channel) })
+                logger.debug("connected", metadata: ["apns.slot": .stringConvertible(slot)])
+                // No SETTINGS within the connect timeout: the peer is not an HTTP/2 server we can use.
+                let timeout = channel.eventLoop.scheduleTask(in: configuration.connectTimeout.timeAmount) { [self] in
+                    if !state.withLock({ $0.pool.isReady(slot: slot, generation: generation) }) {
+                        logger.warning("no SETTINGS from the server in time; closing", metadata: ["apns.slot": .stringConvertible(slot)])
+                        channel.close(promise: nil)
+                    }
+                }
+                await withTaskCancellationHandler {
+                    try? await channel.closeFuture.get()
+                } onCancel: {
+                    channel.close(promise: nil)
+                }
+                timeout.cancel()
+                wasUsed = mutatePool { $0.closed(slot: slot, generation: generation) }
+                logger.info("connection closed", metadata: ["apns.slot": .stringConvertible(slot)])
+            } catch {
+                _ = mutatePool { $0.closed(slot: slot, generation: generation) }
+                logger.warning(
+                    "connect failed",
+                    metadata: ["apns.slot": .stringConvertible(slot), "apns.error": .string(String(describing: error))])
+            }
+            if isShuttingDown { break }
+            // A connection that served is replaced at once (after a short floor so a server
+            // that accepts and drops cannot spin us); failures back off exponentially.
+            let delay = wasUsed ? configuration.reconnectInitialDelay : backoff
+            backoff = wasUsed ? configuration.reconnectInitialDelay : min(backoff * 2, configuration.reconnectMaxDelay)
+            do {
+                try await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
+            } catch {
+                break
+            }
+        }
+    }
+
+    private func connect(slot: Int, generation: Int) async throws -> any Channel {
+        let tlsContext = self.tlsContext
+        let host = configuration.host
+        // SNI carries names only; an IP literal is verified against the certificate's IP SANs.
+        let serverName = host.isIPAddressLiteral ? nil : host
+        let pingInterval = configuration.pingInterval.timeAmount
+        let bootstrap = ClientBootstrap(group: eventLoopGroup)
+            .connectTimeout(configuration.connectTimeout.timeAmount)
+            .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
+            .channelInitializer { [self] channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(NIOSSLClientHandler(context: tlsContext, serverHostname: serverName))
+                    try sync.addHandler(
+                        NIOHTTP2Handler(
+                            mode: .client,
+                            initialSettings: [
+                                HTTP2Setting(parameter: .enablePush, value: 0),
+                                HTTP2Setting(parameter: .maxHeaderListSize, value: 16 * 1024),
+                            ]))
+                    try sync.addHandler(
+                        HTTP2ConnectionHandler(pingInterval: pingInterval) { [self] event in
+                            connectionEvent(event, slot: slot, generation: generation)
+                        })
+                }
+            }
+        // connect(host:port:) resolves the name afresh for every connection.
+        return try await bootstrap.connect(host: host, port: configuration.port).get()
+    }
+
+    private func connectionEvent(_ event: HTTP2ConnectionEvent, slot: Int, generation: Int) {
+        switch event {
+        case .settings(let max):
+            carryOut(mutatePool { $0.settings(slot: slot, generation: generation, maxConcurrentStreams: max) })
+        case .goaway(let lastStreamID, let errorCode):
+            logger.info(
+                "GOAWAY from APNs",
+                metadata: [
+                    "apns.slot": .stringConvertible(slot), "http2.last_stream_id": .stringConvertible(lastStreamID),
+                    "http2.error_code": .stringConvertible(errorCode),
+                ])
+            mutatePool { $0.draining(slot: slot, generation: generation) }
+        }
+    }
+}
+
+extension Duration {
+    var nanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+}
+
+extension String {
+    var isIPAddressLiteral: Bool {
+        (try? SocketAddress(ipAddress: self, port: 0)) != nil
+    }
+}

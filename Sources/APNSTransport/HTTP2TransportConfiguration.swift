@@ -1,0 +1,124 @@
+/// How an `HTTP2Transport` reaches APNs and authenticates: value types with documented
+/// defaults, and the shared provider-token source for token authentication.
+import APNSCore
+import Crypto
+import Foundation
+import Metrics
+import NIOCore
+import NIOSSL
+import Synchronization
+
+/// Configuration of one `HTTP2Transport` (one credential and environment).
+public struct HTTP2TransportConfiguration: Sendable {
+    /// How the provider proves who it is.
+    public enum Authentication: Sendable {
+        /// JWT provider tokens signed with a team's key; pass the same source to every
+        /// transport that uses the key so there is one token per key.
+        case token(ProviderTokenSource)
+        /// A TLS client certificate and its private key, both PEM files.
+        case certificate(certFile: String, keyFile: String)
+    }
+
+    /// Whom to trust for the server's certificate.
+    public enum TrustRoots: Sendable, Hashable {
+        /// The system's trust store.
+        case system
+        /// Only the certificates in this PEM file (a test CA, a simulator).
+        case caFile(String)
+    }
+
+    public var environment: APNSEnvironment
+    /// Default: Apple's host for `environment`. The server certificate is verified against it.
+    public var host: String
+    public var port: Int = 443
+    public var trustRoots: TrustRoots = .system
+    public var authentication: Authentication
+    /// Persistent connections kept open (each reused for as long as the server allows).
+    public var connections: Int = 1
+    /// From `send` to the answer, including any wait for a free stream; then `.timeout`.
+    public var requestTimeout: Duration = .seconds(10)
+    /// TCP connect plus TLS handshake plus the server's first SETTINGS.
+    public var connectTimeout: Duration = .seconds(10)
+    /// A PING on a connection that has been quiet this long; closed if the next one finds it unanswered.
+    public var pingInterval: Duration = .seconds(60)
+    /// Our own ceiling on streams per connection, under the server's SETTINGS_MAX_CONCURRENT_STREAMS.
+    public var maxConcurrentStreamsPerConnection: Int = 1000
+    /// Delay before the first reconnect attempt after a failure; doubles up to `reconnectMaxDelay`.
+    public var reconnectInitialDelay: Duration = .milliseconds(100)
+    public var reconnectMaxDelay: Duration = .seconds(30)
+
+    public init(environment: APNSEnvironment, authentication: Authentication, host: String? = nil, port: Int = 443) {
+        self.environment = environment
+        self.authentication = authentication
+        self.host = host ?? environment.defaultHost
+        self.port = port
+    }
+
+    var usesTokenAuthentication: Bool {
+        if case .token = authentication { return true }
+        return false
+    }
+
+    /// The TLS context: h2 via ALPN, full verification, the client certificate if any.
+    func makeTLSContext() throws -> NIOSSLContext {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.applicationProtocols = ["h2"]
+        tls.certificateVerification = .fullVerification
+        switch trustRoots {
+        case .system: tls.trustRoots = .default
+        case .caFile(let path): tls.trustRoots = .file(path)
+        }
+        if case .certificate(let certFile, let keyFile) = authentication {
+            tls.certificateChain = try NIOSSLCertificate.fromPEMFile(certFile).map { .certificate($0) }
+            tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyFile, format: .pem))
+        }
+        return try NIOSSLContext(configuration: tls)
+    }
+}
+
+/// The provider token of one team key, shared by every connection (and transport) that uses the
+/// key, renewed by `ProviderTokenManager`'s policy against the wall clock.
+public final class ProviderTokenSource: Sendable {
+    private let manager: Mutex<ProviderTokenManager>
+    private let now: @Sendable () -> Date
+    private let renewalsCounter = Counter(label: "apns_transport_jwt_renewals")
+
+    public init(
+        teamID: String, keyID: String, key: P256.Signing.PrivateKey,
+        maximumAge: Duration = ProviderTokenManager.defaultMaximumAge,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.manager = Mutex(ProviderTokenManager(teamID: teamID, keyID: keyID, key: key, maximumAge: maximumAge))
+        self.now = now
+    }
+
+    /// Reads the key from an `AuthKey_<keyID>.p8` PEM file.
+    public convenience init(teamID: String, keyID: String, p8File: String) throws {
+        let pem = try String(contentsOfFile: p8File, encoding: .utf8)
+        try self.init(teamID: teamID, keyID: keyID, key: P256.Signing.PrivateKey(pemRepresentation: pem))
+    }
+
+    /// Tokens signed so far.
+    public var renewals: Int { manager.withLock { $0.renewals } }
+
+    /// The token to send a request with now.
+    public func token() throws -> ProviderToken {
+        let (token, renewed) = try manager.withLock { try $0.token(now: now()) }
+        if renewed { renewalsCounter.increment() }
+        return token
+    }
+
+    /// APNs answered `ExpiredProviderToken` for `rejected`: the token to retry with.
+    public func expired(_ rejected: ProviderToken) throws -> ProviderToken {
+        let (token, renewed) = try manager.withLock { try $0.expiredTokenReported(rejected, now: now()) }
+        if renewed { renewalsCounter.increment() }
+        return token
+    }
+}
+
+extension Duration {
+    var timeAmount: TimeAmount {
+        let (seconds, attoseconds) = components
+        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+    }
+}
