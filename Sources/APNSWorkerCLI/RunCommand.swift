@@ -1,4 +1,5 @@
 import AMQPClient
+import Crypto
 import APNSConfig
 import APNSCore
 import APNSTransport
@@ -7,6 +8,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import ServiceLifecycle
+import UnixSignals
 
 /// `apns-worker run`: the worker. Start more instances to scale; they share the queues.
 struct RunCommand: AsyncParsableCommand {
