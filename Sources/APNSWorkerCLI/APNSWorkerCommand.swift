@@ -7,7 +7,7 @@ struct APNSWorkerCommand: AsyncParsableCommand {
         commandName: "apns-worker",
         abstract: "Delivers Apple push notifications from RabbitMQ job queues.",
         version: APNSWorkerVersion.current,
-        subcommands: []
+        subcommands: [SimulatorCommand.self]
     )
 }
 
