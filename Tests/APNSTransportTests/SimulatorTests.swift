@@ -77,6 +77,21 @@ struct SimulatorCurlTests {
         }
     }
 
+    @Test("with requireClientCertificate a client without a certificate cannot connect")
+    func requiredClientCertificate() async throws {
+        try await Env.withSimulator({ $0.tls.requireClientCertificate = true }) { simulator in
+            let path = "/3/device/\(Env.deviceToken())"
+            let accepted = try Curl.send(
+                port: simulator.port, path: path, headers: ["apns-topic: \(Env.bundle)"], body: #"{"aps":{}}"#,
+                clientCertificate: true)
+            #expect(accepted.status == 200)
+            #expect(throws: (any Error).self) {
+                try Curl.send(port: simulator.port, path: path, headers: ["apns-topic: \(Env.bundle)"], body: #"{"aps":{}}"#)
+            }
+            #expect(simulator.counters().received == 1)
+        }
+    }
+
     @Test("the server certificate is valid for 127.0.0.1 as well as localhost")
     func ipAddressSAN() async throws {
         try await Env.withSimulator { simulator in
@@ -316,6 +331,7 @@ struct SimulatorFaultTests {
             #expect(result.streamIDs == [1, 3, 5, 7, 9, 11])
             #expect(goaway.lastStreamID == 5)
             #expect(goaway.errorCode == 0)
+            #expect(goaway.debugData.contains("Shutdown"))
             for index in 0..<3 { #expect(result.response(index)?.status == 200) }
             for index in 3..<6 {
                 let response = result.response(index)
@@ -388,6 +404,24 @@ struct SimulatorFaultTests {
             simulator.setFaults(SimulatorFaults(maxConcurrentStreams: 3))
             let results = try PythonH2.run(port: simulator.port, [H2Connection(requests: [])])
             #expect(results.first?.maxConcurrentStreams == [3])
+        }
+    }
+
+    @Test("a new stream limit reaches open connections as a SETTINGS frame")
+    func streamLimitAtRuntime() async throws {
+        try await Env.withSimulator { simulator in
+            let device = Env.deviceToken()
+            simulator.script(token: device, .neverAnswer)
+            // The client holds its connection open on an unanswered request while the limit changes.
+            async let observed = PythonH2.run(
+                port: simulator.port, [H2Connection(requests: [alert(try Env.token(), device: device)])], timeout: 3)
+            let deadline = ContinuousClock.now + .seconds(5)
+            while simulator.counters().unanswered == 0, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            simulator.setFaults(SimulatorFaults(maxConcurrentStreams: 5))
+            let results = try await observed
+            #expect(results.first?.maxConcurrentStreams == [1000, 5])
         }
     }
 
