@@ -46,13 +46,13 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Option(help: "Environment: production or sandbox (sandbox adds apns-unique-id).")
     var environment: String = "production"
 
-    @Option(help: "Fraction (0.0-1.0) of valid requests answered 429 TooManyRequests.")
+    @Option(name: .customLong("fail-rate-429"), help: "Fraction (0.0-1.0) of valid requests answered 429 TooManyRequests.")
     var failRate429: Double = 0
 
-    @Option(help: "Fraction (0.0-1.0) of valid requests answered 500 InternalServerError.")
+    @Option(name: .customLong("fail-rate-500"), help: "Fraction (0.0-1.0) of valid requests answered 500 InternalServerError.")
     var failRate500: Double = 0
 
-    @Option(help: "Fraction (0.0-1.0) of valid requests answered 503 ServiceUnavailable.")
+    @Option(name: .customLong("fail-rate-503"), help: "Fraction (0.0-1.0) of valid requests answered 503 ServiceUnavailable.")
     var failRate503: Double = 0
 
     @Option(help: "Seed for the fault rates' random generator.")
