@@ -1,0 +1,362 @@
+/// The simulator's business logic: for every request the stream handlers read, decide the answer
+/// from validation, the connection's provider token history, injected faults and scripted
+/// outcomes; keep the counters and the record of accepted notifications. No IO happens here;
+/// the handlers carry a `StreamDecision` out.
+import APNSCore
+import Foundation
+import Synchronization
+
+/// What a stream handler does with a request it has read completely.
+enum StreamDecision: Sendable {
+    /// Answer after `delay`. `raiseStreamLimit` asks the connection to advertise this many
+    /// concurrent streams (the first token-authenticated request was validated).
+    case respond(SimulatorResponse, delay: Duration, raiseStreamLimit: Int?)
+    /// Keep the stream open without an answer.
+    case neverAnswer
+    /// Close the whole connection now, answering nothing more.
+    case dropConnection
+}
+
+/// An HTTP/2 answer as Apple gives it.
+struct SimulatorResponse: Sendable, Hashable {
+    var status: Int
+    var reason: APNSReason?
+    /// ms since the epoch, only with 410.
+    var timestamp: Int64?
+    var apnsID: String
+    var uniqueID: String?
+
+    /// `{"reason":"…"}` with `"timestamp"` for 410; nil for 200.
+    var body: String? {
+        guard let reason else { return nil }
+        if let timestamp { return "{\"reason\":\"\(reason.rawValue)\",\"timestamp\":\(timestamp)}" }
+        return "{\"reason\":\"\(reason.rawValue)\"}"
+    }
+}
+
+/// SplitMix64: small, fast, and the same sequence for the same seed on every platform.
+struct SeededGenerator: RandomNumberGenerator, Sendable {
+    private var state: UInt64
+    init(seed: UInt64) { self.state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+final class SimulatorEngine: Sendable {
+    let configuration: SimulatorConfiguration
+    let validator: RequestValidator
+
+    private struct ScriptEntry {
+        var outcome: ScriptedOutcome
+        var requests: Int = 0
+    }
+
+    private struct State {
+        var faults = SimulatorFaults()
+        var random = SeededGenerator(seed: 1)
+        var scripts: [String: ScriptEntry] = [:]
+        var counters = SimulatorCounters()
+        var accepted: [AcceptedNotification] = []
+        /// Index of the oldest record once `accepted` is full (a ring buffer).
+        var acceptedStart = 0
+    }
+
+    private let state = Mutex(State())
+
+    init(configuration: SimulatorConfiguration) {
+        self.configuration = configuration
+        self.validator = RequestValidator(configuration: configuration)
+    }
+
+    // MARK: Test and operator controls
+
+    func script(token: String, _ outcome: ScriptedOutcome) {
+        let key = token.lowercased()
+        state.withLock { $0.scripts[key] = ScriptEntry(outcome: outcome) }
+    }
+
+    func clearScripts() {
+        state.withLock { $0.scripts.removeAll() }
+    }
+
+    func setFaults(_ faults: SimulatorFaults) {
+        state.withLock {
+            $0.faults = faults
+            $0.random = SeededGenerator(seed: faults.seed)
+        }
+    }
+
+    var faults: SimulatorFaults { state.withLock { $0.faults } }
+
+    func counters() -> SimulatorCounters { state.withLock { $0.counters } }
+
+    func accepted() -> [AcceptedNotification] {
+        state.withLock { s in
+            Array(s.accepted[s.acceptedStart...] + s.accepted[..<s.acceptedStart])
+        }
+    }
+
+    func clearAccepted() {
+        state.withLock {
+            $0.accepted.removeAll()
+            $0.acceptedStart = 0
+        }
+    }
+
+    func updateCounters(_ body: (inout SimulatorCounters) -> Void) {
+        state.withLock { body(&$0.counters) }
+    }
+
+    // MARK: Deciding
+
+    /// What to do with a request read completely on `connection`, as its `ordinal`-th stream.
+    func decide(_ request: SimulatorRequest, connection: ConnectionState, ordinal: Int, now: Date = Date()) -> StreamDecision {
+        let faults = state.withLock { s -> SimulatorFaults in
+            s.counters.received += 1
+            return s.faults
+        }
+        if let limit = faults.dropAfterStreams, ordinal >= limit {
+            if connection.markDropped() { updateCounters { $0.droppedConnections += 1 } }
+            return .dropConnection
+        }
+
+        let requestID = request.headers.first(where: { $0.name == "apns-id" })?.value
+        let answerID = requestID.flatMap { RequestValidator.isCanonicalUUID($0) ? $0 : nil } ?? UUID().uuidString
+        func reject(_ rejection: Rejection) -> StreamDecision {
+            .respond(answer(rejection.status, rejection.reason, apnsID: answerID), delay: faults.latency, raiseStreamLimit: nil)
+        }
+
+        let route: ValidatedRoute
+        switch validator.validateRoute(request) {
+        case .success(let value): route = value
+        case .failure(let rejection): return reject(rejection)
+        }
+        if let reason = faults.rejectAllTokens { return reject(Rejection(403, reason)) }
+
+        let credential: RequestCredential
+        var raiseStreamLimit: Int?
+        switch authenticate(request, connection: connection, now: now) {
+        case .success(let (value, raise)):
+            credential = value
+            raiseStreamLimit = raise
+        case .failure(let rejection): return reject(rejection)
+        }
+
+        let notification: ValidatedNotification
+        switch validator.validateNotification(request, route: route) {
+        case .success(let value): notification = value
+        case .failure(let rejection):
+            return .respond(
+                answer(rejection.status, rejection.reason, apnsID: answerID), delay: faults.latency,
+                raiseStreamLimit: raiseStreamLimit)
+        }
+
+        enum Verdict {
+            case accept
+            case fail(status: Int, reason: APNSReason, timestamp: Int64?)
+            case never
+        }
+        let verdict: Verdict = state.withLock { s in
+            let roll = Double(s.random.next() >> 11) / Double(1 << 53)
+            if roll < faults.rate429 { return .fail(status: 429, reason: .tooManyRequests, timestamp: nil) }
+            if roll < faults.rate429 + faults.rate500 { return .fail(status: 500, reason: .internalServerError, timestamp: nil) }
+            if roll < faults.rate429 + faults.rate500 + faults.rate503 {
+                return .fail(status: 503, reason: .serviceUnavailable, timestamp: nil)
+            }
+            guard var entry = s.scripts[route.tokenHex] else { return .accept }
+            entry.requests += 1
+            s.scripts[route.tokenHex] = entry
+            switch entry.outcome {
+            case .accept: return .accept
+            case .unregistered(let timestamp): return .fail(status: 410, reason: .unregistered, timestamp: timestamp)
+            case .expiredToken(let timestamp): return .fail(status: 410, reason: .expiredToken, timestamp: timestamp)
+            case .badDeviceToken: return .fail(status: 400, reason: .badDeviceToken, timestamp: nil)
+            case .deviceTokenNotForTopic: return .fail(status: 400, reason: .deviceTokenNotForTopic, timestamp: nil)
+            case .failFirst(let count, let status, let reason):
+                return entry.requests <= count ? .fail(status: status, reason: reason, timestamp: nil) : .accept
+            case .always(let status, let reason): return .fail(status: status, reason: reason, timestamp: nil)
+            case .neverAnswer: return .never
+            }
+        }
+
+        switch verdict {
+        case .never:
+            updateCounters { $0.unanswered += 1 }
+            return .neverAnswer
+        case .fail(let status, let reason, let timestamp):
+            var response = answer(status, reason, apnsID: answerID)
+            response.timestamp = timestamp
+            return .respond(response, delay: faults.latency, raiseStreamLimit: raiseStreamLimit)
+        case .accept:
+            let record = AcceptedNotification(
+                token: notification.tokenHex, topic: notification.topic, apnsID: answerID,
+                pushType: notification.pushType, priority: notification.priority,
+                expiration: notification.expiration, collapseID: notification.collapseID,
+                payload: request.body, authentication: credential.acceptedAuthentication, receivedAt: now)
+            let limit = configuration.recordLimit
+            state.withLock { s in
+                s.counters.accepted += 1
+                guard limit > 0 else { return }
+                if s.accepted.count < limit {
+                    s.accepted.append(record)
+                } else {
+                    s.accepted[s.acceptedStart] = record
+                    s.acceptedStart = (s.acceptedStart + 1) % limit
+                }
+            }
+            let uniqueID = configuration.environment == .sandbox ? UUID().uuidString.lowercased() : nil
+            return .respond(
+                SimulatorResponse(status: 200, apnsID: answerID, uniqueID: uniqueID), delay: faults.latency,
+                raiseStreamLimit: raiseStreamLimit)
+        }
+    }
+
+    /// An error answer, counted.
+    private func answer(_ status: Int, _ reason: APNSReason, apnsID: String) -> SimulatorResponse {
+        state.withLock { s in
+            s.counters.rejected += 1
+            s.counters.byStatus[status, default: 0] += 1
+            s.counters.byReason[reason.rawValue, default: 0] += 1
+        }
+        return SimulatorResponse(status: status, reason: reason, apnsID: apnsID)
+    }
+
+    /// Authentication with the connection's memory: a token seen before on the connection is not
+    /// verified again (only its age is checked), and a new token too soon after the previous one
+    /// is `TooManyProviderTokenUpdates`. Only tokens that verified count as the connection's.
+    private func authenticate(
+        _ request: SimulatorRequest, connection: ConnectionState, now: Date
+    ) -> Result<(RequestCredential, Int?), Rejection> {
+        if let authorization = request.headers.first(where: { $0.name == "authorization" })?.value,
+            let known = connection.knownCredential(authorization: authorization)
+        {
+            if case .token(_, _, _, let issuedAt) = known, validator.isExpired(issuedAt: issuedAt, now: now) {
+                return .failure(Rejection(403, .expiredProviderToken))
+            }
+            return .success((known, nil))
+        }
+        let credential: RequestCredential
+        switch validator.authenticate(request, hasClientCertificate: connection.hasClientCertificate ?? false, now: now) {
+        case .success(let value): credential = value
+        case .failure(let rejection): return .failure(rejection)
+        }
+        guard case .token = credential, let authorization = request.headers.first(where: { $0.name == "authorization" })?.value else {
+            return .success((credential, nil))
+        }
+        switch connection.adoptToken(
+            authorization: authorization, credential: credential, now: now,
+            minimumInterval: configuration.minimumTokenUpdateInterval)
+        {
+        case .tooSoon:
+            return .failure(Rejection(429, .tooManyProviderTokenUpdates))
+        case .adopted(let first):
+            let raise = first && configuration.maxConcurrentStreamsBeforeFirstToken != nil
+            return .success((credential, raise ? currentStreamLimit : nil))
+        }
+    }
+
+    /// The SETTINGS_MAX_CONCURRENT_STREAMS a fully authenticated connection advertises.
+    var currentStreamLimit: Int {
+        faults.maxConcurrentStreams ?? configuration.maxConcurrentStreams
+    }
+}
+
+extension RequestCredential {
+    var acceptedAuthentication: AcceptedNotification.Authentication {
+        switch self {
+        case .token(_, let keyID, let teamID, _): return .token(keyID: keyID, teamID: teamID)
+        case .certificate: return .certificate
+        }
+    }
+}
+
+/// What one TLS connection remembers: its client certificate, its provider token, how many
+/// streams it opened, and whether a GOAWAY or a drop was decided for it. Shared by the
+/// connection's handlers, which all run on its event loop; the lock only makes that provable.
+final class ConnectionState: Sendable {
+    enum TokenAdoption {
+        /// The token is now the connection's; `first` when it had none before.
+        case adopted(first: Bool)
+        case tooSoon
+    }
+
+    /// What to do with a stream the peer just opened.
+    enum StreamAdmission: Equatable {
+        case process(ordinal: Int)
+        /// Process it and send GOAWAY naming it as the last stream.
+        case processAndGoAway(ordinal: Int)
+        /// A GOAWAY named an earlier stream as the last: refuse it.
+        case refuse
+    }
+
+    private struct State {
+        var hasClientCertificate: Bool?
+        var authorization: String?
+        var credential: RequestCredential?
+        var tokenSince: Date?
+        var streamsOpened = 0
+        var activeStreams = 0
+        var goawayDecided = false
+        var dropped = false
+    }
+
+    private let state = Mutex(State())
+
+    /// nil until the first request asked the TLS handler.
+    var hasClientCertificate: Bool? {
+        get { state.withLock { $0.hasClientCertificate } }
+        set { state.withLock { $0.hasClientCertificate = newValue } }
+    }
+
+    func knownCredential(authorization: String) -> RequestCredential? {
+        state.withLock { $0.authorization == authorization ? $0.credential : nil }
+    }
+
+    func adoptToken(authorization: String, credential: RequestCredential, now: Date, minimumInterval: Duration) -> TokenAdoption {
+        state.withLock { s in
+            let first = s.authorization == nil
+            if let since = s.tokenSince, now.timeIntervalSince(since) < Double(minimumInterval.components.seconds) {
+                return .tooSoon
+            }
+            s.authorization = authorization
+            s.credential = credential
+            s.tokenSince = now
+            return .adopted(first: first)
+        }
+    }
+
+    func streamOpened(goawayAfter: Int?) -> StreamAdmission {
+        state.withLock { s in
+            if s.goawayDecided { return .refuse }
+            s.streamsOpened += 1
+            s.activeStreams += 1
+            if let goawayAfter, s.streamsOpened >= goawayAfter {
+                s.goawayDecided = true
+                return .processAndGoAway(ordinal: s.streamsOpened)
+            }
+            return .process(ordinal: s.streamsOpened)
+        }
+    }
+
+    /// A processed stream closed; true when the connection should now close (GOAWAY sent and
+    /// nothing left to answer).
+    func streamClosed() -> Bool {
+        state.withLock { s in
+            s.activeStreams -= 1
+            return s.goawayDecided && s.activeStreams == 0
+        }
+    }
+
+    /// True the first time only.
+    func markDropped() -> Bool {
+        state.withLock { s in
+            defer { s.dropped = true }
+            return !s.dropped
+        }
+    }
+}

@@ -1,0 +1,196 @@
+/// The simulator's channel handlers: protocol bytes only. `ConnectionObserver` notes a TLS
+/// connection's life and client certificate; `StreamHandler` reads one HTTP/2 request, asks the
+/// engine what to do and writes the answer (or resets, or drops the connection).
+import APNSCore
+import Logging
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+import NIOSSL
+import Synchronization
+
+/// Sits between TLS and HTTP/2 on every connection: registers it while it is open.
+final class ConnectionObserver: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOAny
+
+    private let connection: ConnectionState
+    private let registry: ConnectionRegistry
+    private let logger: Logger
+
+    init(connection: ConnectionState, registry: ConnectionRegistry, logger: Logger) {
+        self.connection = connection
+        self.registry = registry
+        self.logger = logger
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        registry.opened(context.channel)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        registry.closed(context.channel)
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        logger.debug("simulator connection error", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+}
+
+/// One HTTP/2 stream: one APNs request.
+final class StreamHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame.FramePayload
+    typealias OutboundOut = HTTP2Frame.FramePayload
+
+    /// Bodies are kept up to this size; beyond it only the length counts (413 anyway).
+    static let maximumKeptBody = 64 * 1024
+    /// After the last answer on a connection that sent GOAWAY, wait this long before closing so
+    /// the answer leaves the socket first.
+    static let goawayCloseDelay: TimeAmount = .milliseconds(50)
+
+    private let engine: SimulatorEngine
+    private let connection: ConnectionState
+    private let admission: ConnectionState.StreamAdmission
+    private var request = SimulatorRequest(method: nil, path: nil, headers: [], body: [], bodyLength: 0)
+    private var sawHeaders = false
+    private var decided = false
+
+    init(engine: SimulatorEngine, connection: ConnectionState, admission: ConnectionState.StreamAdmission) {
+        self.engine = engine
+        self.connection = connection
+        self.admission = admission
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        if admission == .refuse {
+            engine.updateCounters { $0.refusedStreams += 1 }
+            // Queued behind the GOAWAY (also sent on the next loop turn), so the peer learns the
+            // last stream before it sees the refusals.
+            context.eventLoop.assumeIsolated().execute {
+                context.writeAndFlush(self.wrapOutboundOut(.rstStream(.refusedStream)), promise: nil)
+            }
+        }
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if admission != .refuse, connection.streamClosed(), let parent = context.channel.parent {
+            parent.eventLoop.scheduleTask(in: Self.goawayCloseDelay) { parent.close(promise: nil) }
+        }
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard admission != .refuse, !decided else { return }
+        switch unwrapInboundIn(data) {
+        case .headers(let headers):
+            if !sawHeaders {
+                sawHeaders = true
+                for (name, value, _) in headers.headers {
+                    switch name {
+                    case ":method": request.method = value
+                    case ":path": request.path = value
+                    case _ where name.hasPrefix(":"): break
+                    default: request.headers.append((name: name, value: value))
+                    }
+                }
+            }
+            if headers.endStream { requestComplete(context: context) }
+        case .data(let data):
+            if case .byteBuffer(var buffer) = data.data {
+                request.bodyLength += buffer.readableBytes
+                let room = Self.maximumKeptBody - request.body.count
+                if room > 0, let bytes = buffer.readBytes(length: min(room, buffer.readableBytes)) {
+                    request.body.append(contentsOf: bytes)
+                }
+            }
+            if data.endStream { requestComplete(context: context) }
+        default:
+            break
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+
+    private var ordinal: Int {
+        switch admission {
+        case .process(let ordinal), .processAndGoAway(let ordinal): return ordinal
+        case .refuse: return 0
+        }
+    }
+
+    private func requestComplete(context: ChannelHandlerContext) {
+        decided = true
+        if connection.hasClientCertificate == nil, let parent = context.channel.parent {
+            // The handshake is long over when a request arrives; the TLS handler only lets a
+            // certificate through that verified against the client CA.
+            let certificate = try? parent.pipeline.syncOperations.nioSSL_peerCertificate()
+            connection.hasClientCertificate = certificate != nil
+        }
+        switch engine.decide(request, connection: connection, ordinal: ordinal) {
+        case .dropConnection:
+            (context.channel.parent ?? context.channel).close(promise: nil)
+        case .neverAnswer:
+            break
+        case .respond(let response, let delay, let raiseStreamLimit):
+            if let raiseStreamLimit, let parent = context.channel.parent {
+                let settings = HTTP2Frame(
+                    streamID: .rootStream,
+                    payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: raiseStreamLimit)])))
+                parent.writeAndFlush(settings, promise: nil)
+            }
+            if delay > .zero {
+                context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(delay)) {
+                    self.write(response, context: context)
+                }
+            } else {
+                write(response, context: context)
+            }
+        }
+    }
+
+    private func write(_ response: SimulatorResponse, context: ChannelHandlerContext) {
+        guard context.channel.isActive else { return }
+        var headers = HPACKHeaders()
+        headers.add(name: ":status", value: String(response.status))
+        headers.add(name: "apns-id", value: response.apnsID)
+        if let uniqueID = response.uniqueID { headers.add(name: "apns-unique-id", value: uniqueID) }
+        guard let body = response.body else {
+            context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers, endStream: true))), promise: nil)
+            return
+        }
+        headers.add(name: "content-type", value: "application/json; charset=utf-8")
+        headers.add(name: "content-length", value: String(body.utf8.count))
+        context.write(wrapOutboundOut(.headers(.init(headers: headers))), promise: nil)
+        let buffer = context.channel.allocator.buffer(string: body)
+        context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(buffer), endStream: true))), promise: nil)
+    }
+}
+
+/// The open connections, so the simulator can close them at shutdown and tell them about a new
+/// stream limit.
+final class ConnectionRegistry: Sendable {
+    private let channels = Mutex<[ObjectIdentifier: any Channel]>([:])
+    private let engine: SimulatorEngine
+
+    init(engine: SimulatorEngine) { self.engine = engine }
+
+    func opened(_ channel: any Channel) {
+        channels.withLock { $0[ObjectIdentifier(channel)] = channel }
+        engine.updateCounters {
+            $0.connections += 1
+            $0.openConnections += 1
+        }
+    }
+
+    func closed(_ channel: any Channel) {
+        let removed = channels.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) }
+        if removed != nil { engine.updateCounters { $0.openConnections -= 1 } }
+    }
+
+    var all: [any Channel] { channels.withLock { Array($0.values) } }
+}

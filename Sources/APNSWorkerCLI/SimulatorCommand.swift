@@ -1,0 +1,143 @@
+/// `apns-worker simulator`: runs the APNs simulator in the foreground for a local run of the
+/// worker, generating throwaway credentials on first use.
+import APNSCore
+import APNSSimulator
+import ArgumentParser
+import Foundation
+import Logging
+import ServiceLifecycle
+import UnixSignals
+
+struct SimulatorCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "simulator",
+        abstract: "Run a local APNs simulator (TLS + HTTP/2) that validates requests as Apple does.",
+        discussion: """
+            Credentials (CA, server and client certificates, AuthKey_<key-id>.p8) are read from \
+            --credentials, and generated there when missing. Point the worker at it with \
+            host = 127.0.0.1, port = <port>, caFile = <credentials>/ca.pem and the .p8 key.
+            """
+    )
+
+    @Option(help: "Address to listen on.")
+    var host = "127.0.0.1"
+
+    @Option(help: "Port to listen on (0 = any free port).")
+    var port = 8443
+
+    @Option(help: "Directory of the simulator's credentials; generated when missing.")
+    var credentials = ".local/credentials"
+
+    @Option(name: .customLong("bundle"), help: "A bundle ID the simulator accepts (repeatable).")
+    var bundles: [String] = []
+
+    @Option(help: "Team ID of the provider token key.")
+    var teamID = "TEAM123456"
+
+    @Option(help: "Key ID of the provider token key.")
+    var keyID = "KEY1234567"
+
+    @Option(help: "SETTINGS_MAX_CONCURRENT_STREAMS advertised to clients.")
+    var maxStreams = 1000
+
+    @Option(help: "Advertise this many streams until a connection's first valid provider token, as Apple does.")
+    var streamsBeforeToken: Int?
+
+    @Option(help: "Environment: production or sandbox (sandbox adds apns-unique-id).")
+    var environment: String = "production"
+
+    @Option(name: .customLong("fail-rate-429"), help: "Fraction (0.0-1.0) of valid requests answered 429 TooManyRequests.")
+    var failRate429: Double = 0
+
+    @Option(name: .customLong("fail-rate-500"), help: "Fraction (0.0-1.0) of valid requests answered 500 InternalServerError.")
+    var failRate500: Double = 0
+
+    @Option(name: .customLong("fail-rate-503"), help: "Fraction (0.0-1.0) of valid requests answered 503 ServiceUnavailable.")
+    var failRate503: Double = 0
+
+    @Option(help: "Seed for the fault rates' random generator.")
+    var seed: UInt64 = 1
+
+    @Option(help: "Latency added to every answer, in milliseconds.")
+    var latencyMs: Int = 0
+
+    @Option(help: "Send GOAWAY on each connection after this many streams.")
+    var goawayAfter: Int?
+
+    @Option(help: "Drop each connection abruptly after this many streams.")
+    var dropAfter: Int?
+
+    @Flag(help: "Answer every request 403 InvalidProviderToken.")
+    var rejectAll = false
+
+    @Option(help: "Seconds between summary lines (0 = none).")
+    var summaryEvery: Int = 10
+
+    func validate() throws {
+        guard APNSEnvironment(rawValue: environment) != nil else {
+            throw ValidationError("--environment must be production or sandbox")
+        }
+        for rate in [failRate429, failRate500, failRate503] where !(0...1).contains(rate) {
+            throw ValidationError("fail rates are fractions between 0.0 and 1.0")
+        }
+    }
+
+    func run() async throws {
+        LoggingSystem.bootstrap(StreamLogHandler.standardError)
+        var logger = Logger(label: "apns-worker.simulator")
+        logger.logLevel = .info
+
+        let generated = try SimulatorCredentials.loadOrGenerate(directory: credentials, teamID: teamID, keyID: keyID)
+        let configuration = SimulatorConfiguration(
+            host: host, port: port, tls: generated.tlsConfiguration(),
+            bundleIDs: bundles.isEmpty ? ["com.example.app", "com.example.legacy"] : bundles,
+            tokenKeys: [generated.tokenKey], maxConcurrentStreams: maxStreams,
+            maxConcurrentStreamsBeforeFirstToken: streamsBeforeToken,
+            environment: APNSEnvironment(rawValue: environment) ?? .production)
+        let simulator = try await APNSSimulator.start(configuration, logger: logger)
+        simulator.setFaults(
+            SimulatorFaults(
+                rate429: failRate429, rate500: failRate500, rate503: failRate503, seed: seed,
+                latency: .milliseconds(latencyMs), goawayAfterStreams: goawayAfter, dropAfterStreams: dropAfter,
+                rejectAllTokens: rejectAll ? .invalidProviderToken : nil))
+        logger.info(
+            "simulator credentials",
+            metadata: [
+                "simulator.ca": "\(generated.caCertificatePath)", "simulator.tokenKey": "\(generated.tokenKeyPath)",
+                "simulator.teamID": "\(teamID)", "simulator.keyID": "\(keyID)",
+            ])
+
+        var services: [any Service] = [simulator]
+        if summaryEvery > 0 {
+            services.append(SimulatorSummary(simulator: simulator, interval: .seconds(summaryEvery), logger: logger))
+        }
+        let group = ServiceGroup(
+            configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+    }
+}
+
+/// Logs one line of counters per interval when anything changed.
+struct SimulatorSummary: Service {
+    let simulator: APNSSimulator
+    let interval: Duration
+    let logger: Logger
+
+    func run() async throws {
+        var last = SimulatorCounters()
+        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
+            let now = simulator.counters()
+            guard now != last else { continue }
+            let reasons = now.byReason.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+            logger.info(
+                "simulator summary",
+                metadata: [
+                    "simulator.received": "\(now.received)", "simulator.accepted": "\(now.accepted)",
+                    "simulator.rejected": "\(now.rejected)", "simulator.reasons": "\(reasons)",
+                    "simulator.connections": "\(now.openConnections)/\(now.connections)",
+                ])
+            last = now
+        }
+    }
+}
