@@ -99,7 +99,7 @@ struct WorkerBench: AsyncParsableCommand {
         worker.terminate()
         worker.waitUntilExit()
         var usage = rusage()
-        getrusage(RUSAGE_CHILDREN, &usage)
+        getrusage(RUSAGE_CHILDREN.rawValue, &usage)
         let cpu = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
 
         // Phase 3: the broker's ceiling: the same drain with a consumer that only acks.
