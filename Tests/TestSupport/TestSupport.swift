@@ -2,6 +2,7 @@
 /// `scripts/test` starts, private brokers for tests that stop or restart one, free ports,
 /// child processes and the RabbitMQ management API.
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -138,23 +139,60 @@ public struct ProcessResult: Sendable {
 }
 
 /// Runs a program to completion and collects its output.
+///
+/// Built on posix_spawn and waitpid rather than Foundation's `Process`: with `Process` on Linux,
+/// a child that daemonizes (rabbitmq-server under `broker.sh`) left `waitUntilExit` hanging.
+/// Output goes through temporary files, so no pipe can stay open in a grandchild.
 public func runProcess(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws -> ProcessResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    if let environment { process.environment = environment }
-    let out = Pipe(), err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    // Read before waiting so a chatty child never blocks on a full pipe.
-    let outData = out.fileHandleForReading.readDataToEndOfFile()
-    let errData = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
+    let base = NSTemporaryDirectory() + "apnsw-run-\(UUID().uuidString.prefix(8))"
+    defer {
+        try? FileManager.default.removeItem(atPath: base + ".out")
+        try? FileManager.default.removeItem(atPath: base + ".err")
+    }
+    let pid = try spawn(executable, arguments, environment: environment ?? ProcessInfo.processInfo.environment,
+                        stdoutPath: base + ".out", stderrPath: base + ".err")
+    let status = waitForChild(pid)
     return ProcessResult(
-        status: process.terminationStatus,
-        stdout: String(decoding: outData, as: UTF8.self),
-        stderr: String(decoding: errData, as: UTF8.self))
+        status: status,
+        stdout: (try? String(contentsOfFile: base + ".out", encoding: .utf8)) ?? "",
+        stderr: (try? String(contentsOfFile: base + ".err", encoding: .utf8)) ?? "")
+}
+
+/// Starts `executable` with stdin from /dev/null and stdout/stderr to files (the same file when
+/// `stderrPath` is nil). Returns the child's pid.
+func spawn(_ executable: String, _ arguments: [String], environment: [String: String], stdoutPath: String, stderrPath: String?) throws -> pid_t {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, stdoutPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+    if let stderrPath {
+        posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+    } else {
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+    }
+    let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
+    let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer {
+        for pointer in argv { free(pointer) }
+        for pointer in envp { free(pointer) }
+    }
+    var pid: pid_t = 0
+    let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+    guard result == 0 else { throw TestSupportError("could not start \(executable): errno \(result)") }
+    return pid
+}
+
+/// Blocks until the child exits; its exit code, or 128 + signal when a signal ended it.
+func waitForChild(_ pid: pid_t) -> Int32 {
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+    return decodeWaitStatus(status)
+}
+
+func decodeWaitStatus(_ status: Int32) -> Int32 {
+    let signal = status & 0x7f
+    return signal == 0 ? (status >> 8) & 0xff : 128 + signal
 }
 
 /// The `apns-worker` executable the tests run: `APNS_TEST_BIN_PATH` (set by `scripts/test`),
@@ -168,43 +206,50 @@ public var workerExecutable: String {
 /// output going to a log file the test can read.
 public final class ChildProcess: Sendable {
     public let logPath: String
-    private let process: Process
+    public let pid: Int32
+    /// The exit status once the child has been reaped.
+    private let exitStatus = Mutex<Int32?>(nil)
 
     public init(_ executable: String, _ arguments: [String], logPath: String, environment: [String: String] = [:]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         for (key, value) in environment { env[key] = value }
-        process.environment = env
-        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
-        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
-        process.standardOutput = log
-        process.standardError = log
-        try process.run()
-        self.process = process
+        self.pid = try spawn(executable, arguments, environment: env, stdoutPath: logPath, stderrPath: nil)
         self.logPath = logPath
     }
 
-    public var pid: Int32 { process.processIdentifier }
-    public var isRunning: Bool { process.isRunning }
+    /// Reaps the child if it has exited (never blocks).
+    private func poll() -> Int32? {
+        exitStatus.withLock { known in
+            if let known { return known }
+            var status: Int32 = 0
+            if waitpid(pid, &status, WNOHANG) == pid { known = decodeWaitStatus(status) }
+            return known
+        }
+    }
 
-    public func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+    public var isRunning: Bool { poll() == nil }
+
+    public func signal(_ signal: Int32) {
+        if isRunning { kill(pid, signal) }
+    }
 
     /// Waits up to `timeout` for the process to exit; its exit status, or nil if it still runs.
     public func waitForExit(timeout: Duration) async -> Int32? {
         let deadline = ContinuousClock.now.advanced(by: timeout)
-        while process.isRunning {
+        while true {
+            if let status = poll() { return status }
             if ContinuousClock.now >= deadline { return nil }
             try? await Task.sleep(for: .milliseconds(50))
         }
-        return process.terminationStatus
     }
 
-    /// Stops the process if it still runs (SIGKILL), for test clean-up.
+    /// Stops the process if it still runs (SIGKILL) and reaps it, for test clean-up.
     public func kill9() {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        guard isRunning else { return }
+        kill(pid, SIGKILL)
+        exitStatus.withLock { known in
+            if known == nil { known = waitForChild(pid) }
+        }
     }
 
     public var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
