@@ -81,6 +81,9 @@ import Testing
         Good(name: "whitespace around tokens is removed from the payload, order and lexemes kept",
              body: "{ \"token\" : \"\(token64)\" ,\n \"payload\" : {\n  \"z\" : 1.50 ,\n  \"aps\" : { \"alert\" : \"a b\\u00e9\" } \n} }",
              payload: #"{"z":1.50,"aps":{"alert":"a b\u00e9"}}"#),
+        Good(name: "spaces and escaped quotes inside strings are kept",
+             body: body(payload: #"{ "aps" : { "alert" : "say \"hi  there\" \\ ok" } }"#),
+             payload: #"{"aps":{"alert":"say \"hi  there\" \\ ok"}}"#),
         Good(name: "binary transport with 32-byte token, priority 5",
              body: body(#""priority":5,"expiration":4294967295"#), transport: .binary,
              priority: 5, expiration: 4_294_967_295),
@@ -120,6 +123,19 @@ import Testing
     @Test func userInfoStringsAreDecoded() throws {
         let job = try Self.parse(Self.body(#""userInfo":{"s":"q\"b\\s\/\u00e9\ud83d\ude00\n\t"}"#)).get()
         #expect(job.userInfo["s"] == .string("q\"b\\s/é😀\n\t"))
+    }
+
+    @Test func jsonValueAccessors() throws {
+        let job = try Self.parse(Self.body(#""userInfo":{"s":"x","i":7,"d":1.5,"b":false,"a":[],"o":{},"n":null}"#)).get()
+        let info = JSONValue.object(job.userInfo)
+        #expect(info["s"]?.stringValue == "x")
+        #expect(info["i"]?.integerValue == 7)
+        #expect(info["s"]?.integerValue == nil)
+        #expect(info["i"]?.stringValue == nil)
+        #expect(info["missing"] == nil)
+        #expect(JSONValue.string("x")["key"] == nil)
+        let names = ["s", "i", "d", "b", "a", "o", "n"].map { info[$0]?.typeName ?? "" }
+        #expect(names == ["a string", "an integer", "a number", "a boolean", "an array", "an object", "null"])
     }
 
     @Test func numbersKeepIntegersExact() throws {
