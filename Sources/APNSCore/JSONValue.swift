@@ -46,10 +46,30 @@ public enum JSONValue: Sendable, Hashable {
     }
 }
 
-/// Why a body is not acceptable JSON. `offset` is the byte offset in the body.
-struct JSONSyntaxError: Error, Hashable {
-    var offset: Int
-    var message: String
+/// Why a text is not acceptable JSON. `offset` is the byte offset of the fault.
+public struct JSONSyntaxError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var offset: Int
+    public var message: String
+
+    public init(offset: Int, message: String) {
+        self.offset = offset
+        self.message = message
+    }
+
+    public var description: String { "invalid JSON at byte \(offset): \(message)" }
+}
+
+extension JSONValue {
+    /// Parses one JSON text with the same strict reader as job bodies: UTF-8 checked, nesting
+    /// bounded by `maxDepth`, duplicate keys refused. (The simulator checks payloads with it.)
+    public init(parsing bytes: [UInt8], maxDepth: Int = 64) throws(JSONSyntaxError) {
+        self = try bytes.withUnsafeBufferPointer { buffer throws(JSONSyntaxError) in
+            if let bad = JSONReader.firstInvalidUTF8Offset(buffer) {
+                throw JSONSyntaxError(offset: bad, message: "not valid UTF-8")
+            }
+            return try JSONReader.parseValue(buffer, maxDepth: maxDepth)
+        }
+    }
 }
 
 /// One member of the top-level object: its value and where the value's bytes lie in the body.

@@ -138,6 +138,20 @@ import Testing
         #expect(names == ["a string", "an integer", "a number", "a boolean", "an array", "an object", "null"])
     }
 
+    @Test func jsonValueParsesAnyText() throws {
+        #expect(try JSONValue(parsing: Array(#" [1, "a", {"k": null}] "#.utf8))
+            == .array([.integer(1), .string("a"), .object(["k": .null])]))
+        #expect(try JSONValue(parsing: Array("true".utf8)) == .bool(true))
+        #expect(throws: JSONSyntaxError(offset: 1, message: "not valid UTF-8")) {
+            try JSONValue(parsing: [0x22, 0xFF, 0x22])
+        }
+        #expect(throws: JSONSyntaxError(offset: 2, message: "nesting deeper than 2 levels")) {
+            try JSONValue(parsing: Array("[[[]]]".utf8), maxDepth: 2)
+        }
+        #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: Array("1 2".utf8)) }
+        #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: []) }
+    }
+
     @Test func numbersKeepIntegersExact() throws {
         let job = try Self.parse(Self.body(
             #""userInfo":{"big":9223372036854775807,"huge":9223372036854775808,"neg":-12,"f":-0.5e2,"z":0}"#)).get()
