@@ -152,6 +152,28 @@ import Testing
         #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: []) }
     }
 
+    /// Strings are scanned eight bytes at a time: put the special byte at every word position.
+    @Test(arguments: 0..<20)
+    func specialBytesAnywhereInALongString(_ position: Int) throws {
+        let before = String(repeating: "a", count: position)
+        let after = String(repeating: "b", count: 19 - position)
+        let escaped = try Self.parse(Self.body(#""userInfo":{"s":"\#(before)\"é\\\#(after)"}"#)).get()
+        #expect(escaped.userInfo["s"] == .string(before + "\"é\\" + after))
+        let plain = try Self.parse(Self.body(#""userInfo":{"s":"\#(before)ü\#(after)"}"#)).get()
+        #expect(plain.userInfo["s"] == .string(before + "ü" + after))
+        guard case .failure(let error) = Self.parse(Self.body(#""userInfo":{"s":"\#(before)\#u{1F}\#(after)"}"#)) else {
+            Issue.record("control character at \(position) accepted")
+            return
+        }
+        #expect(error.message.contains("control character"))
+    }
+
+    @Test func compactPayloadIsCopiedAsIs() throws {
+        let payload = #"{"aps":{"alert":"a  b"},"k":[1,2.50,"x"]}"#
+        let job = try Self.parse(Self.body(payload: payload)).get()
+        #expect(job.payload == Array(payload.utf8))
+    }
+
     @Test func numbersKeepIntegersExact() throws {
         let job = try Self.parse(Self.body(
             #""userInfo":{"big":9223372036854775807,"huge":9223372036854775808,"neg":-12,"f":-0.5e2,"z":0}"#)).get()
