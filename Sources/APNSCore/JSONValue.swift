@@ -46,16 +46,38 @@ public enum JSONValue: Sendable, Hashable {
     }
 }
 
-/// Why a body is not acceptable JSON. `offset` is the byte offset in the body.
-struct JSONSyntaxError: Error, Hashable {
-    var offset: Int
-    var message: String
+/// Why a text is not acceptable JSON. `offset` is the byte offset of the fault.
+public struct JSONSyntaxError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var offset: Int
+    public var message: String
+
+    public init(offset: Int, message: String) {
+        self.offset = offset
+        self.message = message
+    }
+
+    public var description: String { "invalid JSON at byte \(offset): \(message)" }
+}
+
+extension JSONValue {
+    /// Parses one JSON text with the same strict reader as job bodies: UTF-8 checked, nesting
+    /// bounded by `maxDepth`, duplicate keys refused. (The simulator checks payloads with it.)
+    public init(parsing bytes: [UInt8], maxDepth: Int = 64) throws(JSONSyntaxError) {
+        self = try bytes.withUnsafeBufferPointer { buffer throws(JSONSyntaxError) in
+            if let bad = JSONReader.firstInvalidUTF8Offset(buffer) {
+                throw JSONSyntaxError(offset: bad, message: "not valid UTF-8")
+            }
+            return try JSONReader.parseValue(buffer, maxDepth: maxDepth)
+        }
+    }
 }
 
 /// One member of the top-level object: its value and where the value's bytes lie in the body.
 struct JSONTopLevelMember {
     var value: JSONValue
     var range: Range<Int>
+    /// Whether the value's text holds whitespace between tokens (so `compact` would change it).
+    var hasWhitespace: Bool
 }
 
 enum JSONReader {
@@ -65,6 +87,13 @@ enum JSONReader {
         var i = 0
         let n = bytes.count
         while i < n {
+            // Job bodies are almost all ASCII: skip eight such bytes at a time.
+            while i + 8 <= n,
+                UnsafeRawPointer(bytes.baseAddress! + i).loadUnaligned(as: UInt64.self) & 0x8080_8080_8080_8080 == 0
+            {
+                i += 8
+            }
+            guard i < n else { break }
             let b0 = bytes[i]
             if b0 < 0x80 { i += 1; continue }
             let need: Int
@@ -116,11 +145,13 @@ enum JSONReader {
                 try parser.expect(UInt8(ascii: ":"))
                 parser.skipWhitespace()
                 let start = parser.index
+                let whitespaceBefore = parser.whitespaceSkipped
                 let value = try parser.parseValue(depth: 1)
                 if members[key] != nil {
                     throw JSONSyntaxError(offset: keyOffset, message: "duplicate key \"\(key)\"")
                 }
-                members[key] = JSONTopLevelMember(value: value, range: start..<parser.index)
+                members[key] = JSONTopLevelMember(
+                    value: value, range: start..<parser.index, hasWhitespace: parser.whitespaceSkipped != whitespaceBefore)
                 parser.skipWhitespace()
                 if try parser.endOfContainer(closing: UInt8(ascii: "}")) { break }
             }
@@ -145,26 +176,31 @@ enum JSONReader {
     static func compact(_ bytes: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
+        // Copies runs between whitespace bytes in bulk; inside strings nothing is dropped.
+        var runStart = 0
         var inString = false
-        var escaped = false
-        for b in bytes {
+        var i = 0
+        while i < bytes.count {
+            let b = bytes[i]
             if inString {
-                if escaped {
-                    escaped = false
-                } else if b == UInt8(ascii: "\\") {
-                    escaped = true
-                } else if b == UInt8(ascii: "\"") {
-                    inString = false
-                }
-                out.append(b)
-            } else {
-                switch b {
-                case 0x20, 0x09, 0x0A, 0x0D: continue
-                case UInt8(ascii: "\""): inString = true; out.append(b)
-                default: out.append(b)
-                }
+                if b == UInt8(ascii: "\\") { i += 2; continue }
+                if b == UInt8(ascii: "\"") { inString = false }
+                i += 1
+                continue
+            }
+            switch b {
+            case 0x20, 0x09, 0x0A, 0x0D:
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<i]))
+                i += 1
+                runStart = i
+            case UInt8(ascii: "\""):
+                inString = true
+                i += 1
+            default:
+                i += 1
             }
         }
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<bytes.count]))
         return out
     }
 
@@ -172,6 +208,8 @@ enum JSONReader {
         let bytes: UnsafeBufferPointer<UInt8>
         let maxDepth: Int
         var index = 0
+        /// Whitespace bytes skipped between tokens so far.
+        var whitespaceSkipped = 0
 
         init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
             self.bytes = bytes
@@ -187,7 +225,9 @@ enum JSONReader {
         mutating func skipWhitespace() {
             while index < bytes.count {
                 switch bytes[index] {
-                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+                case 0x20, 0x09, 0x0A, 0x0D:
+                    index += 1
+                    whitespaceSkipped += 1
                 default: return
                 }
             }
@@ -323,6 +363,7 @@ enum JSONReader {
         mutating func parseString() throws(JSONSyntaxError) -> String {
             index += 1
             let start = index
+            skipPlainStringBytes()
             while index < bytes.count {
                 let b = bytes[index]
                 if b == UInt8(ascii: "\"") {
@@ -335,6 +376,24 @@ enum JSONReader {
                 index += 1
             }
             throw JSONSyntaxError(offset: start - 1, message: "unterminated string")
+        }
+
+        /// Skips eight bytes at a time while none of them is a quote, a backslash or a control
+        /// character (the classic "has a zero byte" / "has a byte less than n" word tests; they
+        /// never miss a match, and a false alarm only hands over to the byte loop early).
+        mutating func skipPlainStringBytes() {
+            guard let base = bytes.baseAddress else { return }
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            let highBits: UInt64 = 0x8080_8080_8080_8080
+            while index + 8 <= bytes.count {
+                let word = UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
+                let quotes = word ^ (ones &* 0x22)
+                let backslashes = word ^ (ones &* 0x5C)
+                let special = ((quotes &- ones) & ~quotes) | ((backslashes &- ones) & ~backslashes)
+                    | ((word &- ones &* 0x20) & ~word)
+                if special & highBits != 0 { return }
+                index += 8
+            }
         }
 
         mutating func parseEscapedString(from start: Int) throws(JSONSyntaxError) -> String {

@@ -97,7 +97,8 @@ public enum JobParser {
         guard case .object(let aps) = apsValue else {
             throw .malformed("payload.aps", "must be an object, got \(apsValue.typeName)")
         }
-        let payload = JSONReader.compact(UnsafeBufferPointer(rebasing: body[payloadMember.range]))
+        let payloadText = UnsafeBufferPointer(rebasing: body[payloadMember.range])
+        let payload = payloadMember.hasWhitespace ? JSONReader.compact(payloadText) : Array(payloadText)
 
         // pushType
         let pushType: PushType
@@ -232,19 +233,32 @@ public enum JobParser {
     /// A UUID in the canonical 8-4-4-4-12 form, either case; nil for anything else (braces,
     /// missing hyphens, other lengths), whatever `UUID(uuidString:)` would tolerate.
     public static func canonicalUUID(_ text: String) -> UUID? {
-        let utf8 = Array(text.utf8)
+        if let parsed = text.utf8.withContiguousStorageIfAvailable(canonicalUUID) { return parsed }
+        return Array(text.utf8).withUnsafeBufferPointer(canonicalUUID)
+    }
+
+    private static func canonicalUUID(_ utf8: UnsafeBufferPointer<UInt8>) -> UUID? {
         guard utf8.count == 36 else { return nil }
+        var bytes = [UInt8](repeating: 0, count: 16)
+        var nibbles = 0
         for (i, c) in utf8.enumerated() {
             if i == 8 || i == 13 || i == 18 || i == 23 {
                 guard c == UInt8(ascii: "-") else { return nil }
-            } else {
-                let isHex = (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9"))
-                    || (c >= UInt8(ascii: "a") && c <= UInt8(ascii: "f"))
-                    || (c >= UInt8(ascii: "A") && c <= UInt8(ascii: "F"))
-                guard isHex else { return nil }
+                continue
             }
+            let v: UInt8
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): v = c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): v = c - UInt8(ascii: "A") + 10
+            default: return nil
+            }
+            bytes[nibbles / 2] |= nibbles % 2 == 0 ? v << 4 : v
+            nibbles += 1
         }
-        return UUID(uuidString: text)
+        return UUID(uuid: (
+            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+            bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
     }
 
     /// A value quoted in an error line: at most 40 characters, control characters replaced, so a

@@ -83,7 +83,9 @@ struct PureBenchCase {
         else { throw ValidationError("the benchmark job does not parse") }
         let frame = try BinaryNotificationFrame(notification: job.notification, identifier: 1)
         let encodedFrame = try frame.encoded()
-        let errorResponse = BinaryErrorResponse(status: .invalidToken, identifier: 7).encoded()
+        let errorResponses = (0..<1024).flatMap { i in
+            BinaryErrorResponse(status: i % 2 == 0 ? .invalidToken : .processingError, identifier: UInt32(i)).encoded()
+        }
         let results: [TransportResult] = [
             .http(HTTPAnswer(status: 200)), .http(HTTPAnswer(status: 410, reason: .unregistered, timestamp: 1)),
             .http(HTTPAnswer(status: 400, reason: .badPriority)), .binaryRejected(status: 8),
@@ -116,9 +118,16 @@ struct PureBenchCase {
                 return sum
             },
             PureBenchCase(name: "binary error response decode") { n in
+                // A stream of distinct responses, decoded at successive offsets, so the work
+                // cannot be hoisted out of the loop.
                 var sum = 0
-                for _ in 0..<n {
-                    if case .response(let r) = BinaryErrorResponse.decode(errorResponse) { sum &+= Int(r.identifier) }
+                errorResponses.withUnsafeBytes { stream in
+                    let count = stream.count / BinaryProtocol.errorResponseLength
+                    for i in 0..<n {
+                        let offset = (i % count) * BinaryProtocol.errorResponseLength
+                        let slice = UnsafeRawBufferPointer(rebasing: stream[offset...])
+                        if case .response(let r) = BinaryErrorResponse.decode(slice) { sum &+= Int(r.identifier) }
+                    }
                 }
                 return sum
             },

@@ -81,6 +81,9 @@ import Testing
         Good(name: "whitespace around tokens is removed from the payload, order and lexemes kept",
              body: "{ \"token\" : \"\(token64)\" ,\n \"payload\" : {\n  \"z\" : 1.50 ,\n  \"aps\" : { \"alert\" : \"a b\\u00e9\" } \n} }",
              payload: #"{"z":1.50,"aps":{"alert":"a b\u00e9"}}"#),
+        Good(name: "spaces and escaped quotes inside strings are kept",
+             body: body(payload: #"{ "aps" : { "alert" : "say \"hi  there\" \\ ok" } }"#),
+             payload: #"{"aps":{"alert":"say \"hi  there\" \\ ok"}}"#),
         Good(name: "binary transport with 32-byte token, priority 5",
              body: body(#""priority":5,"expiration":4294967295"#), transport: .binary,
              priority: 5, expiration: 4_294_967_295),
@@ -120,6 +123,55 @@ import Testing
     @Test func userInfoStringsAreDecoded() throws {
         let job = try Self.parse(Self.body(#""userInfo":{"s":"q\"b\\s\/\u00e9\ud83d\ude00\n\t"}"#)).get()
         #expect(job.userInfo["s"] == .string("q\"b\\s/é😀\n\t"))
+    }
+
+    @Test func jsonValueAccessors() throws {
+        let job = try Self.parse(Self.body(#""userInfo":{"s":"x","i":7,"d":1.5,"b":false,"a":[],"o":{},"n":null}"#)).get()
+        let info = JSONValue.object(job.userInfo)
+        #expect(info["s"]?.stringValue == "x")
+        #expect(info["i"]?.integerValue == 7)
+        #expect(info["s"]?.integerValue == nil)
+        #expect(info["i"]?.stringValue == nil)
+        #expect(info["missing"] == nil)
+        #expect(JSONValue.string("x")["key"] == nil)
+        let names = ["s", "i", "d", "b", "a", "o", "n"].map { info[$0]?.typeName ?? "" }
+        #expect(names == ["a string", "an integer", "a number", "a boolean", "an array", "an object", "null"])
+    }
+
+    @Test func jsonValueParsesAnyText() throws {
+        #expect(try JSONValue(parsing: Array(#" [1, "a", {"k": null}] "#.utf8))
+            == .array([.integer(1), .string("a"), .object(["k": .null])]))
+        #expect(try JSONValue(parsing: Array("true".utf8)) == .bool(true))
+        #expect(throws: JSONSyntaxError(offset: 1, message: "not valid UTF-8")) {
+            try JSONValue(parsing: [0x22, 0xFF, 0x22])
+        }
+        #expect(throws: JSONSyntaxError(offset: 2, message: "nesting deeper than 2 levels")) {
+            try JSONValue(parsing: Array("[[[]]]".utf8), maxDepth: 2)
+        }
+        #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: Array("1 2".utf8)) }
+        #expect(throws: JSONSyntaxError.self) { try JSONValue(parsing: []) }
+    }
+
+    /// Strings are scanned eight bytes at a time: put the special byte at every word position.
+    @Test(arguments: 0..<20)
+    func specialBytesAnywhereInALongString(_ position: Int) throws {
+        let before = String(repeating: "a", count: position)
+        let after = String(repeating: "b", count: 19 - position)
+        let escaped = try Self.parse(Self.body(#""userInfo":{"s":"\#(before)\"é\\\#(after)"}"#)).get()
+        #expect(escaped.userInfo["s"] == .string(before + "\"é\\" + after))
+        let plain = try Self.parse(Self.body(#""userInfo":{"s":"\#(before)ü\#(after)"}"#)).get()
+        #expect(plain.userInfo["s"] == .string(before + "ü" + after))
+        guard case .failure(let error) = Self.parse(Self.body(#""userInfo":{"s":"\#(before)\#u{1F}\#(after)"}"#)) else {
+            Issue.record("control character at \(position) accepted")
+            return
+        }
+        #expect(error.message.contains("control character"))
+    }
+
+    @Test func compactPayloadIsCopiedAsIs() throws {
+        let payload = #"{"aps":{"alert":"a  b"},"k":[1,2.50,"x"]}"#
+        let job = try Self.parse(Self.body(payload: payload)).get()
+        #expect(job.payload == Array(payload.utf8))
     }
 
     @Test func numbersKeepIntegersExact() throws {
