@@ -14,6 +14,7 @@ let package = Package(
     products: [
         .executable(name: "apns-worker", targets: ["APNSWorkerCLI"]),
         .executable(name: "apns-worker-bench", targets: ["APNSWorkerBench"]),
+        .executable(name: "amqp-c-loop", targets: ["AMQPCLoop"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -42,6 +43,8 @@ let package = Package(
         ),
         // C shims for the parts of librabbitmq Swift cannot call (variadic functions, macros).
         .target(name: "CRabbitMQShim", dependencies: ["CRabbitMQ"]),
+        // `amqp-c-loop`: the plain-C librabbitmq baseline that `apns-worker-bench amqp` runs beside AMQPClient.
+        .executableTarget(name: "AMQPCLoop", dependencies: ["CRabbitMQ"]),
 
         // Pure logic, no IO: jobs, outcomes, wire codecs, JWT, retry and replay state machines.
         .target(

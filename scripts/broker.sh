@@ -51,7 +51,16 @@ loopback_users = none
 log.console = false
 log.file.level = info
 CONF
-  nohup "$RMQ_BIN/rabbitmq-server" > "$dir/log/stdout.log" 2>&1 &
+  # The node must not inherit the caller's descriptors: Foundation's Process (TestSupport's
+  # PrivateBroker) learns that this script exited when the last holder of a socket it passes
+  # down closes it, so a server keeping that socket would make the caller wait forever.
+  (
+    for fd in /proc/self/fd/*; do
+      n=${fd##*/}
+      if [ "$n" -gt 2 ] && [ "$n" -ne 255 ]; then eval "exec $n>&-"; fi
+    done 2>/dev/null
+    exec nohup "$RMQ_BIN/rabbitmq-server" > "$dir/log/stdout.log" 2>&1
+  ) &
   echo $! > "$dir/server.shell.pid"
   # rabbitmqctl wait blocks until the app is up, or fails early if the node died.
   if ! timeout 120 "$RMQ_BIN/rabbitmqctl" -n "$node" wait --timeout 110 "$RABBITMQ_PID_FILE" > "$dir/log/wait.log" 2>&1; then

@@ -188,29 +188,41 @@ public final class AMQPConnection: Sendable {
     }
 
     /// Acknowledges a delivery. `.stale` when its channel is gone (see `AMQPSettlement`).
+    /// Does not wait for the broker (AMQP acks have no reply).
     @discardableResult
     public func ack(_ delivery: AMQPDelivery) async -> AMQPSettlement {
-        await settle(delivery.tag, .ack)
+        settle(delivery.tag, .ack)
     }
 
     /// Negatively acknowledges a delivery; `requeue: false` dead-letters or drops it.
     @discardableResult
     public func nack(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement {
-        await settle(delivery.tag, .nack(requeue: requeue))
+        settle(delivery.tag, .nack(requeue: requeue))
     }
 
     /// Rejects a delivery (like `nack` for one message).
     @discardableResult
     public func reject(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement {
-        await settle(delivery.tag, .reject(requeue: requeue))
+        settle(delivery.tag, .reject(requeue: requeue))
     }
 
     // MARK: Plumbing
 
-    func settle(_ tag: AMQPDeliveryTag, _ kind: SettlementKind) async -> AMQPSettlement {
-        await withCheckedContinuation { (continuation: CheckedContinuation<AMQPSettlement, Never>) in
-            submit(.settle(tag, kind, continuation), orElse: { continuation.resume(returning: .stale) })
+    /// Settlements do not wait for the owner thread (they are the hot path of consuming): a
+    /// delivery whose channel generation is no longer open is dropped here as `.stale`; the
+    /// others are queued, and the owner thread checks the generation again before sending, so
+    /// a tag is never sent on a channel that did not deliver it. `.settled` therefore means
+    /// "handed to the live channel", as for any ack still in a socket buffer when a connection dies.
+    func settle(_ tag: AMQPDeliveryTag, _ kind: SettlementKind) -> AMQPSettlement {
+        let (accepted, wake): (Bool, Bool) = shared.withLock { state in
+            guard !state.terminated, state.openChannels[tag.channel] == tag.generation else { return (false, false) }
+            state.commands.append(.settle(tag, kind))
+            defer { state.sleeping = false }
+            return (true, state.sleeping)
         }
+        if wake { crabbitmq_wakeup_signal(wakeFD) }
+        if !accepted { logger.debug("AMQP settlement of a stale delivery dropped", metadata: ["amqp.delivery_tag": "\(tag)"]) }
+        return accepted ? .settled : .stale
     }
 
     func cancelConsumer(id: Int) async {
@@ -254,6 +266,8 @@ struct SharedState: ~Copyable {
     var state: AMQPConnectionState = .connecting
     var connectionCount = 0
     var connectedURL: AMQPURL?
+    /// Channel number → generation of the channels open now (see `AMQPDeliveryTag`).
+    var openChannels: [UInt16: UInt64] = [:]
     var nextConsumerID = 0
     var firstConnect: CheckedContinuation<Void, any Error>?
 }
@@ -293,7 +307,7 @@ enum RPCResult: Sendable {
 
 enum Command: Sendable {
     case publish(AMQPOutboundMessage, CheckedContinuation<Void, any Error>)
-    case settle(AMQPDeliveryTag, SettlementKind, CheckedContinuation<AMQPSettlement, Never>)
+    case settle(AMQPDeliveryTag, SettlementKind)
     case rpc(RPCRequest, CheckedContinuation<RPCResult, any Error>)
     case consume(ConsumerRequest, CheckedContinuation<Void, any Error>)
     case cancelConsumer(Int, CheckedContinuation<Void, Never>)

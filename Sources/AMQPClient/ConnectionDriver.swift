@@ -57,7 +57,13 @@ final class ConnectionDriver: @unchecked Sendable {
 
     /// Open channels and their generation; a delivery tag is honoured only while its
     /// channel's generation is still open.
-    private var channelGenerations: [amqp_channel_t: UInt64] = [:]
+    private var channelGenerations: [amqp_channel_t: UInt64] = [:] {
+        // Mirrored for callers, who drop settlements of stale deliveries before queueing them.
+        didSet {
+            let snapshot = channelGenerations
+            connection.shared.withLock { $0.openChannels = snapshot }
+        }
+    }
     private var nextGeneration: UInt64 = 1
     private var freeConsumerChannels: [amqp_channel_t] = []
     private var nextConsumerChannel = ConnectionDriver.firstConsumerChannel
@@ -393,7 +399,7 @@ final class ConnectionDriver: @unchecked Sendable {
         let notConnected = AMQPError(stopRequested ? .closed : .notConnected, stopRequested ? "the connection is closed" : "not connected to the broker (reconnecting)")
         switch command {
         case .publish(_, let continuation): continuation.resume(throwing: notConnected)
-        case .settle(_, _, let continuation): continuation.resume(returning: .stale)
+        case .settle: break
         case .rpc(let request, let continuation):
             if case .declarePlan(let plan) = request, !stopRequested, everConnected {
                 // Remembered and declared with the next connection, like consumers.
@@ -428,10 +434,10 @@ final class ConnectionDriver: @unchecked Sendable {
             } else {
                 try send(message, continuation, on: state)
             }
-        case .settle(let tag, let kind, let continuation):
+        case .settle(let tag, let kind):
+            // Checked again here: the channel may have died after the caller queued this.
             guard channelGenerations[tag.channel] == tag.generation else {
                 logger.debug("AMQP settlement of a stale delivery dropped", metadata: ["amqp.delivery_tag": "\(tag)"])
-                continuation.resume(returning: .stale)
                 return
             }
             let status: Int32
@@ -441,10 +447,8 @@ final class ConnectionDriver: @unchecked Sendable {
             case .reject(let requeue): status = amqp_basic_reject(state, tag.channel, tag.value, requeue ? 1 : 0)
             }
             guard status == AMQP_STATUS_OK.rawValue else {
-                continuation.resume(returning: .stale)
                 throw ConnectionFailure(error: AMQPError(.connectionLost, "sending an ack failed", libraryStatus: Self.statusString(status)))
             }
-            continuation.resume(returning: .settled)
         case .rpc(let request, let continuation):
             do {
                 continuation.resume(returning: try perform(request))
@@ -650,13 +654,10 @@ final class ConnectionDriver: @unchecked Sendable {
             blocked = false
             setState(.connected)
             logger.info("AMQP broker unblocked publishing")
-            let waiting = publishesWhileBlocked
-            publishesWhileBlocked.removeAll()
-            for (message, continuation) in waiting {
-                guard let state = conn else {
-                    continuation.resume(throwing: AMQPError(.connectionLost, "the connection was lost while the broker blocked publishing"))
-                    continue
-                }
+            guard let state = conn else { return }
+            while !publishesWhileBlocked.isEmpty {
+                let (message, continuation) = publishesWhileBlocked.removeFirst()
+                // On failure the rest stay queued; teardown fails them.
                 try send(message, continuation, on: state)
             }
         default:

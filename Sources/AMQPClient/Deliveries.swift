@@ -74,7 +74,7 @@ public struct AMQPConsumer: AsyncSequence, Sendable {
 
     public func makeAsyncIterator() -> Iterator { Iterator(buffer: buffer) }
 
-    public struct Iterator: AsyncIteratorProtocol {
+    public struct Iterator: AsyncIteratorProtocol, Sendable {
         let buffer: DeliveryBuffer
         public mutating func next() async throws -> AMQPDelivery? {
             try await buffer.next()
