@@ -180,7 +180,7 @@ public struct BinaryNotificationFrame: Sendable, Hashable {
         let end = BinaryProtocol.frameHeaderLength + frameLength
         guard bytes.count >= end else { return .needMoreData }
 
-        var items: [BinaryProtocol.Item: Range<Int>] = [:]
+        var items = ItemRanges()
         var identifier: UInt32? = nil
         var offset = BinaryProtocol.frameHeaderLength
         func fail(_ status: BinaryStatus, _ message: String) -> BinaryFrameDecodeResult {
@@ -236,6 +236,37 @@ public struct BinaryNotificationFrame: Sendable, Hashable {
             deviceToken: Array(bytes[tokenRange]), payload: Array(bytes[payloadRange]),
             identifier: identifier, expiration: expiration, priority: priority)
         return .frame(frame, consumed: end)
+    }
+}
+
+/// Where each item's data lies in the buffer: five slots instead of a dictionary, so decoding a
+/// frame allocates nothing but the token and payload arrays.
+private struct ItemRanges {
+    private var deviceToken: Range<Int>?
+    private var payload: Range<Int>?
+    private var notificationIdentifier: Range<Int>?
+    private var expirationDate: Range<Int>?
+    private var priority: Range<Int>?
+
+    subscript(item: BinaryProtocol.Item) -> Range<Int>? {
+        get {
+            switch item {
+            case .deviceToken: return deviceToken
+            case .payload: return payload
+            case .notificationIdentifier: return notificationIdentifier
+            case .expirationDate: return expirationDate
+            case .priority: return priority
+            }
+        }
+        set {
+            switch item {
+            case .deviceToken: deviceToken = newValue
+            case .payload: payload = newValue
+            case .notificationIdentifier: notificationIdentifier = newValue
+            case .expirationDate: expirationDate = newValue
+            case .priority: priority = newValue
+            }
+        }
     }
 }
 

@@ -213,21 +213,23 @@ public enum JobParser {
 
     /// Never echoes the token: a message may end up in logs and dead-letter headers.
     private static func parseToken(_ hex: String, transport: TransportKind) throws(JobError) -> DeviceToken {
-        guard !hex.isEmpty else { throw .malformed("token", "is empty") }
-        for (position, c) in hex.utf8.enumerated() {
-            let isHex = (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9"))
-                || (c >= UInt8(ascii: "a") && c <= UInt8(ascii: "f"))
-                || (c >= UInt8(ascii: "A") && c <= UInt8(ascii: "F"))
-            guard isHex else { throw .malformed("token", "has a non-hex character at position \(position)") }
-        }
-        guard hex.utf8.count % 2 == 0 else {
-            throw .malformed("token", "has an odd number of hex digits (\(hex.utf8.count))")
-        }
-        guard let token = DeviceToken(hex: hex) else { throw .malformed("token", "is not hexadecimal") }
+        guard let token = DeviceToken(hex: hex) else { throw diagnoseToken(hex) }
         if transport == .binary && token.bytes.count != 32 {
             throw .malformed("token", "must be 32 bytes (64 hex digits) on the binary transport, got \(token.bytes.count) bytes")
         }
         return token
+    }
+
+    /// Why `DeviceToken(hex:)` refused a token; only on the error path, so it may be slow.
+    private static func diagnoseToken(_ hex: String) -> JobError {
+        if hex.isEmpty { return .malformed("token", "is empty") }
+        for (position, c) in hex.utf8.enumerated() {
+            let isHex = (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9"))
+                || (c >= UInt8(ascii: "a") && c <= UInt8(ascii: "f"))
+                || (c >= UInt8(ascii: "A") && c <= UInt8(ascii: "F"))
+            if !isHex { return .malformed("token", "has a non-hex character at position \(position)") }
+        }
+        return .malformed("token", "has an odd number of hex digits (\(hex.utf8.count))")
     }
 
     /// A UUID in the canonical 8-4-4-4-12 form, either case; nil for anything else (braces,
