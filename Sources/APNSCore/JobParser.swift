@@ -248,13 +248,7 @@ public enum JobParser {
                 guard c == UInt8(ascii: "-") else { return nil }
                 continue
             }
-            let v: UInt8
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): v = c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): v = c - UInt8(ascii: "A") + 10
-            default: return nil
-            }
+            guard let v = DeviceToken.hexDigitValue(c) else { return nil }
             bytes[nibbles / 2] |= nibbles % 2 == 0 ? v << 4 : v
             nibbles += 1
         }

@@ -25,17 +25,22 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
         out.reserveCapacity(hex.utf8.count / 2)
         var high: UInt8? = nil
         for c in hex.utf8 {
-            let v: UInt8
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): v = c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): v = c - UInt8(ascii: "A") + 10
-            default: return nil
-            }
+            guard let v = Self.hexDigitValue(c) else { return nil }
             if let h = high { out.append(h << 4 | v); high = nil } else { high = v }
         }
         guard high == nil, !out.isEmpty else { return nil }
         self.bytes = out
+    }
+
+    /// The value of one ASCII hexadecimal digit (either case), or nil.
+    @inlinable
+    public static func hexDigitValue(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+        default: return nil
+        }
     }
 
     /// Lower-case hexadecimal, as Apple expects it in the request path.

@@ -83,27 +83,6 @@ struct RequestValidator: Sendable {
     static let maximumTokenBytes = 100
     static let maximumCollapseIDBytes = 64
 
-    /// Apple's payload limit for a push type, in bytes.
-    static func payloadLimit(for pushType: PushType) -> Int {
-        pushType == .voip ? 5120 : 4096
-    }
-
-    /// Apple's suffix to the bundle ID in `apns-topic` for a push type. `widgets` and `controls`
-    /// follow WidgetKit's `.push-type.` convention; `mdm` uses the bare topic.
-    static func topicSuffix(for pushType: PushType) -> String {
-        switch pushType {
-        case .alert, .background, .mdm: return ""
-        case .voip: return ".voip"
-        case .complication: return ".complication"
-        case .fileprovider: return ".pushkit.fileprovider"
-        case .liveactivity: return ".push-type.liveactivity"
-        case .location: return ".location-query"
-        case .pushtotalk: return ".voip-ptt"
-        case .widgets: return ".push-type.widgets"
-        case .controls: return ".push-type.controls"
-        }
-    }
-
     // MARK: Route
 
     /// Duplicate headers, method, path and device token.
@@ -197,7 +176,7 @@ struct RequestValidator: Sendable {
         } else {
             pushType = inferredPushType(topic: topic) ?? .alert
         }
-        let suffix = Self.topicSuffix(for: pushType)
+        let suffix = pushType.topicSuffix
         if !suffix.isEmpty, !topic.hasSuffix(suffix) {
             // The topic may still be a plain configured bundle: the push type is what is wrong.
             return .failure(Rejection(400, bundleIDs.contains(topic) ? .invalidPushType : .topicDisallowed))
@@ -237,7 +216,7 @@ struct RequestValidator: Sendable {
         }
 
         if request.bodyLength == 0 { return .failure(Rejection(400, .payloadEmpty)) }
-        if request.bodyLength > Self.payloadLimit(for: pushType) { return .failure(Rejection(413, .payloadTooLarge)) }
+        if request.bodyLength > JobParser.payloadLimit(pushType: pushType, transport: .http2) { return .failure(Rejection(413, .payloadTooLarge)) }
         guard (try? JSONSerialization.jsonObject(with: Data(request.body))) is [String: Any] else {
             return .failure(Rejection(400, Rejection.badPayload))
         }
@@ -251,7 +230,7 @@ struct RequestValidator: Sendable {
     /// The push type whose suffix a topic carries, when it carries one of a configured bundle.
     private func inferredPushType(topic: String) -> PushType? {
         for type in PushType.allCases {
-            let suffix = Self.topicSuffix(for: type)
+            let suffix = type.topicSuffix
             if !suffix.isEmpty, topic.hasSuffix(suffix), bundleIDs.contains(String(topic.dropLast(suffix.count))) {
                 return type
             }
