@@ -414,11 +414,14 @@ struct SimulatorFaultTests {
             simulator.script(token: device, .neverAnswer)
             // The client holds its connection open on an unanswered request while the limit changes.
             async let observed = PythonH2.run(
-                port: simulator.port, [H2Connection(requests: [alert(try Env.token(), device: device)])], timeout: 3)
-            let deadline = ContinuousClock.now + .seconds(5)
+                port: simulator.port, [H2Connection(requests: [alert(try Env.token(), device: device)])], timeout: 8)
+            // Python's start-up takes seconds on a loaded two-core machine: wait for the request
+            // itself rather than a fixed time, and only then change the limit.
+            let deadline = ContinuousClock.now + .seconds(20)
             while simulator.counters().unanswered == 0, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(20))
             }
+            #expect(simulator.counters().unanswered == 1)
             simulator.setFaults(SimulatorFaults(maxConcurrentStreams: 5))
             let results = try await observed
             #expect(results.first?.maxConcurrentStreams == [1000, 5])
