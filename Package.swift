@@ -158,6 +158,7 @@ let package = Package(
             name: "APNSWorkerBench",
             dependencies: [
                 "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

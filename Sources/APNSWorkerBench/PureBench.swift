@@ -2,6 +2,7 @@
 /// Each case runs a warm-up, then several rounds of a fixed number of iterations timed with a
 /// monotonic clock; the fastest round is reported.
 import APNSCore
+import Crypto
 import ArgumentParser
 import Foundation
 
@@ -71,6 +72,7 @@ struct PureBenchCase {
         let fill = String(repeating: "x", count: 3900)
         let largeBody = Array(#"{"token":"\#(token)","payload":{"aps":{"content-available":1},"blob":"\#(fill)"}}"#.utf8)
         let fixedID = UUID()
+        let signingKey = P256.Signing.PrivateKey()
 
         func parseCase(_ name: String, _ body: [UInt8]) -> PureBenchCase {
             PureBenchCase(name: name) { n in
@@ -148,8 +150,17 @@ struct PureBenchCase {
                 }
                 return sum
             },
-            // JWT signing (ES256 provider token): the transport developer adds its case here,
-            // next to the other pure operations, once the JWT signer lands in APNSCore.
+            PureBenchCase(name: "JWT sign (ES256 provider token)") { n in
+                var sum = 0
+                for i in 0..<n {
+                    // A distinct iat per token, so each signature is real work.
+                    let issued = Date(timeIntervalSince1970: 1_700_000_000 + Double(i))
+                    if let token = try? ProviderToken.sign(teamID: "TEAM123456", keyID: "KEY1234567", key: signingKey, issuedAt: issued) {
+                        sum &+= token.jwt.utf8.count
+                    }
+                }
+                return sum
+            },
         ]
     }
 }
