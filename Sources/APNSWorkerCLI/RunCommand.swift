@@ -51,6 +51,12 @@ struct RunCommand: AsyncParsableCommand {
                     rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger))
         }
         let worker = WorkerService(broker: broker, topology: configuration.topologyPlan, pipelines: pipelines, logger: logger)
+        let configPath = configPath
+        services.append(
+            RolloutReloader(pipelines: pipelines, logger: logger) {
+                let reloaded = try ConfigurationLoader.load(path: configPath, credentials: .skipFiles)
+                return Dictionary(uniqueKeysWithValues: reloaded.bundles.map { ($0.bundleID, RolloutRule($0.rollout)) })
+            })
         // Graceful shutdown runs in reverse order: the worker stops taking jobs and finishes
         // those in flight first, while the transports it sends through are still up.
         services.append(worker)

@@ -144,6 +144,29 @@ struct EndToEndTests {
         await h.shutdown()
     }
 
+    @Test func rolloutGateHoldsDeniedServersAndReloadsOnSIGHUP() async throws {
+        var options = WorkerHarness.Options()
+        options.bundleLines = "denySyncServers = sync-b.example.com"
+        let h = try await WorkerHarness.start(broker: try TestBroker.require(), options: options)
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        let allowed = try await h.publishJob(token: WorkerHarness.token(1), extra: #","userInfo":{"syncServer":"sync-a.example.com"}"#)
+        let denied = try await h.publishJob(token: WorkerHarness.token(2), extra: #","userInfo":{"syncServer":"SYNC-B.example.com"}"#)
+        try await waitUntil("the allowed job") { h.acceptedIDs().distinct.contains(allowed.uuidString.lowercased()) }
+        try await Task.sleep(for: .seconds(2))
+        #expect(!h.acceptedIDs().distinct.contains(denied.uuidString.lowercased()), "the gate holds sync-b back")
+        #expect(try await h.messageCount(h.deadQueue) == 0, "held back, not dead")
+        // Open the gate in the file and tell the running worker.
+        let config = try String(contentsOfFile: h.configPath, encoding: .utf8)
+        try config.replacingOccurrences(of: "denySyncServers = sync-b.example.com", with: "")
+            .write(toFile: h.configPath, atomically: true, encoding: .utf8)
+        worker.signal(SIGHUP)
+        try await waitUntil("the denied job after the reload") { h.acceptedIDs().distinct.contains(denied.uuidString.lowercased()) }
+        #expect(worker.isRunning)
+        #expect(worker.log.contains("rollout rules reloaded"))
+        await h.shutdown()
+    }
+
     @Test func heldBundlePausesAndResumesWithoutRestartOrDeadLetters() async throws {
         let h = try await WorkerHarness.start(broker: try TestBroker.require())
         h.simulator.setFaults(SimulatorFaults(rejectAllTokens: .invalidProviderToken))

@@ -27,6 +27,8 @@ final class WorkerHarness: Sendable {
         var shutdownDeadline = "10s"
         var requestTimeout = "5s"
         var connections = 2
+        /// More `key = value` lines for the bundle's section.
+        var bundleLines = ""
     }
 
     static func start(broker: BrokerCoordinates, options: Options = Options()) async throws -> WorkerHarness {
@@ -65,6 +67,7 @@ final class WorkerHarness: Sendable {
             port = \(simulator.port)
             caFile = credentials/ca.pem
             connections = \(options.connections)
+            \(options.bundleLines)
 
             """
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
