@@ -211,7 +211,13 @@ struct HTTP2TransportIntegrationTests {
 
     @Test("connection reuse: 1000 notifications over 1 and over 4 connections open exactly that many", arguments: [1, 4])
     func connectionReuse(connections: Int) async throws {
-        try await Env.withTransport(transport: { $0.connections = connections }) { simulator, transport in
+        // Generous deadlines: a debug build on a busy machine answers a thousand at once slowly,
+        // and a timed-out connect would (rightly) open a replacement connection.
+        try await Env.withTransport(transport: {
+            $0.connections = connections
+            $0.requestTimeout = .seconds(60)
+            $0.connectTimeout = .seconds(60)
+        }) { simulator, transport in
             let results = await Env.sendAll((0..<1000).map { _ in Env.notification() }, through: transport)
             #expect(results.allSatisfy { $0.isAccepted })
             let counters = simulator.counters()
