@@ -140,7 +140,10 @@ public final class BundlePipeline: Sendable {
                         break
                     }
                     running -= 1
-                    if running == 0 { group.cancelAll() }
+                    if running == 0 {
+                        group.cancelAll()  // only the deadline timer is left
+                        break
+                    }
                 }
             }
         } onGracefulShutdown: {
