@@ -29,10 +29,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
         .package(url: "https://github.com/apple/swift-async-algorithms.git", from: "1.1.4"),
         .package(url: "https://github.com/apple/swift-atomics.git", from: "1.3.0"),
-        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
-        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
-        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
     ],
     targets: [
         // librabbitmq 0.11 from Debian's librabbitmq-dev.
@@ -125,26 +122,12 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // Operator surface over HTTP: health, readiness, metrics, dead/retry queues, HTML page.
-        .target(
-            name: "APNSAdmin",
-            dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient", "APNSWorker",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Mustache", package: "swift-mustache"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ],
-            swiftSettings: strictSettings
-        ),
         // The `apns-worker` command: run, simulator, publish, check-config, topology, dead, retry.
         .executableTarget(
             name: "APNSWorkerCLI",
             dependencies: [
                 "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator",
-                "APNSWorker", "APNSAdmin",
+                "APNSWorker",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -201,14 +184,6 @@ let package = Package(
         .testTarget(
             name: "APNSWorkerTests",
             dependencies: ["APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker", "TestSupport"],
-            swiftSettings: strictSettings
-        ),
-        .testTarget(
-            name: "APNSAdminTests",
-            dependencies: [
-                "APNSAdmin", "APNSWorker", "AMQPClient", "TestSupport",
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-            ],
             swiftSettings: strictSettings
         ),
     ],
