@@ -253,11 +253,25 @@ public final class BundlePipeline: Sendable {
         let end = Self.end(of: route, outcome: outcome)
         ends.withLock { $0[end, default: 0] += 1 }
         statistics.jobEnded(bundle: settings.bundleID, end: end, after: started.duration(to: .now))
+        switch outcome {
+        case .delivered:
+            logger.info("job delivered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.token": "\(Self.redacted(context.tokenHex))"])
+        case .invalidToken(let reason, _):
+            logger.info(
+                "device token invalid; feedback event published",
+                metadata: ["job.id": "\(context.jobID ?? "-")", "apns.token": "\(Self.redacted(context.tokenHex))", "apns.reason": "\(reason)"])
+        default:
+            break
+        }
         if case .retry(let reason, let status) = outcome {
             logger.info("job will be retried", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
         } else if case .dead(let reason, let status, _) = outcome {
             logger.warning("job dead-lettered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
         }
+    }
+
+    static func redacted(_ tokenHex: String?) -> String {
+        tokenHex.flatMap(DeviceToken.init(hex:))?.redacted ?? "-"
     }
 
     static func end(of route: OutcomeRouter.Route, outcome: Outcome) -> OutcomeRouter.End {
