@@ -86,12 +86,13 @@ stop)
   [ -d "$dir" ] || exit 0
   dir=$(cd "$dir" && pwd)
   node_env
-  "$RMQ_BIN/rabbitmqctl" -n "$node" stop "$RABBITMQ_PID_FILE" > /dev/null 2>&1 || true
-  if [ -f "$dir/server.shell.pid" ]; then
-    pid=$(cat "$dir/server.shell.pid")
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
+  pid=""
+  [ -f "$dir/server.shell.pid" ] && pid=$(cat "$dir/server.shell.pid")
+  # rabbitmqctl stop can hang for minutes on a node that is already gone: only ask a live one.
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || exit 0
+  timeout 60 "$RMQ_BIN/rabbitmqctl" -n "$node" stop "$RABBITMQ_PID_FILE" > /dev/null 2>&1 || true
+  for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  kill -9 "$pid" 2>/dev/null || true
   ;;
 *)
   echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
