@@ -1,0 +1,19 @@
+/// What a transport reports about its connections, for the admin page, `/ready` and the
+/// `apns_transport_connections` gauge. Shared by both transports so the operator surface does not
+/// need to know which protocol a bundle speaks.
+public enum TransportConnectionState: String, Sendable, Hashable, CaseIterable, Codable {
+    /// TCP connect or TLS handshake under way.
+    case connecting
+    /// Up and able to carry notifications.
+    case ready
+    /// Lost or failed; waiting for the reconnect backoff to pass.
+    case backingOff = "backing_off"
+    /// Closed for good (shutdown).
+    case closed
+}
+
+/// A transport that can say how many of its connections are in each state.
+public protocol TransportStatusReporting: Sendable {
+    /// A count for every state, zero included, so gauges and tables always have the same rows.
+    func connectionStates() -> [TransportConnectionState: Int]
+}
