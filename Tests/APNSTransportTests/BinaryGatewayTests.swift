@@ -134,6 +134,22 @@ struct BinaryGatewayTests {
         }
     }
 
+    @Test("a long pipeline with an early bad frame: the error response still arrives while the client is writing")
+    func errorDuringLongPipeline() async throws {
+        try await withGateway { simulator in
+            let port = try #require(simulator.binaryPort)
+            for round in 0..<5 {
+                let (bytes, tokens) = BinaryFrames.batch(1...3000)
+                simulator.script(token: tokens[10]!, .binaryStatus(8))
+                simulator.clearAccepted()
+                let exchange = try await RawTLSClient.exchange(port: port, bytes)
+                #expect(exchange.errorResponse == BinaryErrorResponse(status: .invalidToken, identifier: 10), "round \(round)")
+                #expect(exchange.closedByServer)
+                #expect(simulator.accepted().compactMap(\.binaryIdentifier) == Array(1...9), "round \(round)")
+            }
+        }
+    }
+
     @Test("a frame written after the error response is not processed")
     func frameAfterErrorIgnored() async throws {
         try await withGateway { simulator in
