@@ -42,6 +42,11 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Option(help: "Directory of the simulator's credentials; generated when missing.")
     var credentials = ".local/credentials"
 
+    @Option(
+        name: .customLong("server-name"),
+        help: "An extra DNS name for the generated server certificate, beside localhost and 127.0.0.1 (repeatable; e.g. the compose service name).")
+    var serverNames: [String] = []
+
     @Option(name: .customLong("bundle"), help: "A bundle ID the simulator accepts (repeatable).")
     var bundles: [String] = []
 
@@ -101,7 +106,8 @@ struct SimulatorCommand: AsyncParsableCommand {
         var logger = Logger(label: "apns-worker.simulator")
         logger.logLevel = .info
 
-        let generated = try SimulatorCredentials.loadOrGenerate(directory: credentials, teamID: teamID, keyID: keyID)
+        let generated = try SimulatorCredentials.loadOrGenerate(
+            directory: credentials, teamID: teamID, keyID: keyID, serverNames: serverNames)
         let configuration = SimulatorConfiguration(
             host: host, port: port, binaryPort: binaryPort, feedbackPort: feedbackPort, tls: generated.tlsConfiguration(),
             bundleIDs: bundles.isEmpty ? ["com.example.app", "com.example.legacy"] : bundles,
