@@ -136,7 +136,8 @@ public final class QueueInspector: Sendable {
         if case .all(let filter) = selection, filter.selectsWholeQueues {
             let purged = try await withConnection("purge") { connection in
                 var purged = 0
-                for (_, queue) in scope(kind, bundleID: filter.bundleID) where try await inspect(connection, queue) != nil {
+                for (_, queue) in scope(kind, bundleID: filter.bundleID) {
+                    guard try await inspect(connection, queue) != nil else { continue }
                     purged += Int(try await connection.purgeQueue(queue))
                 }
                 return purged

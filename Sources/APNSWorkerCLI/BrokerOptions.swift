@@ -18,17 +18,20 @@ struct BrokerOptions: ParsableArguments {
     func amqpConfiguration(connectionName: String) throws -> AMQPConfiguration {
         let urls: [String]
         var heartbeat: Duration = .seconds(30)
+        var caFile: String?
         if let url {
             urls = [url]
         } else if let configPath {
             let configuration = try loadConfiguration(configPath, credentials: .skipFiles)
             urls = configuration.amqp.urls
             heartbeat = configuration.amqp.heartbeat
+            caFile = configuration.amqp.caFile
         } else {
             urls = [ProcessInfo.processInfo.environment["APNS_WORKER_AMQP_URL"] ?? Self.localURL]
         }
         var amqp = try AMQPConfiguration(urlStrings: urls, connectionName: connectionName)
         amqp.heartbeat = heartbeat
+        if let caFile { amqp.tls.caFile = caFile }
         return amqp
     }
 }
