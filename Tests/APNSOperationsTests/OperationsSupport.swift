@@ -40,6 +40,7 @@ struct TestBundle {
         QueueInspector(amqp: try amqpConfiguration(broker), bundleIDs: bundles ?? [bundleID], retryDelays: retryDelays, logger: testLogger())
     }
 
+    @discardableResult
     func withConnection<T>(isolation: isolated (any Actor)? = #isolation, _ body: (AMQPConnection) async throws -> T) async throws -> T {
         try await AMQPConnection.withConnection(configuration: try amqpConfiguration(broker), logger: testLogger(), body)
     }
