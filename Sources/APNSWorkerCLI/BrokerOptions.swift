@@ -46,10 +46,11 @@ func loadConfiguration(_ path: String, credentials: ConfigurationLoader.Credenti
     }
 }
 
-/// A console logger for the CLI, level from `APNS_WORKER_LOG_LEVEL` (default info).
-func makeLogger(_ label: String) -> Logger {
+/// A console logger for the CLI, level from `APNS_WORKER_LOG_LEVEL` (default `defaultLevel`:
+/// info, warning for the operator commands, whose output is their answer).
+func makeLogger(_ label: String, defaultLevel: Logger.Level = .info) -> Logger {
     var logger = Logger(label: label)
     let level = ProcessInfo.processInfo.environment["APNS_WORKER_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:))
-    logger.logLevel = level ?? .info
+    logger.logLevel = level ?? defaultLevel
     return logger
 }

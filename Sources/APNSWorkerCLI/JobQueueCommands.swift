@@ -39,7 +39,7 @@ struct QueueScopeOptions: ParsableArguments {
 
     /// The inspector for the configured bundles (or `--bundle`) and retry delays (the
     /// configuration's, else the defaults).
-    func inspector(_ purpose: String) throws -> QueueInspector {
+    func inspector(_ kind: JobQueueKind) throws -> QueueInspector {
         let configuration = try broker.configPath.map { try loadConfiguration($0, credentials: .skipFiles) }
         let bundles: [String]
         if let bundle {
@@ -50,8 +50,9 @@ struct QueueScopeOptions: ParsableArguments {
             throw ValidationError("give --config (for its bundles) or --bundle")
         }
         let delays = configuration?.retry.delays ?? RetrySettings().delays
-        let amqp = try broker.amqpConfiguration(connectionName: "apns-worker \(purpose)")
-        return QueueInspector(amqp: amqp, bundleIDs: bundles, retryDelays: delays, logger: makeLogger("apns-worker.\(purpose)"))
+        let amqp = try broker.amqpConfiguration(connectionName: "apns-worker \(kind.rawValue)")
+        return QueueInspector(
+            amqp: amqp, bundleIDs: bundles, retryDelays: delays, logger: makeLogger("apns-worker.\(kind.rawValue)", defaultLevel: .warning))
     }
 }
 
@@ -101,7 +102,7 @@ struct ListJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let inspector = try scope.inspector("\(Choice.kind.rawValue) list")
+        let inspector = try scope.inspector(Choice.kind)
         let jobs = try await operatorCall {
             try await inspector.list(Choice.kind, filter: filters.filter(bundle: scope.bundle), limit: limit)
         }
@@ -127,7 +128,7 @@ struct ShowJob<Choice: JobQueueKindChoice>: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let inspector = try scope.inspector("\(Choice.kind.rawValue) show")
+        let inspector = try scope.inspector(Choice.kind)
         guard let job = try await operatorCall({ try await inspector.show(Choice.kind, jobID: jobID, bundleID: scope.bundle) }) else {
             failWithLine("no job \(jobID) in the \(Choice.kind.rawValue) queues")
         }
@@ -164,7 +165,7 @@ struct RequeueJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let inspector = try scope.inspector("\(Choice.kind.rawValue) requeue")
+        let inspector = try scope.inspector(Choice.kind)
         let selection: JobSelection = all ? .all(filters.filter(bundle: scope.bundle)) : .jobIDs(jobIDs)
         let report = try await operatorCall { try await inspector.requeue(Choice.kind, selection) }
         if json {
@@ -205,7 +206,7 @@ struct PurgeJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
         if all && !yes {
             failWithLine("refusing to purge every selected \(Choice.kind.rawValue) job without --yes")
         }
-        let inspector = try scope.inspector("\(Choice.kind.rawValue) purge")
+        let inspector = try scope.inspector(Choice.kind)
         let selection: JobSelection = all ? .all(filters.filter(bundle: scope.bundle)) : .jobIDs(jobIDs)
         let purged = try await operatorCall { try await inspector.purge(Choice.kind, selection) }
         if json {

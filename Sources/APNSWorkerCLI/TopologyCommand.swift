@@ -5,6 +5,7 @@ import APNSConfig
 import APNSCore
 import ArgumentParser
 import Foundation
+import Logging
 
 struct TopologyCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -48,7 +49,7 @@ struct TopologyCommand: AsyncParsableCommand {
             let amqp = try broker.amqpConfiguration(connectionName: "apns-worker topology")
             let planned = report
             report = try await operatorCall {
-                try await AMQPConnection.withConnection(configuration: amqp, logger: makeLogger("apns-worker.topology")) { connection in
+                try await AMQPConnection.withConnection(configuration: amqp, logger: makeLogger("apns-worker.topology", defaultLevel: .warning)) { connection in
                     try await connection.declare(plan)
                     var counted = planned
                     for index in counted.queues.indices {

@@ -27,11 +27,21 @@ struct TestBundle {
     static func make(_ queueType: QueueType = .quorum, retryDelays: [Duration] = [.seconds(600), .seconds(1200)]) async throws -> TestBundle {
         let bundle = TestBundle(
             broker: try TestBroker.require(), bundleID: uniqueName("com.example.ops"), queueType: queueType, retryDelays: retryDelays)
-        try await bundle.withConnection { try await $0.declare(bundle.plan) }
+        try await bundle.withConnection { try await $0.declare(bundle.ownPlan) }
         return bundle
     }
 
     var plan: TopologyPlan { TopologyPlan(bundleIDs: [bundleID], retryDelays: retryDelays, queueType: queueType) }
+
+    /// The exchanges and this bundle's queues only: the shared queues (`apns.unrouted`…) exist
+    /// already with the type of whichever test came first, and a classic bundle must not clash.
+    var ownPlan: TopologyPlan {
+        var plan = self.plan
+        let prefix = TopologyNames.workQueue(bundleID)
+        plan.queues = plan.queues.filter { $0.name.hasPrefix(prefix) }
+        plan.bindings = plan.bindings.filter { $0.queue.hasPrefix(prefix) }
+        return plan
+    }
     var work: String { TopologyNames.workQueue(bundleID) }
     var dead: String { TopologyNames.deadQueue(bundleID) }
     func retry(_ index: Int) -> String { TopologyNames.retryQueue(bundleID, delay: retryDelays[index]) }

@@ -98,7 +98,7 @@ struct OperatorCLITests {
         let partly = try cli(["dead", "requeue", "job-00002", "gone"] + scope)
         #expect(partly.status == 1 && partly.stdout.contains("requeued 1 dead job(s)") && partly.stdout.contains("not found: gone"))
         let work = try await bundle.drain(bundle.work)
-        #expect(work.map(\.jobID) == ["job-00001", "job-00006", "job-00002"])
+        #expect(Set(work.compactMap(\.jobID)) == ["job-00001", "job-00006", "job-00002"] && work.count == 3)
         #expect(work.allSatisfy { $0.properties.headers?[JobHeaders.attempt] == nil && $0.properties.headers?[JobHeaders.lastReason] != nil })
 
         let noSelection = try cli(["dead", "requeue"] + scope)
@@ -112,7 +112,7 @@ struct OperatorCLITests {
         #expect(try jsonObject(one.stdout)["purged"] as? Int == 1)
         let filtered = try cli(["dead", "requeue", "--all", "--reason", "BadDeviceToken"] + scope)
         #expect(filtered.status == 0 && filtered.stdout == "requeued 4 dead job(s) to their work queue\n")
-        #expect(try await bundle.drain(bundle.work).map(\.jobID) == ["job-00003", "job-00004", "job-00005", "job-00007"])
+        #expect(Set(try await bundle.drain(bundle.work).compactMap(\.jobID)) == ["job-00003", "job-00004", "job-00005", "job-00007"])
 
         try await bundle.seedDead(jobIDs(3, "more"))
         let purged = try cli(["dead", "purge", "--all", "--yes"] + scope)
@@ -151,10 +151,10 @@ struct OperatorCLITests {
         let planned = try #require(plan["queues"] as? [[String: Any]])
         #expect(planned.contains { $0["name"] as? String == "apns.\(bundleID).dead" && $0["messages"] == nil })
 
-        let bundle = TestBundle(broker: broker, bundleID: bundleID, queueType: .classic, retryDelays: [.seconds(10), .seconds(60)])
+        let bundle = TestBundle(broker: broker, bundleID: bundleID, queueType: .quorum, retryDelays: [.seconds(10), .seconds(60)])
         await #expect(throws: (any Error).self) { try await bundle.depth(bundle.work) }
 
-        let declared = try cli(["topology", "--json", "--bundle", bundleID, "--queue-type", "classic", "--url", broker.amqpURL])
+        let declared = try cli(["topology", "--json", "--bundle", bundleID, "--url", broker.amqpURL])
         #expect(declared.status == 0, "\(declared.stderr)")
         let report = try jsonObject(declared.stdout)
         #expect(report["declared"] as? Bool == true)
@@ -168,7 +168,7 @@ struct OperatorCLITests {
         #expect(bindings.contains { $0["exchange"] as? String == "apns.jobs" && $0["routingKey"] as? String == bundleID && $0["queue"] as? String == "apns.\(bundleID)" })
         #expect(try await bundle.depth(bundle.work) == 0)
 
-        let human = try cli(["topology", "--bundle", bundleID, "--queue-type", "classic", "--url", broker.amqpURL])
+        let human = try cli(["topology", "--bundle", bundleID, "--url", broker.amqpURL])
         #expect(human.status == 0 && human.stdout.hasPrefix("declared:\n") && human.stdout.contains("apns.\(bundleID).dead") && human.stdout.contains("0 msg"))
     }
 
