@@ -317,7 +317,9 @@ enum JobTable {
             let cells = row.enumerated().map { i, cell in
                 i == row.count - 1 ? cell : cell.padding(toLength: widths[i], withPad: " ", startingAt: 0)
             }
-            out += cells.joined(separator: "  ") + "\n"
+            var line = cells.joined(separator: "  ")
+            while line.hasSuffix(" ") { line.removeLast() }
+            out += line + "\n"
         }
         return out
     }
