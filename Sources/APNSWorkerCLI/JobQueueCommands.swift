@@ -34,12 +34,19 @@ struct RetryCommand: AsyncParsableCommand {
 struct QueueScopeOptions: ParsableArguments {
     @OptionGroup var broker: BrokerOptions
 
-    @Option(help: "Only this bundle ID's queues (needed without --config).")
+    @Option(help: "Only this bundle ID's queues (needed without --config and without \(BrokerOptions.defaultConfigPath)).")
     var bundle: String?
 
     /// The inspector for the configured bundles (or `--bundle`) and retry delays (the
-    /// configuration's, else the defaults).
+    /// configuration's, else the defaults). Without `--config`, `--bundle` or `--url`, the
+    /// worker's default configuration file, as `run` reads it.
     func inspector(_ kind: JobQueueKind) throws -> QueueInspector {
+        var broker = self.broker
+        if broker.configPath == nil, broker.url == nil, bundle == nil,
+            FileManager.default.fileExists(atPath: BrokerOptions.defaultConfigPath)
+        {
+            broker.configPath = BrokerOptions.defaultConfigPath
+        }
         let configuration = try broker.configPath.map { try loadConfiguration($0, credentials: .skipFiles) }
         let bundles: [String]
         if let bundle {
