@@ -128,7 +128,7 @@ struct ShowJob<Choice: JobQueueKindChoice>: AsyncParsableCommand {
 
     @OptionGroup var scope: QueueScopeOptions
 
-    @Argument(help: "The job id (the body's id, else the AMQP message_id).")
+    @Argument(help: ArgumentHelp("The job id (the body's id, else the AMQP message_id).", valueName: "job-id"))
     var jobID: String
 
     @Flag(help: "Print a JSON object.")
@@ -158,7 +158,7 @@ struct RequeueJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
     @OptionGroup var scope: QueueScopeOptions
     @OptionGroup var filters: JobFilterOptions
 
-    @Argument(help: "Job ids to requeue.")
+    @Argument(help: ArgumentHelp("Job ids to requeue.", valueName: "job-id"))
     var jobIDs: [String] = []
 
     @Flag(help: "Requeue every job the filters select.")
@@ -193,7 +193,7 @@ struct PurgeJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
     @OptionGroup var scope: QueueScopeOptions
     @OptionGroup var filters: JobFilterOptions
 
-    @Argument(help: "Job ids to drop.")
+    @Argument(help: ArgumentHelp("Job ids to drop.", valueName: "job-id"))
     var jobIDs: [String] = []
 
     @Flag(help: "Drop every job the filters select (needs --yes).")
