@@ -123,12 +123,21 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Operator access to the dead and retry queues: list without consuming, requeue, purge.
+        .target(
+            name: "APNSOperations",
+            dependencies: [
+                "APNSCore", "APNSConfig", "AMQPClient",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // The `apns-worker` command: run, simulator, publish, check-config, topology, dead, retry.
         .executableTarget(
             name: "APNSWorkerCLI",
             dependencies: [
                 "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator",
-                "APNSWorker",
+                "APNSWorker", "APNSOperations",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -181,6 +190,11 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "APNSOperationsTests",
+            dependencies: ["APNSOperations", "AMQPClient", "APNSCore", "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -17,7 +17,7 @@ struct RunCommand: AsyncParsableCommand {
         abstract: "Consume notification jobs and deliver them to APNs until SIGTERM or SIGINT.")
 
     @Option(name: .customLong("config"), help: "The configuration file.")
-    var configPath: String = "/etc/apns-worker/apns-worker.conf"
+    var configPath: String = BrokerOptions.defaultConfigPath
 
     func run() async throws {
         let configuration = try loadConfiguration(configPath)
