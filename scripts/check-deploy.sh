@@ -65,8 +65,9 @@ for _ in $(seq 1 100); do
   kill -0 "$simulator_pid" 2>/dev/null || break
   sleep 0.2
 done
-if grep -q "listening" "$work/simulator.log"; then
-  ok "the compose simulator command starts: apns-worker $sim_args"
+if grep -q "listening" "$work/simulator.log" \
+  && openssl verify -CAfile "$work/credentials/ca.pem" -verify_hostname simulator "$work/credentials/server.pem" > /dev/null; then
+  ok "the compose simulator command starts, with a certificate for the host name simulator: apns-worker $sim_args"
 else
   fail "the compose simulator command did not start: $(tail -3 "$work/simulator.log")"
 fi
