@@ -75,6 +75,11 @@ public final class BundlePipeline: Sendable {
     /// Whether a provider fault holds the bundle right now (for `/ready`).
     public var isHeld: Bool { breaker.withLock { $0.isHeld } }
 
+    /// The bundle's APNs connections by state, when its transport reports them.
+    public func connectionStates() -> [TransportConnectionState: Int]? {
+        (transport as? any TransportStatusReporting)?.connectionStates()
+    }
+
     public func updateRollout(_ rule: RolloutRule) {
         rollout.withLock { $0 = rule }
         logger.info("rollout rule updated")
@@ -174,6 +179,8 @@ public final class BundlePipeline: Sendable {
 
     /// One job through every stage to exactly one end.
     func process(_ delivery: AMQPDelivery) async {
+        statistics.jobStarted(bundle: settings.bundleID)
+        defer { statistics.jobFinished(bundle: settings.bundleID) }
         let started = ContinuousClock.now
         let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
         let job: Job
@@ -264,6 +271,7 @@ public final class BundlePipeline: Sendable {
             break
         }
         if case .retry(let reason, let status) = outcome {
+            statistics.retryScheduled(bundle: settings.bundleID, attempt: context.previousAttempts + 1)
             logger.info("job will be retried", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
         } else if case .dead(let reason, let status, _) = outcome {
             logger.warning("job dead-lettered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
