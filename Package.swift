@@ -125,11 +125,20 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Operator access to the dead and retry queues: list without consuming, requeue, purge.
+        .target(
+            name: "APNSOperations",
+            dependencies: [
+                "APNSCore", "APNSConfig", "AMQPClient",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // The admin HTTP surface: health, readiness, Prometheus metrics, the dead/retry JSON API and the HTML page.
         .target(
             name: "APNSAdmin",
             dependencies: [
-                "APNSCore", "APNSConfig", "APNSWorker",
+                "APNSCore", "APNSConfig", "APNSWorker", "APNSOperations", "AMQPClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -144,7 +153,7 @@ let package = Package(
             name: "APNSWorkerCLI",
             dependencies: [
                 "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator",
-                "APNSWorker", "APNSAdmin",
+                "APNSWorker", "APNSOperations", "APNSAdmin",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -200,6 +209,11 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "APNSOperationsTests",
+            dependencies: ["APNSOperations", "AMQPClient", "APNSCore", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "APNSWorkerTests",
             dependencies: ["APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker", "TestSupport"],
             swiftSettings: strictSettings
@@ -208,7 +222,7 @@ let package = Package(
             name: "APNSAdminTests",
             dependencies: [
                 "APNSAdmin", "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker",
-                "TestSupport",
+                "APNSOperations", "TestSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

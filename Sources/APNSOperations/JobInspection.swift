@@ -1,0 +1,155 @@
+/// Pure rules of the operator tools, with no IO: how a queued message reads as a `QueuedJob`,
+/// which jobs a filter selects, and how a requeued job's headers are rewritten.
+import AMQPClient
+import APNSCore
+import Foundation
+
+public enum JobInspection {
+    /// Headers the worker (or the broker) writes about a failure or a delivery; a requeued job
+    /// starts afresh without them, so a later listing never shows a stale failure.
+    public static let headersClearedOnRequeue: Set<String> = [
+        JobHeaders.attempt, JobHeaders.reason, JobHeaders.status, JobHeaders.attempts,
+        JobHeaders.failedAt, JobHeaders.error, "x-delivery-count",
+    ]
+
+    /// Decodes a message of `queue` (a dead or retry queue of `bundleID`).
+    public static func queuedJob(_ message: AMQPDeliveredMessage, queue: String, bundleID: String, position: Int) -> QueuedJob {
+        let headers = message.properties.headers ?? [:]
+        let body = try? JSONValue(parsing: message.body)
+        let bodyID = body?["id"]?.stringValue
+        let token = body?["token"]?.stringValue.flatMap(DeviceToken.init(hex:))
+        let attempts = integer(headers[JobHeaders.attempts]) ?? integer(headers[JobHeaders.attempt])
+        return QueuedJob(
+            queue: queue, bundleID: bundleID, position: position,
+            jobID: bodyID ?? message.properties.messageID,
+            reason: headers[JobHeaders.reason]?.stringValue,
+            status: integer(headers[JobHeaders.status]),
+            attempts: attempts,
+            failedAt: headers[JobHeaders.failedAt]?.stringValue.flatMap(parseRFC3339),
+            publishedAt: message.properties.timestamp,
+            error: headers[JobHeaders.error]?.stringValue,
+            lastReason: headers[JobHeaders.lastReason]?.stringValue,
+            headers: headers.mapValues(render),
+            body: String(decoding: message.body, as: UTF8.self),
+            tokenRedacted: token?.redacted)
+    }
+
+    /// Whether `filter` selects `job` at time `now`. A job without any date matches no age filter.
+    public static func matches(_ job: QueuedJob, _ filter: JobFilter, now: Date) -> Bool {
+        if let bundle = filter.bundleID, bundle != job.bundleID { return false }
+        if let reason = filter.reason {
+            let actual = job.reason ?? job.lastReason
+            guard let actual, actual.caseInsensitiveCompare(reason) == .orderedSame else { return false }
+        }
+        if filter.olderThan != nil || filter.newerThan != nil {
+            guard let date = job.referenceDate else { return false }
+            let age = now.timeIntervalSince(date)
+            if let older = filter.olderThan, age < older.seconds { return false }
+            if let newer = filter.newerThan, age > newer.seconds { return false }
+        }
+        return true
+    }
+
+    /// Whether `selection` selects `job`.
+    public static func selects(_ selection: JobSelection, _ job: QueuedJob, now: Date) -> Bool {
+        switch selection {
+        case .jobIDs(let ids): return job.jobID.map(ids.contains) ?? false
+        case .all(let filter): return matches(job, filter, now: now)
+        }
+    }
+
+    /// The message that goes back to the bundle's work queue: body and properties unchanged
+    /// except the headers, where attempts start again, the failure headers are dropped and the
+    /// reason it failed with is kept in `x-apns-last-reason` (an earlier one when this failure
+    /// has none, as on retry jobs).
+    public static func requeueMessage(_ message: AMQPDeliveredMessage, bundleID: String) -> AMQPOutboundMessage {
+        var properties = message.properties
+        var headers = properties.headers ?? [:]
+        let reason = headers[JobHeaders.reason]
+        for name in headersClearedOnRequeue { headers[name] = nil }
+        if let reason { headers[JobHeaders.lastReason] = reason }
+        properties.headers = headers.isEmpty ? nil : headers
+        return AMQPOutboundMessage(
+            exchange: "", routingKey: TopologyNames.workQueue(bundleID), body: message.body, properties: properties)
+    }
+
+    /// The queues of `kind` for a bundle: its dead queue, or one retry queue per distinct delay.
+    public static func queues(_ kind: JobQueueKind, bundleID: String, retryDelays: [Duration]) -> [String] {
+        switch kind {
+        case .dead:
+            return [TopologyNames.deadQueue(bundleID)]
+        case .retry:
+            var names: [String] = []
+            for delay in retryDelays {
+                let name = TopologyNames.retryQueue(bundleID, delay: delay)
+                if !names.contains(name) { names.append(name) }
+            }
+            return names
+        }
+    }
+
+    /// An AMQP header value as text: strings as they are, numbers in decimal, tables and arrays
+    /// (such as `x-death`) as compact JSON-like text.
+    public static func render(_ value: AMQPFieldValue) -> String {
+        switch value {
+        case .bool(let v): return String(v)
+        case .int8(let v): return String(v)
+        case .int16(let v): return String(v)
+        case .int32(let v): return String(v)
+        case .int64(let v): return String(v)
+        case .float(let v): return String(v)
+        case .double(let v): return String(v)
+        case .decimal(let scale, let v): return String(Double(v) / pow(10, Double(scale)))
+        case .string(let s): return s
+        case .bytes(let b): return String(decoding: b, as: UTF8.self)
+        case .timestamp(let d): return d.formatted(.iso8601)
+        case .table(let t):
+            let fields = t.keys.sorted().map { "\(quoted($0)):\(nested(t[$0]!))" }
+            return "{" + fields.joined(separator: ",") + "}"
+        case .array(let a): return "[" + a.map(nested).joined(separator: ",") + "]"
+        case .void: return ""
+        }
+    }
+
+    private static func nested(_ value: AMQPFieldValue) -> String {
+        switch value {
+        case .string, .bytes, .timestamp: return quoted(render(value))
+        case .void: return "null"
+        default: return render(value)
+        }
+    }
+
+    private static func quoted(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+
+    static func integer(_ value: AMQPFieldValue?) -> Int? {
+        guard let value else { return nil }
+        if let int = value.intValue { return Int(int) }
+        if let string = value.stringValue { return Int(string) }
+        return nil
+    }
+
+    /// RFC 3339 with or without fractional seconds (the worker writes `.iso8601`, without).
+    public static func parseRFC3339(_ text: String) -> Date? {
+        if let date = try? Date(text, strategy: .iso8601) { return date }
+        return try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, as `TimeInterval`.
+    var seconds: TimeInterval {
+        let (seconds, attoseconds) = components
+        return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
+    }
+}

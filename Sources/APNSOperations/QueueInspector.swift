@@ -1,0 +1,273 @@
+/// Reads and moves the jobs in dead and retry queues for operators (the CLI and the admin
+/// HTTP server): listing without consuming or reordering, requeueing to the work queue without
+/// ever losing a job, and purging.
+import AMQPClient
+import APNSConfig
+import APNSCore
+import Foundation
+import Logging
+
+/// Operator access to a bundle's dead and retry queues.
+///
+/// RabbitMQ has no peek. A listing takes the messages on a connection of its own with a
+/// consumer (manual acks, prefetch = the queue's depth), never acks them, and closes the
+/// connection, which hands them all back to the broker in their order (measured on quorum and
+/// classic queues, see docs/decisions.md). While a listing holds them, other listings see
+/// fewer messages and retry messages cannot expire; both last as long as the listing.
+///
+/// A move is a confirmed publish to the work queue, then the ack of the source message: an
+/// interruption between the two leaves the job in both queues (at-least-once), never in none.
+/// Every operation opens its own connection and closes it before returning.
+public final class QueueInspector: Sendable {
+    public let amqp: AMQPConfiguration
+    public let bundleIDs: [String]
+    public let retryDelays: [Duration]
+    /// How long to wait for the next message of a queue that reported more ready messages
+    /// (another client may have taken them meanwhile).
+    public let deliveryWait: Duration
+    private let logger: Logger
+
+    /// The most messages one consumer can hold unacked (AMQP prefetch is 16 bits): a listing
+    /// sees at most this many messages of each queue.
+    public static let maximumMessagesPerQueue = Int(UInt16.max)
+    /// Confirmed publishes in flight at once while moving jobs.
+    static let movesInFlight = 256
+
+    public init(amqp: AMQPConfiguration, bundleIDs: [String], retryDelays: [Duration], logger: Logger, deliveryWait: Duration = .seconds(3)) {
+        self.amqp = amqp
+        self.bundleIDs = bundleIDs
+        self.retryDelays = retryDelays
+        self.logger = logger
+        self.deliveryWait = deliveryWait
+    }
+
+    /// The broker, bundles and retry delays of a worker configuration.
+    public convenience init(configuration: WorkerConfiguration, connectionName: String, logger: Logger) throws {
+        var amqp = try AMQPConfiguration(urlStrings: configuration.amqp.urls, connectionName: connectionName)
+        amqp.heartbeat = configuration.amqp.heartbeat
+        if let caFile = configuration.amqp.caFile { amqp.tls.caFile = caFile }
+        self.init(
+            amqp: amqp, bundleIDs: configuration.bundles.map(\.bundleID), retryDelays: configuration.retry.delays, logger: logger)
+    }
+
+    // MARK: - Reading
+
+    /// Ready messages and consumers of every configured queue: per bundle its work queue, retry
+    /// queues and dead queue, then `apns.unrouted`. Queues that do not exist are left out.
+    public func depths() async throws -> [QueueDepth] {
+        try await withConnection("depths") { connection in
+            var depths: [QueueDepth] = []
+            for bundle in bundleIDs {
+                var queues = [(TopologyNames.workQueue(bundle), "work")]
+                queues += JobInspection.queues(.retry, bundleID: bundle, retryDelays: retryDelays).map { ($0, "retry") }
+                queues.append((TopologyNames.deadQueue(bundle), "dead"))
+                for (queue, role) in queues {
+                    guard let info = try await inspect(connection, queue) else { continue }
+                    depths.append(QueueDepth(
+                        queue: queue, bundleID: bundle, role: role,
+                        messages: Int(info.messageCount), consumers: Int(info.consumerCount)))
+                }
+            }
+            if let info = try await inspect(connection, TopologyNames.unrouted) {
+                depths.append(QueueDepth(
+                    queue: TopologyNames.unrouted, bundleID: "", role: "unrouted",
+                    messages: Int(info.messageCount), consumers: Int(info.consumerCount)))
+            }
+            return depths
+        }
+    }
+
+    /// The jobs of `kind` that `filter` selects, by bundle (configuration order), queue (retry
+    /// delays in order) and position; at most `limit`. Nothing is consumed or reordered.
+    public func list(_ kind: JobQueueKind, filter: JobFilter = JobFilter(), limit: Int? = nil) async throws -> [QueuedJob] {
+        let now = Date()
+        return try await withConnection("list") { connection in
+            var jobs: [QueuedJob] = []
+            for (bundle, queue) in scope(kind, bundleID: filter.bundleID) {
+                let remaining = limit.map { $0 - jobs.count }
+                if let remaining, remaining <= 0 { break }
+                // Without criteria beyond the bundle, the first `limit` messages are the answer.
+                let cap = filter.selectsWholeQueues ? remaining : nil
+                let deliveries = try await take(connection, queue, cap: cap)
+                for (position, delivery) in deliveries.enumerated() {
+                    let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
+                    guard JobInspection.matches(job, filter, now: now) else { continue }
+                    if let limit, jobs.count >= limit { break }
+                    jobs.append(job)
+                }
+            }
+            // Closing the connection (withConnection) hands every message back, unacked.
+            return jobs
+        }
+    }
+
+    /// The first job with this id in the queues of `kind` (of one bundle, or all), or nil.
+    public func show(_ kind: JobQueueKind, jobID: String, bundleID: String? = nil) async throws -> QueuedJob? {
+        try await withConnection("show") { connection in
+            for (bundle, queue) in scope(kind, bundleID: bundleID) {
+                let deliveries = try await take(connection, queue, cap: nil)
+                for (position, delivery) in deliveries.enumerated() {
+                    let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
+                    if job.jobID == jobID { return job }
+                }
+            }
+            return nil
+        }
+    }
+
+    // MARK: - Moving and dropping
+
+    /// Moves the selected jobs to their bundle's work queue: attempts reset, failure headers
+    /// dropped, the reason kept in `x-apns-last-reason` (`JobInspection.requeueMessage`). Each
+    /// job is published with a broker confirm and only then acked where it was.
+    public func requeue(_ kind: JobQueueKind, _ selection: JobSelection) async throws -> MoveReport {
+        let (count, notFound) = try await settleSelected(kind, selection, purpose: "requeue") { connection, delivery, bundle in
+            try await connection.publish(JobInspection.requeueMessage(delivery.message, bundleID: bundle))
+        }
+        logger.info(
+            "requeued jobs to their work queues",
+            metadata: ["operations.kind": "\(kind.rawValue)", "operations.moved": "\(count)", "operations.not_found": "\(notFound.count)"])
+        return MoveReport(moved: count, notFound: notFound)
+    }
+
+    /// Drops the selected jobs; returns how many. `.all` without criteria beyond the bundle
+    /// purges whole queues; otherwise exactly the selected messages are acked.
+    public func purge(_ kind: JobQueueKind, _ selection: JobSelection) async throws -> Int {
+        if case .all(let filter) = selection, filter.selectsWholeQueues {
+            let purged = try await withConnection("purge") { connection in
+                var purged = 0
+                for (_, queue) in scope(kind, bundleID: filter.bundleID) where try await inspect(connection, queue) != nil {
+                    purged += Int(try await connection.purgeQueue(queue))
+                }
+                return purged
+            }
+            logger.info("purged queues", metadata: ["operations.kind": "\(kind.rawValue)", "operations.purged": "\(purged)"])
+            return purged
+        }
+        let (count, _) = try await settleSelected(kind, selection, purpose: "purge") { _, _, _ in }
+        logger.info("purged jobs", metadata: ["operations.kind": "\(kind.rawValue)", "operations.purged": "\(count)"])
+        return count
+    }
+
+    // MARK: - Plumbing
+
+    /// Takes the messages of every queue in scope, runs `beforeAck` on each selected one and
+    /// acks it once that succeeded; the others are handed back unacked when the connection
+    /// closes. By id, stops as soon as every id was found.
+    private func settleSelected(
+        _ kind: JobQueueKind, _ selection: JobSelection, purpose: String,
+        beforeAck: @escaping @Sendable (AMQPConnection, AMQPDelivery, String) async throws -> Void
+    ) async throws -> (count: Int, notFound: [String]) {
+        let now = Date()
+        var wanted: Set<String> = []
+        var bundleID: String?
+        switch selection {
+        case .jobIDs(let ids): wanted = Set(ids)
+        case .all(let filter): bundleID = filter.bundleID
+        }
+        var found: Set<String> = []
+        var count = 0
+        try await withConnection(purpose) { connection in
+            for (bundle, queue) in scope(kind, bundleID: bundleID) {
+                if !wanted.isEmpty, wanted.isSubset(of: found) { break }
+                guard let info = try await inspect(connection, queue) else { continue }
+                let depth = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
+                guard depth > 0 else { continue }
+                let consumer = try await connection.consume(queue: queue, prefetch: UInt16(depth))
+                let iterator = consumer.makeAsyncIterator()
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    var inFlight = 0
+                    var seen = 0
+                    while seen < depth, let delivery = try await nextDelivery(iterator) {
+                        let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: seen)
+                        seen += 1
+                        guard JobInspection.selects(selection, job, now: now) else { continue }
+                        if let id = job.jobID { found.insert(id) }
+                        if inFlight >= Self.movesInFlight {
+                            try await group.next()
+                            inFlight -= 1
+                        }
+                        group.addTask {
+                            try await beforeAck(connection, delivery, bundle)
+                            if await connection.ack(delivery) == .stale {
+                                throw AMQPError(.connectionLost, "the channel of queue '\(queue)' closed before a job was acked; it stays there too")
+                            }
+                        }
+                        inFlight += 1
+                        count += 1
+                        if !wanted.isEmpty, wanted.isSubset(of: found) { break }
+                    }
+                    try await group.waitForAll()
+                }
+            }
+            // On quorum queues an ack sent just before its channel closes can be overtaken by the
+            // close, and the job comes back (contract §4): let the last acks reach the broker.
+            try? await Task.sleep(for: .milliseconds(500))
+        }
+        let notFound = wanted.subtracting(found).sorted()
+        return (count, notFound)
+    }
+
+    /// Takes up to `cap` (default: all ready) messages of `queue` without acking them; they stay
+    /// with this connection until it closes. A queue that does not exist has none.
+    private func take(_ connection: AMQPConnection, _ queue: String, cap: Int?) async throws -> [AMQPDelivery] {
+        guard let info = try await inspect(connection, queue) else { return [] }
+        var want = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
+        if let cap { want = min(want, cap) }
+        guard want > 0 else { return [] }
+        let consumer = try await connection.consume(queue: queue, prefetch: UInt16(want))
+        let iterator = consumer.makeAsyncIterator()
+        var taken: [AMQPDelivery] = []
+        taken.reserveCapacity(want)
+        while taken.count < want, let delivery = try await nextDelivery(iterator) {
+            taken.append(delivery)
+        }
+        if taken.count < want {
+            logger.debug(
+                "fewer messages than the queue reported",
+                metadata: ["amqp.queue": "\(queue)", "operations.expected": "\(want)", "operations.taken": "\(taken.count)"])
+        }
+        return taken
+    }
+
+    /// The next delivery, or nil when none arrives within `deliveryWait`. A delivery that
+    /// arrives just as the wait ends stays unacked with the connection and goes back on close.
+    private func nextDelivery(_ iterator: AMQPConsumer.Iterator) async throws -> AMQPDelivery? {
+        let wait = deliveryWait
+        return try await withThrowingTaskGroup(of: AMQPDelivery?.self) { group in
+            group.addTask {
+                var iterator = iterator
+                return try await iterator.next()
+            }
+            group.addTask {
+                try await Task.sleep(for: wait)
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await group.next() ?? nil
+        }
+    }
+
+    /// Passive declare; nil when the queue does not exist.
+    private func inspect(_ connection: AMQPConnection, _ queue: String) async throws -> AMQPQueueInfo? {
+        do {
+            return try await connection.inspectQueue(queue)
+        } catch let error as AMQPError where error.replyCode == 404 {
+            return nil
+        }
+    }
+
+    /// (bundle, queue) pairs of `kind`: one bundle's, or every configured bundle's.
+    private func scope(_ kind: JobQueueKind, bundleID: String?) -> [(String, String)] {
+        let bundles = bundleID.map { [$0] } ?? bundleIDs
+        return bundles.flatMap { bundle in
+            JobInspection.queues(kind, bundleID: bundle, retryDelays: retryDelays).map { (bundle, $0) }
+        }
+    }
+
+    private func withConnection<Result: Sendable>(_ purpose: String, _ body: (AMQPConnection) async throws -> Result) async throws -> Result {
+        var configuration = amqp
+        configuration.connectionName = "\(amqp.connectionName) (\(purpose))"
+        return try await AMQPConnection.withConnection(configuration: configuration, logger: logger, body)
+    }
+}

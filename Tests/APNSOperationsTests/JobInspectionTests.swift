@@ -1,0 +1,99 @@
+// The pure rules of the operator tools, without a broker: decoding a queued message, filters,
+// and the headers of a requeued job.
+import AMQPClient
+import APNSCore
+import APNSOperations
+import Foundation
+import Testing
+
+private let token = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"
+
+private func deadMessage(id: String = "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11", reason: String = "BadDeviceToken", failedAt: String = "2026-11-20T10:00:00Z") -> AMQPDeliveredMessage {
+    let body = #"{"id":"\#(id)","token":"\#(token)","payload":{"aps":{"alert":"hi"}}}"#
+    var properties = AMQPProperties.persistentJSON
+    properties.messageID = "other-id"
+    properties.headers = [
+        JobHeaders.reason: .string(reason), JobHeaders.status: .int32(400), JobHeaders.attempts: .int32(1),
+        JobHeaders.failedAt: .string(failedAt), JobHeaders.error: .string("Apple said BadDeviceToken"),
+        JobHeaders.attempt: .int32(3), "x-delivery-count": .int64(2), "x-custom": .string("kept"),
+        "x-death": .array([.table(["count": .int64(1), "queue": .string("apns.b.retry.10s")])]),
+    ]
+    return AMQPDeliveredMessage(exchange: "", routingKey: "apns.b.dead", redelivered: false, body: Array(body.utf8), properties: properties)
+}
+
+@Suite struct JobInspectionTests {
+    @Test func decodesADeadJob() throws {
+        let job = JobInspection.queuedJob(deadMessage(), queue: "apns.b.dead", bundleID: "b", position: 7)
+        #expect(job.jobID == "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11")
+        #expect(job.position == 7 && job.queue == "apns.b.dead" && job.bundleID == "b")
+        #expect(job.reason == "BadDeviceToken" && job.status == 400 && job.attempts == 1)
+        #expect(job.failedAt == Date(timeIntervalSince1970: 1_795_168_800))
+        #expect(job.error == "Apple said BadDeviceToken")
+        #expect(job.tokenRedacted == "a1b2…8f90")
+        #expect(!job.headers.values.contains { $0.contains(token) })
+        #expect(job.headers[JobHeaders.status] == "400")
+        #expect(job.headers["x-death"] == #"[{"count":1,"queue":"apns.b.retry.10s"}]"#)
+        #expect(job.body.contains(token))
+    }
+
+    @Test func jobIDFallsBackToMessageIDAndRetryAttemptsAreRead() {
+        var properties = AMQPProperties.persistentJSON
+        properties.messageID = "from-properties"
+        properties.headers = [JobHeaders.attempt: .int32(2)]
+        let message = AMQPDeliveredMessage(exchange: "", routingKey: "q", redelivered: false, body: Array("not json".utf8), properties: properties)
+        let job = JobInspection.queuedJob(message, queue: "apns.b.retry.10s", bundleID: "b", position: 0)
+        #expect(job.jobID == "from-properties" && job.attempts == 2 && job.tokenRedacted == nil && job.body == "not json")
+    }
+
+    @Test func filtersByBundleReasonAndAge() {
+        let job = JobInspection.queuedJob(deadMessage(), queue: "apns.b.dead", bundleID: "b", position: 0)
+        let failed = job.failedAt!
+        let now = failed.addingTimeInterval(600)
+        #expect(JobInspection.matches(job, JobFilter(), now: now))
+        #expect(JobInspection.matches(job, JobFilter(bundleID: "b", reason: "baddevicetoken"), now: now))
+        #expect(!JobInspection.matches(job, JobFilter(bundleID: "c"), now: now))
+        #expect(!JobInspection.matches(job, JobFilter(reason: "Unregistered"), now: now))
+        #expect(JobInspection.matches(job, JobFilter(olderThan: .seconds(300)), now: now))
+        #expect(!JobInspection.matches(job, JobFilter(olderThan: .seconds(900)), now: now))
+        #expect(JobInspection.matches(job, JobFilter(newerThan: .seconds(900)), now: now))
+        #expect(!JobInspection.matches(job, JobFilter(newerThan: .seconds(300)), now: now))
+        #expect(JobInspection.selects(.jobIDs(["x", "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11"]), job, now: now))
+        #expect(!JobInspection.selects(.jobIDs(["other-id"]), job, now: now))
+        #expect(JobFilter(bundleID: "b").selectsWholeQueues && !JobFilter(reason: "x").selectsWholeQueues)
+    }
+
+    @Test func aJobWithoutDatesMatchesNoAgeFilter() {
+        let message = AMQPDeliveredMessage(exchange: "", routingKey: "q", redelivered: false, body: [], properties: AMQPProperties())
+        let job = JobInspection.queuedJob(message, queue: "q", bundleID: "b", position: 0)
+        #expect(!JobInspection.matches(job, JobFilter(olderThan: .seconds(1)), now: Date()))
+        #expect(!JobInspection.matches(job, JobFilter(newerThan: .seconds(1)), now: Date()))
+    }
+
+    @Test func requeueResetsAttemptsAndKeepsTheReason() {
+        let original = deadMessage()
+        let out = JobInspection.requeueMessage(original, bundleID: "b")
+        #expect(out.exchange == "" && out.routingKey == "apns.b" && out.body == original.body)
+        let headers = out.properties.headers ?? [:]
+        #expect(headers[JobHeaders.lastReason] == .string("BadDeviceToken"))
+        for cleared in JobInspection.headersClearedOnRequeue { #expect(headers[cleared] == nil) }
+        #expect(headers["x-custom"] == .string("kept") && headers["x-death"] != nil)
+        var expected = original.properties
+        expected.headers = headers
+        #expect(out.properties == expected)
+    }
+
+    @Test func requeueOfARetryJobKeepsAnEarlierLastReason() {
+        var properties = AMQPProperties.persistentJSON
+        properties.headers = [JobHeaders.attempt: .int32(2), JobHeaders.lastReason: .string("Unregistered")]
+        let message = AMQPDeliveredMessage(exchange: "", routingKey: "q", redelivered: false, body: [1], properties: properties)
+        let out = JobInspection.requeueMessage(message, bundleID: "b")
+        #expect(out.properties.headers == [JobHeaders.lastReason: .string("Unregistered")])
+        let bare = AMQPDeliveredMessage(exchange: "", routingKey: "q", redelivered: false, body: [1], properties: AMQPProperties(headers: [JobHeaders.attempt: .int32(1)]))
+        #expect(JobInspection.requeueMessage(bare, bundleID: "b").properties.headers == nil)
+    }
+
+    @Test func retryKindCoversEveryDistinctDelay() {
+        #expect(JobInspection.queues(.retry, bundleID: "b", retryDelays: [.seconds(10), .seconds(60), .seconds(60)]) == ["apns.b.retry.10s", "apns.b.retry.1m"])
+        #expect(JobInspection.queues(.dead, bundleID: "b", retryDelays: [.seconds(10)]) == ["apns.b.dead"])
+    }
+}
