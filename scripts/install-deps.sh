@@ -2,7 +2,7 @@
 # Installs the Debian packages the build, the tests and the local run need, when any is missing.
 # Needs root (or sudo) only when something has to be installed.
 set -euo pipefail
-packages=(librabbitmq-dev libssl-dev pkg-config rabbitmq-server curl nghttp2-client python3-h2 procps)
+packages=(librabbitmq-dev libssl-dev pkg-config rabbitmq-server curl nghttp2-client python3-h2 procps chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

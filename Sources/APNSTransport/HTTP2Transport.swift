@@ -312,16 +312,16 @@ extension HTTP2Transport: TransportStatusReporting {
         state.withLock { s in
             var counts = Dictionary(uniqueKeysWithValues: TransportConnectionState.allCases.map { ($0, 0) })
             for slotState in Pool.SlotState.allCases {
-                let state: TransportConnectionState
+                let reported: TransportConnectionState
                 switch slotState {
-                case .down: state = s.pool.shuttingDown ? .closed : .backingOff
-                case .connecting: state = .connecting
-                case .ready: state = .ready
+                case .down: reported = s.pool.shuttingDown ? .closed : .backingOff
+                case .connecting: reported = .connecting
+                case .ready: reported = .ready
                 // After a GOAWAY a connection only finishes its streams and is then replaced:
                 // it carries no new notifications, like one waiting to reconnect.
-                case .draining: state = .backingOff
+                case .draining: reported = .backingOff
                 }
-                counts[state, default: 0] += s.pool.count(slotState)
+                counts[reported, default: 0] += s.pool.count(slotState)
             }
             return counts
         }

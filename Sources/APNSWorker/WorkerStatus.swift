@@ -13,11 +13,23 @@ public struct WorkerStatus: Sendable, Hashable, Codable {
         /// APNs connections by state (`TransportConnectionState` raw values, every state present);
         /// empty when the transport does not report them.
         public var connections: [String: Int]
+
+        public init(bundleID: String, held: Bool, activity: WorkerStatistics.BundleActivity, connections: [String: Int]) {
+            self.bundleID = bundleID
+            self.held = held
+            self.activity = activity
+            self.connections = connections
+        }
     }
 
     /// The worker's broker connection (`AMQPConnectionState` raw value: connected, connecting, …).
     public var broker: String
     public var bundles: [Bundle]
+
+    public init(broker: String, bundles: [Bundle]) {
+        self.broker = broker
+        self.bundles = bundles
+    }
 
     public var brokerConnected: Bool { broker == AMQPConnectionState.connected.rawValue }
     public var heldBundles: [String] { bundles.filter(\.held).map(\.bundleID) }
