@@ -59,7 +59,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
                     streamCap: configuration.maxConcurrentStreamsPerConnection,
                     oneStreamUntilFirstAnswer: configuration.usesTokenAuthentication)))
         let env = [("environment", configuration.environment.rawValue)]
-        self.latency = Metrics.Timer(label: "apns_transport_request_duration", dimensions: env)
+        self.latency = Metrics.Timer(label: "apns_transport_request_duration_seconds", dimensions: env)
         self.inFlightMeter = Meter(label: "apns_transport_in_flight", dimensions: env)
     }
 

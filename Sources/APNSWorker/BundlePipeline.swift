@@ -191,6 +191,7 @@ public final class BundlePipeline: Sendable {
                 previousAttempts: previousAttempts)
             logger.warning("malformed job", metadata: ["job.error": "\(error)", "job.reason": "\(error.reason)"])
             await settle(delivery, router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: Date()))
+            count(.dead, since: started)
             return
         case .success(let parsed):
             job = parsed
@@ -202,6 +203,7 @@ public final class BundlePipeline: Sendable {
         if case .hold(let why) = gate(job) {
             logger.debug("rollout gate holds job", metadata: ["job.id": "\(job.id)", "gate.why": "\(why)"])
             await settle(delivery, router.routeGated(job: context))
+            count(.gated, since: started)
             return
         }
         let outcome = await send(job)
@@ -257,9 +259,7 @@ public final class BundlePipeline: Sendable {
         }
         let route = router.route(outcome, job: context, now: Date())
         await settle(delivery, route)
-        let end = Self.end(of: route, outcome: outcome)
-        ends.withLock { $0[end, default: 0] += 1 }
-        statistics.jobEnded(bundle: settings.bundleID, end: end, after: started.duration(to: .now))
+        count(Self.end(of: route, outcome: outcome), since: started)
         switch outcome {
         case .delivered:
             logger.info("job delivered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.token": "\(Self.redacted(context.tokenHex))"])
@@ -276,6 +276,12 @@ public final class BundlePipeline: Sendable {
         } else if case .dead(let reason, let status, _) = outcome {
             logger.warning("job dead-lettered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
         }
+    }
+
+    /// One job reached `end`: for the stop line, the metrics and the admin page.
+    func count(_ end: OutcomeRouter.End, since started: ContinuousClock.Instant) {
+        ends.withLock { $0[end, default: 0] += 1 }
+        statistics.jobEnded(bundle: settings.bundleID, end: end, after: started.duration(to: .now))
     }
 
     static func redacted(_ tokenHex: String?) -> String {

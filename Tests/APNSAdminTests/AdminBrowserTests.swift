@@ -57,7 +57,7 @@ struct AdminBrowserTests {
             try await waitUntil("the job to be delivered") { harness.jobs("delivered") == 1 }
             try await Self.serving(harness) { port in
                 let base = "http://127.0.0.1:\(port)"
-                #expect(try Self.get(base + "/health", bearer: false) == (200, "ok"))
+                #expect(try Self.get(base + "/health", bearer: false) == (200, "ok\n"))
                 #expect(try Self.get(base + "/ready", bearer: false).status == 401)
                 let ready = try Self.get(base + "/ready", bearer: true)
                 #expect(ready.status == 200)

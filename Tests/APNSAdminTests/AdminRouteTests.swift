@@ -1,6 +1,9 @@
 import APNSAdmin
 import APNSConfig
 import APNSCore
+import APNSOperations
+import APNSSimulator
+import APNSWorker
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -205,6 +208,9 @@ struct AdminRouteTests {
             harness.simulator.script(token: AdminHarness.token(13), .always(status: 403, reason: .invalidProviderToken))
             try await harness.publishJob(token: 13)
             try await waitUntil("the bundle to be held") { harness.worker.heldBundles == [harness.bundle] }
+            try await waitUntil("the held job to be back in its work queue") {
+                try await harness.queues.depths().first { $0.role == "work" }?.messages == 1
+            }
             try await harness.admin.makeApplication().test(.router) { client in
                 let ready = try await client.execute(uri: "/ready", method: .get, headers: Self.bearer)
                 #expect(ready.status == .serviceUnavailable)
@@ -284,6 +290,6 @@ struct AdminRouteTests {
         #expect(result.status != 0)
         let lines = result.stderr.split(separator: "\n")
         #expect(lines.count == 1, "one line: \(result.stderr)")
-        #expect(result.stderr.contains("\(config):4: [admin] token: required when listen (0.0.0.0:8080) is not a loopback address"))
+        #expect(result.stderr.contains("worker.conf:4: [admin] token: required when listen (0.0.0.0:8080) is not a loopback address"))
     }
 }
