@@ -21,7 +21,7 @@ enum Templates {
           #bundles th { background: rgb(0, 102, 204); color: #fff; }
           #dead-jobs th { background: rgb(204, 51, 0); color: #fff; }
           .held { color: rgb(204, 0, 0); font-weight: bold; }
-          .body { font-family: monospace; max-width: 420px; word-break: break-all; }
+          .body { font-family: monospace; min-width: 320px; max-width: 480px; word-break: break-all; }
           .notice { padding: 6px; background: #fff3cd; }
         </style>
         </head>

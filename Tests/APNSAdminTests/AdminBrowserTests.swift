@@ -104,6 +104,11 @@ struct AdminBrowserTests {
                 let screenshot = directory + "/page.png"
                 let shot = try runProcess(Self.chromium, common + ["--screenshot=\(screenshot)", url])
                 #expect(shot.status == 0, "chromium --screenshot: \(shot.stderr.suffix(500))")
+                // For a person to look at: APNS_TEST_SCREENSHOT=/path/page.png keeps a copy.
+                if let keep = ProcessInfo.processInfo.environment["APNS_TEST_SCREENSHOT"] {
+                    try? FileManager.default.removeItem(atPath: keep)
+                    try FileManager.default.copyItem(atPath: screenshot, toPath: keep)
+                }
                 let colours = try runProcess(
                     "/usr/bin/env",
                     ["python3", repositoryRoot + "/Tests/APNSAdminTests/Scripts/png_colors.py", screenshot, Self.bundleHeaderColour, Self.deadJobsHeaderColour])
