@@ -126,3 +126,14 @@ extension Substring {
 extension String {
     func trimmingWhitespace() -> String { self[...].trimmingWhitespace() }
 }
+
+/// Durations written as in the configuration file (`10s`, `1m30s`, `500ms`), for command-line
+/// options that should read the same way.
+public enum DurationText {
+    /// The duration, or nil with `hint` describing the accepted forms.
+    public static func parse(_ text: String) -> Duration? {
+        try? ValueSyntax.duration(text)
+    }
+
+    public static let hint = ValueSyntax.durationHint
+}

@@ -44,8 +44,8 @@ public enum JobInspection {
         if filter.olderThan != nil || filter.newerThan != nil {
             guard let date = job.referenceDate else { return false }
             let age = now.timeIntervalSince(date)
-            if let older = filter.olderThan, age < older.seconds { return false }
-            if let newer = filter.newerThan, age > newer.seconds { return false }
+            if let older = filter.olderThan, age < older.timeInterval { return false }
+            if let newer = filter.newerThan, age > newer.timeInterval { return false }
         }
         return true
     }
@@ -53,7 +53,7 @@ public enum JobInspection {
     /// Whether `selection` selects `job`.
     public static func selects(_ selection: JobSelection, _ job: QueuedJob, now: Date) -> Bool {
         switch selection {
-        case .jobIDs(let ids): return job.jobID.map(ids.contains) ?? false
+        case .jobIDs(let ids): return job.jobID.map { id in ids.contains(id) } ?? false
         case .all(let filter): return matches(job, filter, now: now)
         }
     }
@@ -148,7 +148,7 @@ public enum JobInspection {
 
 extension Duration {
     /// The duration in seconds, as `TimeInterval`.
-    var seconds: TimeInterval {
+    var timeInterval: TimeInterval {
         let (seconds, attoseconds) = components
         return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
     }

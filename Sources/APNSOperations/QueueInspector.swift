@@ -81,14 +81,16 @@ public final class QueueInspector: Sendable {
     /// delays in order) and position; at most `limit`. Nothing is consumed or reordered.
     public func list(_ kind: JobQueueKind, filter: JobFilter = JobFilter(), limit: Int? = nil) async throws -> [QueuedJob] {
         let now = Date()
-        return try await withConnection("list") { connection in
+        var readyBefore: [String: Int] = [:]
+        let jobs = try await withConnection("list") { connection in
             var jobs: [QueuedJob] = []
             for (bundle, queue) in scope(kind, bundleID: filter.bundleID) {
                 let remaining = limit.map { $0 - jobs.count }
                 if let remaining, remaining <= 0 { break }
                 // Without criteria beyond the bundle, the first `limit` messages are the answer.
                 let cap = filter.selectsWholeQueues ? remaining : nil
-                let deliveries = try await take(connection, queue, cap: cap)
+                let (deliveries, ready) = try await take(connection, queue, cap: cap)
+                readyBefore[queue] = ready
                 for (position, delivery) in deliveries.enumerated() {
                     let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
                     guard JobInspection.matches(job, filter, now: now) else { continue }
@@ -99,13 +101,17 @@ public final class QueueInspector: Sendable {
             // Closing the connection (withConnection) hands every message back, unacked.
             return jobs
         }
+        await waitForHandBack(readyBefore)
+        return jobs
     }
 
     /// The first job with this id in the queues of `kind` (of one bundle, or all), or nil.
     public func show(_ kind: JobQueueKind, jobID: String, bundleID: String? = nil) async throws -> QueuedJob? {
-        try await withConnection("show") { connection in
+        var readyBefore: [String: Int] = [:]
+        let job = try await withConnection("show") { connection -> QueuedJob? in
             for (bundle, queue) in scope(kind, bundleID: bundleID) {
-                let deliveries = try await take(connection, queue, cap: nil)
+                let (deliveries, ready) = try await take(connection, queue, cap: nil)
+                readyBefore[queue] = ready
                 for (position, delivery) in deliveries.enumerated() {
                     let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
                     if job.jobID == jobID { return job }
@@ -113,6 +119,8 @@ public final class QueueInspector: Sendable {
             }
             return nil
         }
+        await waitForHandBack(readyBefore)
+        return job
     }
 
     // MARK: - Moving and dropping
@@ -136,7 +144,8 @@ public final class QueueInspector: Sendable {
         if case .all(let filter) = selection, filter.selectsWholeQueues {
             let purged = try await withConnection("purge") { connection in
                 var purged = 0
-                for (_, queue) in scope(kind, bundleID: filter.bundleID) where try await inspect(connection, queue) != nil {
+                for (_, queue) in scope(kind, bundleID: filter.bundleID) {
+                    guard try await inspect(connection, queue) != nil else { continue }
                     purged += Int(try await connection.purgeQueue(queue))
                 }
                 return purged
@@ -167,12 +176,14 @@ public final class QueueInspector: Sendable {
         }
         var found: Set<String> = []
         var count = 0
+        var readyAfter: [String: Int] = [:]
         try await withConnection(purpose) { connection in
             for (bundle, queue) in scope(kind, bundleID: bundleID) {
                 if !wanted.isEmpty, wanted.isSubset(of: found) { break }
                 guard let info = try await inspect(connection, queue) else { continue }
                 let depth = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
                 guard depth > 0 else { continue }
+                let settledBefore = count
                 let consumer = try await connection.consume(queue: queue, prefetch: UInt16(depth))
                 let iterator = consumer.makeAsyncIterator()
                 try await withThrowingTaskGroup(of: Void.self) { group in
@@ -199,22 +210,25 @@ public final class QueueInspector: Sendable {
                     }
                     try await group.waitForAll()
                 }
+                readyAfter[queue] = Int(info.messageCount) - (count - settledBefore)
             }
             // On quorum queues an ack sent just before its channel closes can be overtaken by the
             // close, and the job comes back (contract §4): let the last acks reach the broker.
             try? await Task.sleep(for: .milliseconds(500))
         }
+        await waitForHandBack(readyAfter)
         let notFound = wanted.subtracting(found).sorted()
         return (count, notFound)
     }
 
     /// Takes up to `cap` (default: all ready) messages of `queue` without acking them; they stay
-    /// with this connection until it closes. A queue that does not exist has none.
-    private func take(_ connection: AMQPConnection, _ queue: String, cap: Int?) async throws -> [AMQPDelivery] {
-        guard let info = try await inspect(connection, queue) else { return [] }
+    /// with this connection until it closes. Also returns how many were ready before. A queue
+    /// that does not exist has none.
+    private func take(_ connection: AMQPConnection, _ queue: String, cap: Int?) async throws -> ([AMQPDelivery], Int) {
+        guard let info = try await inspect(connection, queue) else { return ([], 0) }
         var want = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
         if let cap { want = min(want, cap) }
-        guard want > 0 else { return [] }
+        guard want > 0 else { return ([], Int(info.messageCount)) }
         let consumer = try await connection.consume(queue: queue, prefetch: UInt16(want))
         let iterator = consumer.makeAsyncIterator()
         var taken: [AMQPDelivery] = []
@@ -227,7 +241,35 @@ public final class QueueInspector: Sendable {
                 "fewer messages than the queue reported",
                 metadata: ["amqp.queue": "\(queue)", "operations.expected": "\(want)", "operations.taken": "\(taken.count)"])
         }
-        return taken
+        return (taken, Int(info.messageCount))
+    }
+
+    /// Waits (at most 5 s) until every queue has at least `ready` messages ready again. The
+    /// broker requeues a closed connection's unacked messages after the close returns (quorum
+    /// queues through their log), so without this an operation started right after another
+    /// could miss the messages still on their way back. Only operators take from dead and retry
+    /// queues, and new failures only add messages, so the count comes back at least this high.
+    private func waitForHandBack(_ ready: [String: Int]) async {
+        let pending = ready.filter { $0.value > 0 }
+        guard !pending.isEmpty else { return }
+        let deadline = ContinuousClock.now + .seconds(5)
+        do {
+            try await withConnection("hand-back") { connection in
+                for (queue, expected) in pending {
+                    while let info = try await inspect(connection, queue), Int(info.messageCount) < expected {
+                        guard ContinuousClock.now < deadline else {
+                            logger.warning(
+                                "messages not yet back in their queue",
+                                metadata: ["amqp.queue": "\(queue)", "operations.expected": "\(expected)", "operations.ready": "\(info.messageCount)"])
+                            return
+                        }
+                        try await Task.sleep(for: .milliseconds(20))
+                    }
+                }
+            }
+        } catch {
+            logger.warning("could not check that messages are back in their queues", metadata: ["error": "\(error)"])
+        }
     }
 
     /// The next delivery, or nil when none arrives within `deliveryWait`. A delivery that

@@ -7,7 +7,10 @@ struct APNSWorkerCommand: AsyncParsableCommand {
         commandName: "apns-worker",
         abstract: "Delivers Apple push notifications from RabbitMQ job queues.",
         version: APNSWorkerVersion.current,
-        subcommands: [RunCommand.self, PublishCommand.self, CheckConfigCommand.self, SimulatorCommand.self]
+        subcommands: [
+            RunCommand.self, PublishCommand.self, CheckConfigCommand.self, SimulatorCommand.self, TopologyCommand.self,
+            DeadCommand.self, RetryCommand.self,
+        ]
     )
 }
 

@@ -18,17 +18,20 @@ struct BrokerOptions: ParsableArguments {
     func amqpConfiguration(connectionName: String) throws -> AMQPConfiguration {
         let urls: [String]
         var heartbeat: Duration = .seconds(30)
+        var caFile: String?
         if let url {
             urls = [url]
         } else if let configPath {
             let configuration = try loadConfiguration(configPath, credentials: .skipFiles)
             urls = configuration.amqp.urls
             heartbeat = configuration.amqp.heartbeat
+            caFile = configuration.amqp.caFile
         } else {
             urls = [ProcessInfo.processInfo.environment["APNS_WORKER_AMQP_URL"] ?? Self.localURL]
         }
         var amqp = try AMQPConfiguration(urlStrings: urls, connectionName: connectionName)
         amqp.heartbeat = heartbeat
+        if let caFile { amqp.tls.caFile = caFile }
         return amqp
     }
 }
@@ -43,10 +46,11 @@ func loadConfiguration(_ path: String, credentials: ConfigurationLoader.Credenti
     }
 }
 
-/// A console logger for the CLI, level from `APNS_WORKER_LOG_LEVEL` (default info).
-func makeLogger(_ label: String) -> Logger {
+/// A console logger for the CLI, level from `APNS_WORKER_LOG_LEVEL` (default `defaultLevel`:
+/// info, warning for the operator commands, whose output is their answer).
+func makeLogger(_ label: String, defaultLevel: Logger.Level = .info) -> Logger {
     var logger = Logger(label: label)
     let level = ProcessInfo.processInfo.environment["APNS_WORKER_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:))
-    logger.logLevel = level ?? .info
+    logger.logLevel = level ?? defaultLevel
     return logger
 }

@@ -1,0 +1,65 @@
+// What holding messages for a listing does to them on RabbitMQ: retry TTLs while a message is
+// held, and quorum queues' delivery count against a delivery limit. The figures go to
+// docs/decisions.md; the expectations pin the behaviour measured on RabbitMQ 3.10.
+import AMQPClient
+import APNSCore
+import APNSOperations
+import Foundation
+import Testing
+import TestSupport
+
+@Suite(.enabled(if: TestBroker.isAvailable), .serialized)
+struct ListingSideEffectTests {
+    /// Publishes one retry job (TTL 3 s), holds it unacked as a listing does for `hold`, hands it
+    /// back, and measures when it reaches the work queue, from publish.
+    private func arrivalAfterHolding(_ type: QueueType, hold: Duration) async throws -> Duration {
+        let bundle = try await TestBundle.make(type, retryDelays: [.seconds(3)])
+        let start = ContinuousClock.now
+        try await bundle.seedRetry(["held"], queue: 0)
+        try await bundle.withConnection { connection in
+            let consumer = try await connection.consume(queue: bundle.retry(0), prefetch: 1)
+            var iterator = consumer.makeAsyncIterator()
+            _ = try #require(try await iterator.next())
+            try await Task.sleep(until: start + hold)
+        }
+        try await waitUntil("the retry job in the work queue", timeout: .seconds(20), every: .milliseconds(50)) {
+            try await bundle.depth(bundle.work) == 1
+        }
+        return ContinuousClock.now - start
+    }
+
+    @Test(arguments: [QueueType.quorum, .classic])
+    func aHeldRetryJobExpiresOnReturnWithoutRestartingItsTTL(_ type: QueueType) async throws {
+        let short = try await arrivalAfterHolding(type, hold: .seconds(1))
+        let long = try await arrivalAfterHolding(type, hold: .seconds(6))
+        print("[measure] \(type.rawValue) retry TTL 3s: held 1s -> in work queue after \(short); held 6s -> after \(long)")
+        // Held less than its TTL: it fires on time (the hold does not add to it).
+        #expect(short >= .milliseconds(2900) && short < .milliseconds(4500))
+        // Held past its TTL: it cannot expire while held, and fires as soon as it is returned;
+        // the TTL is not restarted (that would be 9 s).
+        #expect(long >= .seconds(6) && long < .milliseconds(7500))
+    }
+
+    @Test func quorumDeliveryLimitAndListing() async throws {
+        let bundle = try await TestBundle.make(.quorum)
+        // A dead queue that an operator's policy gave a delivery limit of 2 (our topology sets none).
+        let limited = TestBundle(broker: bundle.broker, bundleID: uniqueName("com.example.limited"), queueType: .quorum, retryDelays: bundle.retryDelays)
+        try await limited.withConnection { connection in
+            try await connection.declareQueue(QueueDeclaration(
+                name: limited.dead, arguments: ["x-queue-type": .string("quorum"), "x-delivery-limit": .int(2)]))
+        }
+        try await limited.seedDead(jobIDs(10))
+        let inspector = try limited.inspector()
+        var counts: [Int] = []
+        for _ in 0..<4 {
+            _ = try await inspector.list(.dead)
+            try await Task.sleep(for: .milliseconds(300))
+            counts.append(try await limited.depth(limited.dead))
+        }
+        print("[measure] quorum x-delivery-limit=2: depth after each of 4 listings: \(counts)")
+        // Without a limit (our topology), listings never drop anything: see listingTwiceKeepsOrderAndCount.
+        #expect(counts.first == 10)
+        #expect(counts.last! < 10)
+        try await limited.withConnection { _ = try await $0.deleteQueue(limited.dead) }
+    }
+}

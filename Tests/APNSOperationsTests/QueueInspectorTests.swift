@@ -1,0 +1,153 @@
+// QueueInspector against the real broker: listing leaves order and count alone on quorum and
+// classic queues, filters, show, requeue and purge by id and all, and depths.
+import AMQPClient
+import APNSCore
+import APNSOperations
+import Foundation
+import Testing
+import TestSupport
+
+@Suite(.enabled(if: TestBroker.isAvailable), .serialized)
+struct QueueInspectorTests {
+    @Test(arguments: [QueueType.quorum, .classic])
+    func listingTwiceKeepsOrderAndCount(_ type: QueueType) async throws {
+        let bundle = try await TestBundle.make(type)
+        let ids = jobIDs(500)
+        try await bundle.seedDead(ids, reason: { $0 % 3 == 0 ? "Unregistered" : "BadDeviceToken" })
+        let inspector = try bundle.inspector()
+
+        let first = try await inspector.list(.dead)
+        let second = try await inspector.list(.dead)
+        #expect(first.map(\.jobID) == ids)
+        #expect(first.map(\.position) == Array(0..<500))
+        // Quorum queues count each hand-back in x-delivery-count (see docs/decisions.md); the
+        // jobs and everything else about them are unchanged.
+        #expect(second.map(withoutDeliveryCount) == first.map(withoutDeliveryCount))
+        // A filtered listing in between must not disturb the rest either.
+        let unregistered = try await inspector.list(.dead, filter: JobFilter(reason: "Unregistered"))
+        #expect(unregistered.map(\.jobID) == ids.enumerated().filter { $0.offset % 3 == 0 }.map(\.element))
+        #expect(unregistered.map(\.position) == Array(stride(from: 0, to: 500, by: 3)))
+        #expect(try await bundle.depth(bundle.dead) == 500)
+
+        let drained = try await bundle.drain(bundle.dead)
+        #expect(drained.map(\.jobID) == ids)
+        let deliveryCounts = drained.compactMap { $0.properties.headers?["x-delivery-count"]?.intValue }
+        print("[measure] \(type.rawValue): after 3 listings, x-delivery-count of drained messages: min \(deliveryCounts.min() ?? 0), max \(deliveryCounts.max() ?? 0), present on \(deliveryCounts.count)/\(drained.count)")
+    }
+
+    @Test func listWithLimitTakesOnlyTheHead() async throws {
+        let bundle = try await TestBundle.make(.quorum)
+        let ids = jobIDs(50)
+        try await bundle.seedDead(ids)
+        let inspector = try bundle.inspector()
+        #expect(try await inspector.list(.dead, limit: 7).map(\.jobID) == Array(ids.prefix(7)))
+        #expect(try await inspector.list(.dead).map(\.jobID) == ids)
+        #expect(try await bundle.drain(bundle.dead).map(\.jobID) == ids)
+    }
+
+    @Test func filtersByBundleReasonAndAge() async throws {
+        let a = try await TestBundle.make(.classic)
+        let b = try await TestBundle.make(.classic)
+        let now = Date()
+        let ages: [TimeInterval] = [30, 300, 3600, 7200]
+        let aIDs = jobIDs(4, "a")
+        try await a.seedDead(aIDs, reason: { $0 % 2 == 0 ? "Unregistered" : "PayloadTooLarge" }, failedAt: { now.addingTimeInterval(-ages[$0]) })
+        try await b.seedDead(jobIDs(2, "b"), reason: { _ in "Unregistered" })
+        let inspector = try a.inspector(bundles: [a.bundleID, b.bundleID])
+
+        #expect(try await inspector.list(.dead).map(\.jobID) == aIDs + jobIDs(2, "b"))
+        #expect(try await inspector.list(.dead, filter: JobFilter(bundleID: b.bundleID)).map(\.jobID) == jobIDs(2, "b"))
+        #expect(try await inspector.list(.dead, filter: JobFilter(reason: "Unregistered")).map(\.jobID) == ["a-00000", "a-00002", "b-00000", "b-00001"])
+        #expect(try await inspector.list(.dead, filter: JobFilter(bundleID: a.bundleID, olderThan: .seconds(600))).map(\.jobID) == ["a-00002", "a-00003"])
+        #expect(try await inspector.list(.dead, filter: JobFilter(bundleID: a.bundleID, newerThan: .seconds(600))).map(\.jobID) == ["a-00000", "a-00001"])
+        #expect(try await inspector.list(.dead, filter: JobFilter(bundleID: a.bundleID, olderThan: .seconds(60), newerThan: .seconds(5000))).map(\.jobID) == ["a-00001", "a-00002"])
+        #expect(try await inspector.list(.dead, filter: JobFilter(reason: "Unregistered"), limit: 3).count == 3)
+        #expect(try await a.depth(a.dead) == 4)
+        #expect(try await b.depth(b.dead) == 2)
+    }
+
+    @Test func showFindsOneJobAndLeavesTheQueueAlone() async throws {
+        let bundle = try await TestBundle.make(.quorum)
+        let ids = jobIDs(20)
+        try await bundle.seedDead(ids, reason: { $0 == 13 ? "PayloadTooLarge" : "BadDeviceToken" })
+        let inspector = try bundle.inspector()
+        let job = try #require(try await inspector.show(.dead, jobID: "job-00013"))
+        #expect(job.position == 13 && job.reason == "PayloadTooLarge" && job.status == 400 && job.attempts == 3)
+        #expect(job.tokenRedacted == "0011…ccdd" && job.error == "test failure" && job.failedAt != nil)
+        #expect(try await inspector.show(.dead, jobID: "nope") == nil)
+        #expect(try await bundle.drain(bundle.dead).map(\.jobID) == ids)
+    }
+
+    @Test(arguments: [QueueType.quorum, .classic])
+    func requeueByIDMovesExactlyThoseWithAttemptsReset(_ type: QueueType) async throws {
+        let bundle = try await TestBundle.make(type)
+        let ids = jobIDs(10)
+        try await bundle.seedDead(ids, reason: { $0 == 3 ? "Unregistered" : "BadDeviceToken" })
+        let report = try await bundle.inspector().requeue(.dead, .jobIDs(["job-00003", "job-00007", "missing"]))
+        #expect(report == MoveReport(moved: 2, notFound: ["missing"]))
+
+        let work = try await bundle.drain(bundle.work).sorted { ($0.jobID ?? "") < ($1.jobID ?? "") }
+        #expect(work.map(\.jobID) == ["job-00003", "job-00007"])
+        let headers = try #require(work.first?.properties.headers)
+        #expect(headers[JobHeaders.lastReason]?.stringValue == "Unregistered")
+        #expect(headers[JobHeaders.attempt] == nil && headers[JobHeaders.reason] == nil && headers[JobHeaders.attempts] == nil)
+        #expect(work.first?.body == jobBody("job-00003"))
+        #expect(work.first?.properties.contentType == "application/json" && work.first?.properties.deliveryMode == 2)
+        #expect(try await bundle.drain(bundle.dead).map(\.jobID) == ids.filter { $0 != "job-00003" && $0 != "job-00007" })
+    }
+
+    @Test func requeueAllWithAFilterAndFromRetryQueues() async throws {
+        let bundle = try await TestBundle.make(.quorum)
+        let ids = jobIDs(30)
+        try await bundle.seedDead(ids, reason: { $0 % 2 == 0 ? "Unregistered" : "BadDeviceToken" })
+        let inspector = try bundle.inspector()
+        #expect(try await inspector.requeue(.dead, .all(JobFilter(reason: "Unregistered"))).moved == 15)
+        #expect(Set(try await bundle.drain(bundle.work).compactMap(\.jobID)) == Set(ids.enumerated().filter { $0.offset % 2 == 0 }.map(\.element)))
+        #expect(try await inspector.requeue(.dead, .all(JobFilter())).moved == 15)
+        #expect(try await bundle.depth(bundle.dead) == 0)
+        #expect(try await bundle.drain(bundle.work).count == 15)
+
+        try await bundle.seedRetry(jobIDs(3, "r0"), queue: 0, attempt: 2)
+        try await bundle.seedRetry(jobIDs(2, "r1"), queue: 1, attempt: 4)
+        let listed = try await inspector.list(.retry)
+        #expect(listed.map(\.jobID) == jobIDs(3, "r0") + jobIDs(2, "r1"))
+        #expect(listed.map(\.attempts) == [2, 2, 2, 4, 4] && listed.map(\.queue) == [bundle.retry(0), bundle.retry(0), bundle.retry(0), bundle.retry(1), bundle.retry(1)])
+        #expect(try await inspector.requeue(.retry, .all(JobFilter())).moved == 5)
+        let work = try await bundle.drain(bundle.work)
+        // Moves are pipelined, so the work queue gets them in confirm order, not queue order.
+        #expect(Set(work.compactMap(\.jobID)) == Set(jobIDs(3, "r0") + jobIDs(2, "r1")) && work.count == 5)
+        #expect(work.allSatisfy { $0.properties.headers?[JobHeaders.attempt] == nil })
+    }
+
+    @Test func purgeByIDByFilterAndWhole() async throws {
+        let bundle = try await TestBundle.make(.quorum)
+        let ids = jobIDs(12)
+        try await bundle.seedDead(ids, reason: { $0 < 4 ? "Unregistered" : "BadDeviceToken" })
+        let inspector = try bundle.inspector()
+        #expect(try await inspector.purge(.dead, .jobIDs(["job-00005", "job-00009"])) == 2)
+        #expect(try await inspector.purge(.dead, .all(JobFilter(reason: "Unregistered"))) == 4)
+        #expect(try await inspector.list(.dead).map(\.jobID) == ["job-00004", "job-00006", "job-00007", "job-00008", "job-00010", "job-00011"])
+        #expect(try await inspector.purge(.dead, .all(JobFilter(bundleID: bundle.bundleID))) == 6)
+        #expect(try await bundle.depth(bundle.dead) == 0)
+        #expect(try await bundle.depth(bundle.work) == 0)
+    }
+
+    @Test func depthsCoverEveryQueueOfTheBundle() async throws {
+        let bundle = try await TestBundle.make(.quorum)
+        try await bundle.seedDead(jobIDs(3))
+        try await bundle.seedRetry(jobIDs(2), queue: 1)
+        let depths = try await bundle.inspector(bundles: [bundle.bundleID, uniqueName("not.declared")]).depths()
+        let mine = depths.filter { $0.bundleID == bundle.bundleID }
+        #expect(mine.map(\.queue) == [bundle.work, bundle.retry(0), bundle.retry(1), bundle.dead])
+        #expect(mine.map(\.role) == ["work", "retry", "retry", "dead"])
+        #expect(mine.map(\.messages) == [0, 0, 2, 3])
+        #expect(depths.last?.queue == TopologyNames.unrouted && depths.last?.role == "unrouted")
+        #expect(depths.count == 5)
+    }
+}
+
+private func withoutDeliveryCount(_ job: QueuedJob) -> QueuedJob {
+    var job = job
+    job.headers["x-delivery-count"] = nil
+    return job
+}
