@@ -158,13 +158,4 @@ final class AdminHarness: Sendable {
     }
 
     func jobs(_ end: String) -> Int { statistics.activity(bundle: bundle).jobs[end, default: 0] }
-
-    /// Waits until the bundle's `role` queues hold `count` ready messages. A listing hands its
-    /// messages back by closing its connection, and the broker makes them ready again a moment
-    /// later; a requeue or purge right after a listing could otherwise find the queue empty.
-    func waitForReady(_ role: String, _ count: Int) async throws {
-        try await waitUntil("\(count) ready in the \(role) queues") {
-            try await queues.depths().filter { $0.bundleID == bundle && $0.role == role }.reduce(0) { $0 + $1.messages } == count
-        }
-    }
 }

@@ -87,21 +87,17 @@ struct AdminRouteTests {
                 #expect(queues["dead"] == 2 && queues["work"] == 0 && queues["retry"] == 0)
 
                 // The JSON API over the dead queue.
-                try await harness.waitForReady("dead", 2)
                 let list = try Self.json(try await client.execute(uri: "/api/dead?bundle=\(harness.bundle)", method: .get, headers: Self.bearer))
                 #expect(list["count"] as? Int == 2)
                 let listed = try #require(list["jobs"] as? [[String: Any]])
                 #expect(Set(listed.compactMap { $0["jobID"] as? String }) == Set(dead))
                 #expect(listed.allSatisfy { $0["reason"] as? String == "MalformedJob" })
-                try await harness.waitForReady("dead", 2)
                 let limited = try Self.json(
                     try await client.execute(uri: "/api/dead?bundle=\(harness.bundle)&limit=1", method: .get, headers: Self.bearer))
                 #expect(limited["count"] as? Int == 1)
-                try await harness.waitForReady("dead", 2)
                 let byReason = try Self.json(
                     try await client.execute(uri: "/api/dead?bundle=\(harness.bundle)&reason=BadDeviceToken", method: .get, headers: Self.bearer))
                 #expect(byReason["count"] as? Int == 0)
-                try await harness.waitForReady("dead", 2)
                 let old = try Self.json(
                     try await client.execute(uri: "/api/dead?bundle=\(harness.bundle)&olderThan=1h", method: .get, headers: Self.bearer))
                 #expect(old["count"] as? Int == 0)
@@ -110,7 +106,6 @@ struct AdminRouteTests {
                 #expect(try Self.json(badAge)["error"] as? String == #"olderThan: "soon" is not a duration (e.g. 90s, 10m, 2h, 1d)"#)
                 #expect(try await client.execute(uri: "/api/dead?limit=0", method: .get, headers: Self.bearer).status == .badRequest)
 
-                try await harness.waitForReady("dead", 2)
                 let shown = try await client.execute(uri: "/api/dead/\(dead[0])?bundle=\(harness.bundle)", method: .get, headers: Self.bearer)
                 #expect(shown.status == .ok)
                 let job = try Self.json(shown)
@@ -118,11 +113,9 @@ struct AdminRouteTests {
                 #expect(job["status"] as? Int == 0)
                 #expect((job["body"] as? String)?.contains("<script>") == true)
                 #expect((job["headers"] as? [String: String])?["x-apns-reason"] == "MalformedJob")
-                try await harness.waitForReady("dead", 2)
                 #expect(try await client.execute(uri: "/api/dead/no-such-job", method: .get, headers: Self.bearer).status == .notFound)
 
                 // The HTML page escapes job data.
-                try await harness.waitForReady("dead", 2)
                 let page = String(buffer: try await client.execute(uri: "/", method: .get, headers: Self.bearer).body)
                 #expect(page.contains("data-bundle=\"\(harness.bundle)\""))
                 #expect(page.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"))
@@ -151,7 +144,6 @@ struct AdminRouteTests {
                 #expect(samples.types["apns_transport_jwt_renewals_total"] == "counter")
 
                 // Requeue one by id: it goes back to the work queue, and (still malformed) dead again.
-                try await harness.waitForReady("dead", 2)
                 let requeued = try await client.execute(uri: "/api/dead/\(dead[0])/requeue", method: .post, headers: Self.bearer)
                 #expect(requeued.status == .ok)
                 #expect(try Self.json(requeued)["moved"] as? Int == 1)
@@ -161,14 +153,12 @@ struct AdminRouteTests {
                 #expect(try Self.json(missing)["notFound"] as? [String] == ["no-such-job"])
 
                 // The page's form: requeue, then back to the page.
-                try await harness.waitForReady("dead", 2)
                 let form = try await client.execute(uri: "/dead/\(dead[1])/requeue", method: .post, headers: Self.bearer)
                 #expect(form.status == .seeOther)
                 #expect(form.headers[.location] == "/")
                 try await waitUntil("the form-requeued job to come back dead") { harness.jobs("dead") == 4 }
 
                 // Requeue all with a filter.
-                try await harness.waitForReady("dead", 2)
                 let all = try await client.execute(uri: "/api/dead/requeue?bundle=\(harness.bundle)", method: .post, headers: Self.bearer)
                 #expect(try Self.json(all)["moved"] as? Int == 2)
                 try await waitUntil("both to come back dead") { harness.jobs("dead") == 6 }
@@ -176,9 +166,7 @@ struct AdminRouteTests {
                 // Purge needs confirm=yes.
                 let unconfirmed = try await client.execute(uri: "/api/dead/purge?bundle=\(harness.bundle)", method: .post, headers: Self.bearer)
                 #expect(unconfirmed.status == .badRequest)
-                try await harness.waitForReady("dead", 2)
                 #expect(try await harness.queues.list(.dead, filter: .init(bundleID: harness.bundle)).count == 2)
-                try await harness.waitForReady("dead", 2)
                 let purged = try await client.execute(
                     uri: "/api/dead/purge?bundle=\(harness.bundle)&confirm=yes", method: .post, headers: Self.bearer)
                 #expect(try Self.json(purged)["purged"] as? Int == 2)
@@ -194,21 +182,17 @@ struct AdminRouteTests {
             let id = try await harness.publishJob(token: 7)
             try await waitUntil("the job to be retried") { harness.jobs("retry") == 1 }
             try await harness.admin.makeApplication().test(.router) { client in
-                try await harness.waitForReady("retry", 1)
                 let list = try Self.json(try await client.execute(uri: "/api/retry?bundle=\(harness.bundle)", method: .get, headers: Self.bearer))
                 #expect(list["count"] as? Int == 1)
                 let job = try #require((list["jobs"] as? [[String: Any]])?.first)
                 #expect(job["jobID"] as? String == id)
                 #expect(job["attempts"] as? Int == 1)
-                try await harness.waitForReady("retry", 1)
                 #expect(try await client.execute(uri: "/api/retry/\(id)", method: .get, headers: Self.bearer).status == .ok)
 
-                try await harness.waitForReady("retry", 1)
                 let requeued = try await client.execute(uri: "/api/retry/\(id)/requeue", method: .post, headers: Self.bearer)
                 #expect(try Self.json(requeued)["moved"] as? Int == 1)
                 try await waitUntil("the requeued job to be retried again") { harness.jobs("retry") == 2 }
                 #expect(try await client.execute(uri: "/api/retry/purge", method: .post, headers: Self.bearer).status == .badRequest)
-                try await harness.waitForReady("retry", 1)
                 let purged = try await client.execute(
                     uri: "/api/retry/purge?bundle=\(harness.bundle)&confirm=yes", method: .post, headers: Self.bearer)
                 #expect(try Self.json(purged)["purged"] as? Int == 1)
