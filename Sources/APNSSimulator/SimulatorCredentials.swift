@@ -68,9 +68,12 @@ public enum SimulatorCredentials {
 
     /// Writes a fresh set into `directory` (created if needed; existing files are replaced).
     /// Private keys are written with mode 0600. `clientBundleID` names the app the client
-    /// certificate is for, as Apple's provider certificates do in their subject.
+    /// certificate is for, as Apple's provider certificates do in their subject. `serverNames`
+    /// are extra DNS names for the server certificate, beside localhost and 127.0.0.1, for a
+    /// simulator reached by another name (the `simulator` service of docker-compose.yml).
     public static func generate(
-        into directory: String, teamID: String, keyID: String, clientBundleID: String = "com.example.app"
+        into directory: String, teamID: String, keyID: String, clientBundleID: String = "com.example.app",
+        serverNames: [String] = []
     ) throws -> GeneratedCredentials {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let now = Date()
@@ -107,7 +110,9 @@ public enum SimulatorCredentials {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
                 try ExtendedKeyUsage([.serverAuth])
-                SubjectAlternativeNames([.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))])
+                SubjectAlternativeNames(
+                    [.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))]
+                        + serverNames.map { .dnsName($0) })
                 SubjectKeyIdentifier(keyIdentifier: keyIdentifier(serverKey.publicKey))
                 AuthorityKeyIdentifier(keyIdentifier: caKeyID)
             },
@@ -181,7 +186,9 @@ public enum SimulatorCredentials {
     }
 
     /// `load` when the directory holds a complete set for this key ID, else `generate`.
-    public static func loadOrGenerate(directory: String, teamID: String, keyID: String) throws -> GeneratedCredentials {
+    public static func loadOrGenerate(
+        directory: String, teamID: String, keyID: String, serverNames: [String] = []
+    ) throws -> GeneratedCredentials {
         let files = [
             FileName.ca, FileName.serverCertificate, FileName.serverKey, FileName.clientCertificate, FileName.clientKey,
             FileName.tokenKey(keyID: keyID),
@@ -189,7 +196,7 @@ public enum SimulatorCredentials {
         let complete = files.allSatisfy { FileManager.default.fileExists(atPath: (directory as NSString).appendingPathComponent($0)) }
         return complete
             ? try load(from: directory, teamID: teamID, keyID: keyID)
-            : try generate(into: directory, teamID: teamID, keyID: keyID)
+            : try generate(into: directory, teamID: teamID, keyID: keyID, serverNames: serverNames)
     }
 
     /// RFC 5280 §4.2.1.2 method 1: SHA-1 of the public key bits.

@@ -14,6 +14,9 @@ struct BrokerOptions: ParsableArguments {
     var url: String?
 
     static let localURL = "amqp://guest:guest@127.0.0.1:5682/%2f"
+    /// Where `run` (and the operator commands, when given neither `--config` nor `--bundle`)
+    /// read the configuration.
+    static let defaultConfigPath = "/etc/apns-worker/apns-worker.conf"
 
     func amqpConfiguration(connectionName: String) throws -> AMQPConfiguration {
         let urls: [String]

@@ -34,12 +34,19 @@ struct RetryCommand: AsyncParsableCommand {
 struct QueueScopeOptions: ParsableArguments {
     @OptionGroup var broker: BrokerOptions
 
-    @Option(help: "Only this bundle ID's queues (needed without --config).")
+    @Option(help: "Only this bundle ID's queues (needed without --config and without \(BrokerOptions.defaultConfigPath)).")
     var bundle: String?
 
     /// The inspector for the configured bundles (or `--bundle`) and retry delays (the
-    /// configuration's, else the defaults).
+    /// configuration's, else the defaults). Without `--config`, `--bundle` or `--url`, the
+    /// worker's default configuration file, as `run` reads it.
     func inspector(_ kind: JobQueueKind) throws -> QueueInspector {
+        var broker = self.broker
+        if broker.configPath == nil, broker.url == nil, bundle == nil,
+            FileManager.default.fileExists(atPath: BrokerOptions.defaultConfigPath)
+        {
+            broker.configPath = BrokerOptions.defaultConfigPath
+        }
         let configuration = try broker.configPath.map { try loadConfiguration($0, credentials: .skipFiles) }
         let bundles: [String]
         if let bundle {
@@ -121,7 +128,7 @@ struct ShowJob<Choice: JobQueueKindChoice>: AsyncParsableCommand {
 
     @OptionGroup var scope: QueueScopeOptions
 
-    @Argument(help: "The job id (the body's id, else the AMQP message_id).")
+    @Argument(help: ArgumentHelp("The job id (the body's id, else the AMQP message_id).", valueName: "job-id"))
     var jobID: String
 
     @Flag(help: "Print a JSON object.")
@@ -151,7 +158,7 @@ struct RequeueJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
     @OptionGroup var scope: QueueScopeOptions
     @OptionGroup var filters: JobFilterOptions
 
-    @Argument(help: "Job ids to requeue.")
+    @Argument(help: ArgumentHelp("Job ids to requeue.", valueName: "job-id"))
     var jobIDs: [String] = []
 
     @Flag(help: "Requeue every job the filters select.")
@@ -186,7 +193,7 @@ struct PurgeJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
     @OptionGroup var scope: QueueScopeOptions
     @OptionGroup var filters: JobFilterOptions
 
-    @Argument(help: "Job ids to drop.")
+    @Argument(help: ArgumentHelp("Job ids to drop.", valueName: "job-id"))
     var jobIDs: [String] = []
 
     @Flag(help: "Drop every job the filters select (needs --yes).")
@@ -317,7 +324,9 @@ enum JobTable {
             let cells = row.enumerated().map { i, cell in
                 i == row.count - 1 ? cell : cell.padding(toLength: widths[i], withPad: " ", startingAt: 0)
             }
-            out += cells.joined(separator: "  ") + "\n"
+            var line = cells.joined(separator: "  ")
+            while line.hasSuffix(" ") { line.removeLast() }
+            out += line + "\n"
         }
         return out
     }

@@ -21,7 +21,7 @@ struct RunCommand: AsyncParsableCommand {
         abstract: "Consume notification jobs and deliver them to APNs until SIGTERM or SIGINT.")
 
     @Option(name: .customLong("config"), help: "The configuration file.")
-    var configPath: String = "/etc/apns-worker/apns-worker.conf"
+    var configPath: String = BrokerOptions.defaultConfigPath
 
     func run() async throws {
         let configuration = try loadConfiguration(configPath)
@@ -57,6 +57,7 @@ struct RunCommand: AsyncParsableCommand {
                     settings: settings, broker: broker, transport: EnvironmentRouter(transports),
                     rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger))
         }
+        services += try makeFeedbackPollers(configuration.bundles, broker: broker, logger: logger)
         let worker = WorkerService(broker: broker, topology: configuration.topologyPlan, pipelines: pipelines, logger: logger)
         // The admin server reads and moves dead and retry jobs on connections of its own, never
         // on the worker's. First in the group, so it shuts down last and answers while the
@@ -113,6 +114,23 @@ struct RunCommand: AsyncParsableCommand {
         var transportLogger = logger
         transportLogger[metadataKey: "apns.bundle"] = "\(bundle.bundleID)"
         return try HTTP2Transport(configuration: configuration, logger: transportLogger)
+    }
+}
+
+extension RunCommand {
+    /// A legacy feedback service poller per binary bundle that polls (`feedbackInterval` > 0),
+    /// against the bundle's default environment, with the bundle's certificate.
+    func makeFeedbackPollers(_ bundles: [BundleConfiguration], broker: AMQPConnection, logger: Logger) throws -> [FeedbackPoller] {
+        try bundles.compactMap { bundle in
+            guard let (host, port) = bundle.feedbackEndpoint(for: bundle.environment),
+                case .certificate(let certFile, let keyFile) = bundle.auth
+            else { return nil }
+            let client = try BinaryFeedbackClient(
+                configuration: .init(host: host, port: port, certFile: certFile, keyFile: keyFile, caFile: bundle.caFile),
+                logger: logger)
+            return FeedbackPoller(
+                bundleID: bundle.bundleID, interval: bundle.feedbackInterval, client: client, broker: broker, logger: logger)
+        }
     }
 }
 

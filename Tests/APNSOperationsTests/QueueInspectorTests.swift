@@ -132,6 +132,33 @@ struct QueueInspectorTests {
         #expect(try await bundle.depth(bundle.work) == 0)
     }
 
+    @Test(arguments: [QueueType.quorum, .classic])
+    func listAndRequeueFiveThousand(_ type: QueueType) async throws {
+        let bundle = try await TestBundle.make(type)
+        let ids = jobIDs(5000)
+        try await bundle.withConnection { connection in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for id in ids {
+                    group.addTask { try await connection.publish(deadJob(id: id, to: bundle.dead, reason: "Unregistered", failedAt: Date())) }
+                }
+                try await group.waitForAll()
+            }
+        }
+        let inspector = try bundle.inspector()
+        let clock = ContinuousClock()
+        var listed: [QueuedJob] = []
+        let listing = try await clock.measure { listed = try await inspector.list(.dead) }
+        // Pipelined seeding lands in confirm order: compare with a second listing.
+        #expect(Set(listed.compactMap(\.jobID)) == Set(ids) && listed.count == 5000)
+        #expect(try await inspector.list(.dead).map(\.jobID) == listed.map(\.jobID))
+        var report = MoveReport(moved: 0, notFound: [])
+        let moving = try await clock.measure { report = try await inspector.requeue(.dead, .all(JobFilter())) }
+        #expect(report.moved == 5000)
+        #expect(try await bundle.depth(bundle.dead) == 0)
+        #expect(try await bundle.depth(bundle.work) == 5000)
+        print("[measure] \(type.rawValue): list of 5000 dead jobs took \(listing), requeue of all 5000 took \(moving)")
+    }
+
     @Test func depthsCoverEveryQueueOfTheBundle() async throws {
         let bundle = try await TestBundle.make(.quorum)
         try await bundle.seedDead(jobIDs(3))

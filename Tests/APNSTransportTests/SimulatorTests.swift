@@ -517,8 +517,20 @@ struct SimulatorCredentialsTests {
                 value: name == "-verify_ip" ? "127.0.0.1" : "localhost")
             #expect(result, "\(name)")
         }
+        #expect(try !opensslVerifies(
+            ca: generated.caCertificatePath, certificate: generated.serverCertificatePath, name: "-verify_hostname",
+            value: "simulator"))
         let loaded = try SimulatorCredentials.loadOrGenerate(directory: directory, teamID: "TEAMABCDEF", keyID: "KEYABCDEFG")
         #expect(loaded.caCertificatePEM == generated.caCertificatePEM)
+
+        // Extra server names (the compose service name) are in the certificate too.
+        let named = try SimulatorCredentials.generate(
+            into: directory + "-named", teamID: "TEAMABCDEF", keyID: "KEYABCDEFG", serverNames: ["simulator"])
+        defer { try? FileManager.default.removeItem(atPath: directory + "-named") }
+        for value in ["simulator", "localhost"] {
+            #expect(try opensslVerifies(
+                ca: named.caCertificatePath, certificate: named.serverCertificatePath, name: "-verify_hostname", value: value))
+        }
 
         let validator = RequestValidator(
             configuration: SimulatorConfiguration(tls: loaded.tlsConfiguration(), bundleIDs: ["a"], tokenKeys: [generated.tokenKey]))

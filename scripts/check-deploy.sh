@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Checks the deploy files without a Docker engine (none runs on the CI machine), by running what
+# can run here: docker-compose's own validation, the compose file's commands against the real
+# binary, systemd's unit verifier, and the Dockerfile's packages and shell commands.
+#   scripts/check-deploy.sh BIN_DIR     (BIN_DIR holds a built apns-worker; scripts/test passes it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin_dir=$(cd "${1:?usage: scripts/check-deploy.sh BIN_DIR}" && pwd)
+bin="$bin_dir/apns-worker"
+work=$(mktemp -d "${TMPDIR:-/tmp}/apns-check-deploy.XXXXXX")
+simulator_pid=""
+cleanup() { [ -n "$simulator_pid" ] && kill "$simulator_pid" 2>/dev/null; rm -rf "$work"; return 0; }
+trap cleanup EXIT
+failures=0
+fail() { echo "check-deploy: FAIL: $*" >&2; failures=$((failures + 1)); }
+ok() { echo "check-deploy: ok: $*"; }
+
+# --- docker-compose.yml -------------------------------------------------------------------
+export APNS_WORKER_ADMIN_TOKEN=check-deploy-admin-token
+if docker-compose -f docker-compose.yml config > "$work/compose.yml" 2> "$work/compose.err"; then
+  ok "docker-compose config accepts docker-compose.yml"
+else
+  fail "docker-compose config: $(cat "$work/compose.err")"
+fi
+/usr/bin/python3 - "$work/compose.yml" <<'PY' || fail "compose structure"
+import sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+services = doc["services"]
+assert set(services) == {"rabbitmq", "simulator", "worker"}, sorted(services)
+assert "management" in services["rabbitmq"]["image"], "rabbitmq must have the management plugin"
+worker = services["worker"]
+assert worker["deploy"]["replicas"] >= 1, "worker needs deploy.replicas"
+assert "ports" not in worker, "worker must not publish fixed host ports, or --scale would collide"
+assert worker["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
+print("check-deploy: ok: compose services, replicas, healthchecks")
+PY
+if (unset APNS_WORKER_ADMIN_TOKEN; docker-compose -f docker-compose.yml config -q) 2>/dev/null; then
+  fail "compose must refuse to start the worker without APNS_WORKER_ADMIN_TOKEN"
+else
+  ok "compose refuses a worker without an admin token"
+fi
+
+# The compose file's simulator command line, run for real on free ports with the same options.
+sim_args=$(/usr/bin/python3 - "$work/compose.yml" <<'PY'
+import sys, yaml
+cmd = yaml.safe_load(open(sys.argv[1]))["services"]["simulator"]["command"]
+out = []
+for a in cmd:
+    if a.startswith(("--port=", "--binary-port=", "--feedback-port=")):
+        a = a.split("=")[0] + "=0"
+    elif a.startswith("--credentials="):
+        a = "--credentials=CREDENTIALS"
+    elif a.startswith("--host="):
+        a = "--host=127.0.0.1"
+    out.append(a)
+print(" ".join(out))
+PY
+)
+sim_args=${sim_args//CREDENTIALS/$work/credentials}
+# shellcheck disable=SC2086
+"$bin" $sim_args --summary-every 0 > "$work/simulator.log" 2>&1 &
+simulator_pid=$!
+for _ in $(seq 1 100); do
+  grep -q "listening" "$work/simulator.log" 2>/dev/null && break
+  kill -0 "$simulator_pid" 2>/dev/null || break
+  sleep 0.2
+done
+if grep -q "listening" "$work/simulator.log"; then
+  ok "the compose simulator command starts: apns-worker $sim_args"
+else
+  fail "the compose simulator command did not start: $(tail -3 "$work/simulator.log")"
+fi
+kill "$simulator_pid" 2>/dev/null || true; wait "$simulator_pid" 2>/dev/null || true; simulator_pid=""
+
+# The worker's compose configuration, with the simulator's credentials as the volume holds them.
+sed "s#/credentials/#$work/credentials/#g" deploy/compose.conf > "$work/compose.conf"
+if "$bin" check-config "$work/compose.conf" > "$work/check.out" 2>&1; then
+  ok "deploy/compose.conf passes check-config with the simulator's credentials"
+else
+  fail "deploy/compose.conf: $(cat "$work/check.out")"
+fi
+worker_cmd=$(/usr/bin/python3 -c 'import sys,yaml; print(" ".join(yaml.safe_load(open(sys.argv[1]))["services"]["worker"]["command"]))' "$work/compose.yml")
+[ "$worker_cmd" = "run --config /etc/apns-worker/compose.conf" ] || fail "worker command: $worker_cmd"
+grep -q "COPY deploy/compose.conf /etc/apns-worker/compose.conf" deploy/Dockerfile || fail "the image must carry compose.conf"
+
+# --- systemd template unit ------------------------------------------------------------------
+sed "s#/usr/local/bin/apns-worker#$bin#g" deploy/apns-worker@.service > "$work/apns-worker@.service"
+if (cd "$work" && systemd-analyze verify --man=no ./apns-worker@3.service) > "$work/unit.out" 2>&1 && [ ! -s "$work/unit.out" ]; then
+  ok "systemd-analyze verify apns-worker@3.service"
+else
+  fail "systemd-analyze verify: $(sort -u "$work/unit.out")"
+fi
+"$bin" check-config --skip-credentials config/apns-worker.conf > /dev/null || fail "the unit's config/apns-worker.conf"
+
+# --- Dockerfile -----------------------------------------------------------------------------
+while read -r src; do
+  [ -e "$src" ] || fail "Dockerfile COPY source $src does not exist"
+done < <(awk '$1 == "COPY" && $2 !~ /^--from/ { for (i = 2; i < NF; i++) print $i }' deploy/Dockerfile)
+# RUN commands (continuation lines joined) must parse as shell.
+python3 - deploy/Dockerfile > "$work/run.sh" <<'PY'
+import sys, re
+text = re.sub(r"\\\n", " ", open(sys.argv[1]).read())
+for line in text.splitlines():
+    if line.startswith("RUN "):
+        print(line[4:])
+PY
+bash -n "$work/run.sh" || fail "a RUN command of the Dockerfile does not parse"
+# Every package the Dockerfile installs exists in Debian (bookworm is this machine's release).
+for pkg in $(grep -o 'install -y --no-install-recommends [^&\\]*' deploy/Dockerfile | cut -d' ' -f4-); do
+  apt-cache show "$pkg" > /dev/null 2>&1 || fail "Dockerfile installs $pkg, which Debian does not have"
+done
+# Every shared library the binary links, outside the Swift runtime (linked in statically by
+# --static-swift-stdlib), comes from the runtime stage's packages, their dependencies, or the
+# slim base image.
+runtime_pkgs=$(awk '/^FROM \$\{RUNTIME_IMAGE\}/ { rt = 1 } rt && /install -y/ { sub(/.*--no-install-recommends /, ""); sub(/\\.*/, ""); print }' deploy/Dockerfile)
+allowed=" libc6 libgcc-s1 libstdc++6 zlib1g "
+for pkg in $runtime_pkgs; do
+  allowed+=" $pkg $(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces --no-enhances "$pkg" 2>/dev/null | grep -v '^ ' | grep -v '^<' | tr '\n' ' ') "
+done
+checked_libs=0
+while read -r lib path; do
+  case "$path" in /opt/swift/*|"$bin_dir"/*|"") continue ;; esac
+  pkg=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null | head -1 | cut -d: -f1) || true
+  [ -z "$pkg" ] && pkg=$(dpkg -S "$path" 2>/dev/null | head -1 | cut -d: -f1) || true
+  checked_libs=$((checked_libs + 1))
+  case "$allowed" in *" $pkg "*) ;; *) fail "apns-worker links $lib ($path, package ${pkg:-unknown}), which the runtime image lacks" ;; esac
+done < <(ldd "$bin" | awk '/=>/ { print $1, $3 }')
+[ "$checked_libs" -gt 0 ] || fail "ldd found no system libraries in $bin"
+ok "Dockerfile: COPY sources, RUN syntax, packages, $checked_libs system libraries covered by the runtime stage"
+
+if [ "$failures" -gt 0 ]; then
+  echo "check-deploy: $failures problem(s)" >&2
+  exit 1
+fi
+echo "check-deploy: all deploy checks passed"
