@@ -30,6 +30,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-async-algorithms.git", from: "1.1.4"),
         .package(url: "https://github.com/apple/swift-atomics.git", from: "1.3.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
     ],
     targets: [
         // librabbitmq 0.11 from Debian's librabbitmq-dev.
@@ -132,18 +136,36 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The admin HTTP surface: health, readiness, Prometheus metrics, the dead/retry JSON API and the HTML page.
+        .target(
+            name: "APNSAdmin",
+            dependencies: [
+                "APNSCore", "APNSConfig", "APNSWorker", "APNSOperations", "AMQPClient",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // The `apns-worker` command: run, simulator, publish, check-config, topology, dead, retry.
         .executableTarget(
             name: "APNSWorkerCLI",
             dependencies: [
                 "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator",
-                "APNSWorker", "APNSOperations",
+                "APNSWorker", "APNSOperations", "APNSAdmin",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             swiftSettings: strictSettings
         ),
@@ -200,6 +222,24 @@ let package = Package(
         .testTarget(
             name: "APNSWorkerTests",
             dependencies: ["APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker", "TestSupport"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "APNSAdminTests",
+            dependencies: [
+                "APNSAdmin", "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker",
+                "APNSOperations", "TestSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            exclude: ["Scripts"],
             swiftSettings: strictSettings
         ),
     ],

@@ -275,6 +275,13 @@ public enum ConfigurationLoader {
                 return v
             }
         }
+        // Beyond loopback the admin API can requeue and purge jobs: never serve it unauthenticated.
+        if admin.token == nil, !admin.listen.isLoopback {
+            let location = settings.string("admin", "listen")?.location ?? .file(path: settings.document.path, line: nil)
+            throw ConfigurationError(
+                .missingKey, at: location, section: "[admin]", key: "token",
+                "required when listen (\(admin.listen)) is not a loopback address: set token (16+ characters) or APNS_WORKER_ADMIN_TOKEN")
+        }
         return admin
     }
 

@@ -106,14 +106,23 @@ public struct ListenAddress: Sendable, Hashable, CustomStringConvertible {
         self.port = port
     }
     public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    /// Whether only this machine can reach the address: `localhost`, 127.0.0.0/8 or `::1`.
+    public var isLoopback: Bool {
+        let host = host.lowercased()
+        if host == "localhost" || host == "::1" || host == "0:0:0:0:0:0:0:1" { return true }
+        let octets = host.split(separator: ".", omittingEmptySubsequences: false)
+        return octets.count == 4 && octets[0] == "127" && octets.allSatisfy { UInt8($0) != nil }
+    }
 }
 
 /// `[admin]`: the operator HTTP server.
 public struct AdminSettings: Sendable, Hashable {
     /// `listen`: `host:port`. Default 127.0.0.1:8080.
     public var listen: ListenAddress
-    /// `token`: when set, every admin request except `/health` and `/ready` must carry
-    /// `Authorization: Bearer <token>`. Best given as `APNS_WORKER_ADMIN_TOKEN`.
+    /// `token`: when set, every admin request except `/health` must carry
+    /// `Authorization: Bearer <token>` (or the cookie `/login` sets). Required when `listen` is
+    /// not a loopback address. Best given as `APNS_WORKER_ADMIN_TOKEN`.
     public var token: String?
 
     public static let defaultListen = ListenAddress(host: "127.0.0.1", port: 8080)

@@ -30,14 +30,11 @@ public final class HTTP2Transport: NotificationTransport, Service {
     private struct State {
         var pool: Pool
         var nextWaiterID: UInt64 = 0
-        /// Connection counts by state as last reported to the meters.
-        var published: [Int] = Array(repeating: 0, count: Pool.SlotState.allCases.count)
     }
     private let state: Mutex<State>
 
     private let latency: Metrics.Timer
     private let inFlightMeter: Meter
-    private let connectionMeters: [Meter]
 
     /// - Parameters:
     ///   - eventLoopGroup: where the connections live; NIO's shared singleton by default.
@@ -62,11 +59,8 @@ public final class HTTP2Transport: NotificationTransport, Service {
                     streamCap: configuration.maxConcurrentStreamsPerConnection,
                     oneStreamUntilFirstAnswer: configuration.usesTokenAuthentication)))
         let env = [("environment", configuration.environment.rawValue)]
-        self.latency = Metrics.Timer(label: "apns_transport_request_duration", dimensions: env)
+        self.latency = Metrics.Timer(label: "apns_transport_request_duration_seconds", dimensions: env)
         self.inFlightMeter = Meter(label: "apns_transport_in_flight", dimensions: env)
-        self.connectionMeters = Pool.SlotState.allCases.map {
-            Meter(label: "apns_transport_connections", dimensions: env + [("state", $0.name)])
-        }
     }
 
     // MARK: sending
@@ -188,19 +182,10 @@ public final class HTTP2Transport: NotificationTransport, Service {
         for channel in dispatch.close { channel.close(promise: nil) }
     }
 
-    /// Runs `body` on the pool and brings the connection meters up to date.
+    /// Runs `body` on the pool under the lock. (The `apns_transport_connections` gauge is
+    /// sampled from `connectionStates()` by the admin surface, which knows the bundle.)
     private func mutatePool<R: Sendable>(_ body: @Sendable (inout Pool) -> R) -> R {
-        let (result, deltas) = state.withLock { s -> (R, [Int]) in
-            let result = body(&s.pool)
-            let counts = Pool.SlotState.allCases.map { s.pool.count($0) }
-            let deltas = zip(counts, s.published).map { $0 - $1 }
-            s.published = counts
-            return (result, deltas)
-        }
-        for (meter, delta) in zip(connectionMeters, deltas) where delta != 0 {
-            if delta > 0 { meter.increment(by: Double(delta)) } else { meter.decrement(by: Double(-delta)) }
-        }
-        return result
+        state.withLock { body(&$0.pool) }
     }
 
     // MARK: connections
@@ -318,6 +303,27 @@ public final class HTTP2Transport: NotificationTransport, Service {
                     "http2.error_code": .stringConvertible(errorCode),
                 ])
             mutatePool { $0.draining(slot: slot, generation: generation) }
+        }
+    }
+}
+
+extension HTTP2Transport: TransportStatusReporting {
+    public func connectionStates() -> [TransportConnectionState: Int] {
+        state.withLock { s in
+            var counts = Dictionary(uniqueKeysWithValues: TransportConnectionState.allCases.map { ($0, 0) })
+            for slotState in Pool.SlotState.allCases {
+                let reported: TransportConnectionState
+                switch slotState {
+                case .down: reported = s.pool.shuttingDown ? .closed : .backingOff
+                case .connecting: reported = .connecting
+                case .ready: reported = .ready
+                // After a GOAWAY a connection only finishes its streams and is then replaced:
+                // it carries no new notifications, like one waiting to reconnect.
+                case .draining: reported = .backingOff
+                }
+                counts[reported, default: 0] += s.pool.count(slotState)
+            }
+            return counts
         }
     }
 }

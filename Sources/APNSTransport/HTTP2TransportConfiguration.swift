@@ -81,7 +81,7 @@ public struct HTTP2TransportConfiguration: Sendable {
 public final class ProviderTokenSource: Sendable {
     private let manager: Mutex<ProviderTokenManager>
     private let now: @Sendable () -> Date
-    private let renewalsCounter = Counter(label: "apns_transport_jwt_renewals")
+    private let renewalsCounter = Counter(label: "apns_transport_jwt_renewals_total")
 
     public init(
         teamID: String, keyID: String, key: P256.Signing.PrivateKey,

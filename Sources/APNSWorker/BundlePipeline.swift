@@ -75,6 +75,11 @@ public final class BundlePipeline: Sendable {
     /// Whether a provider fault holds the bundle right now (for `/ready`).
     public var isHeld: Bool { breaker.withLock { $0.isHeld } }
 
+    /// The bundle's APNs connections by state, when its transport reports them.
+    public func connectionStates() -> [TransportConnectionState: Int]? {
+        (transport as? any TransportStatusReporting)?.connectionStates()
+    }
+
     public func updateRollout(_ rule: RolloutRule) {
         rollout.withLock { $0 = rule }
         logger.info("rollout rule updated")
@@ -174,6 +179,8 @@ public final class BundlePipeline: Sendable {
 
     /// One job through every stage to exactly one end.
     func process(_ delivery: AMQPDelivery) async {
+        statistics.jobStarted(bundle: settings.bundleID)
+        defer { statistics.jobFinished(bundle: settings.bundleID) }
         let started = ContinuousClock.now
         let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
         let job: Job
@@ -184,6 +191,7 @@ public final class BundlePipeline: Sendable {
                 previousAttempts: previousAttempts)
             logger.warning("malformed job", metadata: ["job.error": "\(error)", "job.reason": "\(error.reason)"])
             await settle(delivery, router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: Date()))
+            count(.dead, since: started)
             return
         case .success(let parsed):
             job = parsed
@@ -195,6 +203,7 @@ public final class BundlePipeline: Sendable {
         if case .hold(let why) = gate(job) {
             logger.debug("rollout gate holds job", metadata: ["job.id": "\(job.id)", "gate.why": "\(why)"])
             await settle(delivery, router.routeGated(job: context))
+            count(.gated, since: started)
             return
         }
         let outcome = await send(job)
@@ -250,9 +259,7 @@ public final class BundlePipeline: Sendable {
         }
         let route = router.route(outcome, job: context, now: Date())
         await settle(delivery, route)
-        let end = Self.end(of: route, outcome: outcome)
-        ends.withLock { $0[end, default: 0] += 1 }
-        statistics.jobEnded(bundle: settings.bundleID, end: end, after: started.duration(to: .now))
+        count(Self.end(of: route, outcome: outcome), since: started)
         switch outcome {
         case .delivered:
             logger.info("job delivered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.token": "\(Self.redacted(context.tokenHex))"])
@@ -264,10 +271,17 @@ public final class BundlePipeline: Sendable {
             break
         }
         if case .retry(let reason, let status) = outcome {
+            statistics.retryScheduled(bundle: settings.bundleID, attempt: context.previousAttempts + 1)
             logger.info("job will be retried", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
         } else if case .dead(let reason, let status, _) = outcome {
             logger.warning("job dead-lettered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
         }
+    }
+
+    /// One job reached `end`: for the stop line, the metrics and the admin page.
+    func count(_ end: OutcomeRouter.End, since started: ContinuousClock.Instant) {
+        ends.withLock { $0[end, default: 0] += 1 }
+        statistics.jobEnded(bundle: settings.bundleID, end: end, after: started.duration(to: .now))
     }
 
     static func redacted(_ tokenHex: String?) -> String {

@@ -19,3 +19,14 @@ public struct EnvironmentRouter: NotificationTransport {
         return await transport.send(notification)
     }
 }
+
+extension EnvironmentRouter: TransportStatusReporting {
+    /// The connections of every environment's transport together (those that report them).
+    public func connectionStates() -> [TransportConnectionState: Int] {
+        var total = Dictionary(uniqueKeysWithValues: TransportConnectionState.allCases.map { ($0, 0) })
+        for case let transport as any TransportStatusReporting in transports.values {
+            total.merge(transport.connectionStates(), uniquingKeysWith: +)
+        }
+        return total
+    }
+}

@@ -51,6 +51,9 @@ struct WorkerBench: AsyncParsableCommand {
             [amqp]
             url = \(url)
             prefetch = \(prefetch)
+            [admin]
+            listen = 127.0.0.1:0
+
             [retry]
             delays = 1s
             maxAttempts = 3

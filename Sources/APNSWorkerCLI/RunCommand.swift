@@ -1,12 +1,16 @@
 import AMQPClient
 import Crypto
+import APNSAdmin
 import APNSConfig
 import APNSCore
+import APNSOperations
 import APNSTransport
 import APNSWorker
 import ArgumentParser
 import Foundation
 import Logging
+import Metrics
+import Prometheus
 import ServiceLifecycle
 import UnixSignals
 
@@ -22,6 +26,9 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         let configuration = try loadConfiguration(configPath)
         let logger = makeLogger("apns-worker")
+        // Before anything creates a metric, so every one of them reaches /metrics.
+        let metricsRegistry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(AdminMetrics.factory(registry: metricsRegistry))
         var amqp = try AMQPConfiguration(urlStrings: configuration.amqp.urls, connectionName: "apns-worker run")
         amqp.heartbeat = configuration.amqp.heartbeat
         if let caFile = configuration.amqp.caFile { amqp.tls.caFile = caFile }
@@ -52,6 +59,14 @@ struct RunCommand: AsyncParsableCommand {
         }
         services += try makeFeedbackPollers(configuration.bundles, broker: broker, logger: logger)
         let worker = WorkerService(broker: broker, topology: configuration.topologyPlan, pipelines: pipelines, logger: logger)
+        // The admin server reads and moves dead and retry jobs on connections of its own, never
+        // on the worker's. First in the group, so it shuts down last and answers while the
+        // worker drains.
+        let admin = try AdminService(
+            settings: configuration.admin, worker: worker,
+            queues: try QueueInspector(configuration: configuration, connectionName: "apns-worker admin", logger: logger),
+            registry: metricsRegistry, logger: logger)
+        services.insert(admin, at: 0)
         let configPath = configPath
         services.append(
             RolloutReloader(pipelines: pipelines, logger: logger) {

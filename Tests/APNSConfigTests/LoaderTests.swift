@@ -245,6 +245,7 @@ struct LoaderTests {
         ErrorCase("!\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", nil, "[amqp]", "url", .missingKey, "missing: at least one url"),
         ErrorCase("!\n[amqp]\nurl = amqp://h/\n", nil, nil, nil, .noBundles, "no [apns \"bundle.id\"] section: configure at least one bundle"),
         ErrorCase("\n[admin]\nlisten = 8080", 10, "[admin]", "listen", .badValue, "\"8080\" is not host:port"),
+        ErrorCase("\n[admin]\nlisten = 0.0.0.0:8080", 10, "[admin]", "token", .missingKey, "required when listen (0.0.0.0:8080) is not a loopback address"),
         ErrorCase("\n[admin]\ntoken = short", 10, "[admin]", "token", .badValue, "must be at least 16 printable ASCII characters"),
         ErrorCase("\n[worker]\nshutdownDeadline = 2h", 10, "[worker]", "shutdownDeadline", .badValue, "\"2h\" is out of range (0s to 1h)"),
         ErrorCase("\n[worker]\nrequestTimeout = 10", 10, "[worker]", "requestTimeout", .badValue, "\"10\" is not a duration"),

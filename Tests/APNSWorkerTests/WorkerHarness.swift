@@ -54,6 +54,9 @@ final class WorkerHarness: Sendable {
             delays = \(options.retryDelays)
             maxAttempts = \(options.maxAttempts)
 
+            [admin]
+            listen = 127.0.0.1:0
+
             [worker]
             shutdownDeadline = \(options.shutdownDeadline)
             requestTimeout = \(options.requestTimeout)

@@ -1,0 +1,37 @@
+/// Metrics that are states rather than events, sampled from the worker's status on every
+/// `/metrics` scrape so they are current when read: APNs connections by state and whether
+/// each bundle's consumer is paused, with fixed label sets (bundle, state); and the Prometheus
+/// factory settings `apns-worker run` bootstraps swift-metrics with.
+import APNSCore
+import APNSWorker
+import Metrics
+import Prometheus
+
+public enum AdminMetrics {
+    /// Latency buckets from 1 ms to 10 s, for APNs round trips and whole jobs alike.
+    public static let durationBuckets: [Duration] = [
+        .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+        .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
+    ]
+
+    /// A Prometheus factory over `registry` with the worker's histogram buckets; pass it to
+    /// `MetricsSystem.bootstrap` once per process.
+    public static func factory(registry: PrometheusCollectorRegistry) -> PrometheusMetricsFactory {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.defaultDurationHistogramBuckets = durationBuckets
+        return factory
+    }
+
+    /// Records the sampled gauges from `status`.
+    static func sample(_ status: WorkerStatus) {
+        Gauge(label: "apns_worker_broker_connected").record(status.brokerConnected ? 1 : 0)
+        for bundle in status.bundles {
+            Gauge(label: "apns_worker_consumer_paused", dimensions: [("bundle", bundle.bundleID)]).record(bundle.held ? 1 : 0)
+            guard !bundle.connections.isEmpty else { continue }
+            for state in TransportConnectionState.allCases {
+                Gauge(label: "apns_transport_connections", dimensions: [("bundle", bundle.bundleID), ("state", state.rawValue)])
+                    .record(bundle.connections[state.rawValue, default: 0])
+            }
+        }
+    }
+}

@@ -1,0 +1,81 @@
+/// The admin HTTP server as a ServiceLifecycle `Service` that `apns-worker run` adds to its
+/// ServiceGroup: a Hummingbird 2 application on `[admin] listen` with the routes of
+/// `AdminRoutes`, behind the bearer-token check of `AdminAuthentication`.
+import APNSConfig
+import APNSOperations
+import APNSWorker
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import Prometheus
+import ServiceLifecycle
+
+public final class AdminService: Service, Sendable {
+    public let settings: AdminSettings
+    let worker: any WorkerStatusProviding
+    let queues: QueueInspector?
+    let registry: PrometheusCollectorRegistry?
+    let logger: Logger
+    let onListening: @Sendable (Int) async -> Void
+
+    /// - Parameters:
+    ///   - worker: the running worker's state (`WorkerService`).
+    ///   - queues: reads and moves dead and retry jobs on a broker connection of its own; nil
+    ///     leaves the queue routes answering 503 and the page without depths and dead jobs.
+    ///   - registry: what `/metrics` renders; nil answers 503 (metrics not bootstrapped).
+    ///   - onListening: called with the bound port once the server listens (port 0 in tests).
+    /// - Throws: `AdminConfigurationError` when `listen` is beyond loopback and no token is set
+    ///   (the configuration loader already refuses that; this guards settings built in code).
+    public init(
+        settings: AdminSettings, worker: any WorkerStatusProviding, queues: QueueInspector?,
+        registry: PrometheusCollectorRegistry?, logger: Logger,
+        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) throws {
+        if settings.token == nil, !settings.listen.isLoopback {
+            throw AdminConfigurationError(
+                description: "[admin] token: required when listen (\(settings.listen)) is not a loopback address")
+        }
+        self.settings = settings
+        self.worker = worker
+        self.queues = queues
+        self.registry = registry
+        var logger = logger
+        logger[metadataKey: "admin.listen"] = "\(settings.listen)"
+        self.logger = logger
+        self.onListening = onListening
+    }
+
+    /// The router with every route and the token check; also what HummingbirdTesting drives.
+    public func makeRouter() -> Router<BasicRequestContext> {
+        let router = Router(context: BasicRequestContext.self)
+        router.add(middleware: AdminAuthentication(token: settings.token))
+        AdminRoutes(worker: worker, queues: queues, registry: registry, token: settings.token, logger: logger).register(on: router)
+        return router
+    }
+
+    public func makeApplication() -> some ApplicationProtocol {
+        let onListening = self.onListening
+        let logger = self.logger
+        return Application(
+            router: makeRouter(),
+            configuration: ApplicationConfiguration(
+                address: .hostname(settings.listen.host, port: settings.listen.port), serverName: "apns-worker"),
+            onServerRunning: { channel in
+                let port = channel.localAddress?.port ?? 0
+                logger.info("admin HTTP server listening", metadata: ["admin.port": "\(port)"])
+                await onListening(port)
+            },
+            logger: logger)
+    }
+
+    /// Serves until graceful shutdown.
+    public func run() async throws {
+        try await makeApplication().run()
+    }
+}
+
+/// Admin settings the server refuses to start with; one line naming the key.
+public struct AdminConfigurationError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+}

@@ -1,0 +1,57 @@
+import AMQPClient
+import APNSCore
+
+/// A point-in-time view of a running worker for the admin surface (`/ready`, `/api/status`, the
+/// HTML page and the sampled gauges): the broker connection, and per bundle whether it is held,
+/// its job counts and rates, and its APNs connections by state.
+public struct WorkerStatus: Sendable, Hashable, Codable {
+    public struct Bundle: Sendable, Hashable, Codable {
+        public var bundleID: String
+        /// A provider fault holds the bundle: its consumer is paused and it only probes.
+        public var held: Bool
+        public var activity: WorkerStatistics.BundleActivity
+        /// APNs connections by state (`TransportConnectionState` raw values, every state present);
+        /// empty when the transport does not report them.
+        public var connections: [String: Int]
+
+        public init(bundleID: String, held: Bool, activity: WorkerStatistics.BundleActivity, connections: [String: Int]) {
+            self.bundleID = bundleID
+            self.held = held
+            self.activity = activity
+            self.connections = connections
+        }
+    }
+
+    /// The worker's broker connection (`AMQPConnectionState` raw value: connected, connecting, …).
+    public var broker: String
+    public var bundles: [Bundle]
+
+    public init(broker: String, bundles: [Bundle]) {
+        self.broker = broker
+        self.bundles = bundles
+    }
+
+    public var brokerConnected: Bool { broker == AMQPConnectionState.connected.rawValue }
+    public var heldBundles: [String] { bundles.filter(\.held).map(\.bundleID) }
+    /// Ready to take jobs: connected to the broker and no bundle held (`/ready`).
+    public var isReady: Bool { brokerConnected && heldBundles.isEmpty }
+}
+
+/// Whatever can describe a running worker; `WorkerService` in production.
+public protocol WorkerStatusProviding: Sendable {
+    func status() -> WorkerStatus
+}
+
+extension WorkerService: WorkerStatusProviding {
+    public func status() -> WorkerStatus {
+        WorkerStatus(
+            broker: broker.state.rawValue,
+            bundles: pipelines.map { pipeline in
+                let connections = pipeline.connectionStates() ?? [:]
+                return WorkerStatus.Bundle(
+                    bundleID: pipeline.settings.bundleID, held: pipeline.isHeld,
+                    activity: pipeline.statistics.activity(bundle: pipeline.settings.bundleID),
+                    connections: Dictionary(uniqueKeysWithValues: connections.map { ($0.key.rawValue, $0.value) }))
+            })
+    }
+}

@@ -1,0 +1,161 @@
+/// A real worker for the admin tests, in process: the shared test broker, an APNs simulator with
+/// generated credentials, an HTTP/2 transport and a `WorkerService` with one bundle's pipeline,
+/// a `QueueInspector` on connections of its own, and the `AdminService` under test.
+import AMQPClient
+import APNSAdmin
+import APNSConfig
+import APNSCore
+import APNSOperations
+import APNSSimulator
+import APNSTransport
+import APNSWorker
+import Foundation
+import Logging
+import Metrics
+import Prometheus
+import ServiceLifecycle
+import TestSupport
+
+/// The process-wide Prometheus registry of the test run: swift-metrics can be bootstrapped once
+/// per process, and every metric the worker creates afterwards lands here.
+enum TestMetrics {
+    static let registry: PrometheusCollectorRegistry = {
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(AdminMetrics.factory(registry: registry))
+        return registry
+    }()
+}
+
+final class AdminHarness: Sendable {
+    static let token = "test-admin-token-0123456789"
+    /// Retry jobs stay in their queue for the length of a test.
+    static let retryDelay = Duration.seconds(3600)
+
+    let bundle: String
+    let directory: String
+    let simulator: APNSSimulator
+    let workerConnection: AMQPConnection
+    let publisher: AMQPConnection
+    let transport: HTTP2Transport
+    let worker: WorkerService
+    let statistics: WorkerStatistics
+    let queues: QueueInspector
+    let admin: AdminService
+    let group: ServiceGroup
+
+    static var logger: Logger {
+        var logger = Logger(label: "admin-tests")
+        logger.logLevel = .warning
+        return logger
+    }
+
+    /// Starts everything and runs the worker and transport in the background of `body`.
+    static func with<T: Sendable>(_ body: (AdminHarness) async throws -> T) async throws -> T {
+        let broker = try TestBroker.require()
+        _ = TestMetrics.registry
+        let bundle = uniqueName("com.example.admin")
+        let directory = NSTemporaryDirectory() + "apnsw-admin-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let credentials = try SimulatorCredentials.generate(into: directory + "/credentials", teamID: "TEAM123456", keyID: "KEY1234567")
+        let simulator = try await APNSSimulator.start(
+            SimulatorConfiguration(tls: credentials.tlsConfiguration(), bundleIDs: [bundle], tokenKeys: [credentials.tokenKey]),
+            logger: logger)
+
+        let amqp = try AMQPConfiguration(urlStrings: [broker.amqpURL], connectionName: "admin-test-worker")
+        let workerConnection = try await AMQPConnection.connect(configuration: amqp, logger: logger)
+        let publisher = try await AMQPConnection.connect(
+            configuration: AMQPConfiguration(urlStrings: [broker.amqpURL], connectionName: "admin-test-publisher"), logger: logger)
+        let plan = TopologyPlan(bundleIDs: [bundle], retryDelays: [retryDelay], queueType: .quorum)
+        try await publisher.declare(plan)
+
+        var configuration = HTTP2TransportConfiguration(
+            environment: .production,
+            authentication: .token(ProviderTokenSource(teamID: credentials.teamID, keyID: credentials.keyID, key: credentials.tokenPrivateKey)),
+            host: "127.0.0.1", port: simulator.port)
+        configuration.trustRoots = .caFile(credentials.caCertificatePath)
+        configuration.connections = 2
+        let transport = try HTTP2Transport(configuration: configuration, logger: logger)
+        let statistics = WorkerStatistics()
+        let pipeline = BundlePipeline(
+            settings: .init(
+                bundleID: bundle, prefetch: 20, retryPolicy: RetryPolicy(delays: [retryDelay], maxAttempts: 3),
+                probeInterval: .seconds(60), shutdownDeadline: .seconds(5)),
+            broker: workerConnection, transport: EnvironmentRouter([.production: transport]), statistics: statistics, logger: logger)
+        let worker = WorkerService(broker: workerConnection, topology: plan, pipelines: [pipeline], logger: logger)
+        let queues = QueueInspector(amqp: amqp, bundleIDs: [bundle], retryDelays: [retryDelay], logger: logger, deliveryWait: .seconds(1))
+        let admin = try AdminService(
+            settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: token), worker: worker, queues: queues,
+            registry: TestMetrics.registry, logger: logger)
+        let group = ServiceGroup(services: [transport, worker], logger: logger)
+        let harness = AdminHarness(
+            bundle: bundle, directory: directory, simulator: simulator, workerConnection: workerConnection, publisher: publisher,
+            transport: transport, worker: worker, statistics: statistics, queues: queues, admin: admin, group: group)
+
+        let result: Result<T, any Error> = await withTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try? await group.run() }
+            let result: Result<T, any Error>
+            do { result = .success(try await body(harness)) } catch { result = .failure(error) }
+            await group.triggerGracefulShutdown()
+            await tasks.waitForAll()
+            return result
+        }
+        for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: retryDelay)] {
+            _ = try? await publisher.deleteQueue(name)
+        }
+        await publisher.close()
+        await workerConnection.close()
+        try? await simulator.shutdown()
+        return try result.get()
+    }
+
+    private init(
+        bundle: String, directory: String, simulator: APNSSimulator, workerConnection: AMQPConnection, publisher: AMQPConnection,
+        transport: HTTP2Transport, worker: WorkerService, statistics: WorkerStatistics, queues: QueueInspector, admin: AdminService,
+        group: ServiceGroup
+    ) {
+        self.bundle = bundle
+        self.directory = directory
+        self.simulator = simulator
+        self.workerConnection = workerConnection
+        self.publisher = publisher
+        self.transport = transport
+        self.worker = worker
+        self.statistics = statistics
+        self.queues = queues
+        self.admin = admin
+        self.group = group
+    }
+
+    // MARK: - Jobs as the sync server publishes them
+
+    static func token(_ n: Int) -> String { String(format: "%064x", n &* 2_654_435_761 &+ 0x5eed) }
+
+    /// A well-formed job for device token `n`; returns its id.
+    @discardableResult
+    func publishJob(token n: Int, alert: String = "Hello") async throws -> String {
+        let id = UUID().uuidString
+        try await publish(#"{"token":"\#(Self.token(n))","payload":{"aps":{"alert":"\#(alert)"}},"id":"\#(id)"}"#, id: id)
+        return id
+    }
+
+    /// A job the worker dead-letters without asking Apple (unknown push type), carrying markup in
+    /// its body that the HTML page must show as text.
+    @discardableResult
+    func publishMalformedJob() async throws -> String {
+        let id = UUID().uuidString
+        try await publish(
+            #"{"token":"\#(Self.token(99))","payload":{"aps":{"alert":"<script>alert('x')</script>"}},"id":"\#(id)","pushType":"<b>bogus</b>"}"#,
+            id: id)
+        return id
+    }
+
+    func publish(_ body: String, id: String) async throws {
+        var properties = AMQPProperties.persistentJSON
+        properties.messageID = id
+        try await publisher.publish(
+            AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: bundle, body: Array(body.utf8), properties: properties))
+    }
+
+    func jobs(_ end: String) -> Int { statistics.activity(bundle: bundle).jobs[end, default: 0] }
+}
