@@ -672,8 +672,14 @@ final class ConnectionDriver: @unchecked Sendable {
             let message = AMQPDeliveredMessage(
                 exchange: assembly.exchange, routingKey: assembly.routingKey, redelivered: redelivered,
                 body: assembly.body, properties: assembly.properties)
-            consumer.request.buffer.push(AMQPDelivery(
+            let accepted = consumer.request.buffer.push(AMQPDelivery(
                 message: message, tag: AMQPDeliveryTag(channel: channel, generation: generation, value: tag), consumerTag: consumerTag))
+            if !accepted, let state = conn {
+                // Sent by the broker before it processed our basic.cancel: the consumer's
+                // sequence has ended, so nobody would ever settle it and it would sit unacked
+                // on this still-open channel until the connection closed. Hand it back now.
+                _ = amqp_basic_reject(state, channel, tag, 1)
+            }
         case .returned(let replyCode, let replyText):
             matchReturn(assembly, replyCode: replyCode, replyText: replyText)
         }

@@ -108,17 +108,21 @@ final class DeliveryBuffer: Sendable {
     private let state = Mutex(State())
 
     /// Called by the owner thread; never blocks.
-    func push(_ delivery: AMQPDelivery) {
-        let waiter: CheckedContinuation<AMQPDelivery?, any Error>? = state.withLock { state in
-            guard !state.finished else { return nil }
+    /// False when the sequence has finished: nobody will ever settle the delivery, so the
+    /// caller must hand it back to the broker itself.
+    @discardableResult
+    func push(_ delivery: AMQPDelivery) -> Bool {
+        let (accepted, waiter): (Bool, CheckedContinuation<AMQPDelivery?, any Error>?) = state.withLock { state in
+            guard !state.finished else { return (false, nil) }
             if let waiter = state.waiter {
                 state.waiter = nil
-                return waiter
+                return (true, waiter)
             }
             state.items.append(delivery)
-            return nil
+            return (true, nil)
         }
         waiter?.resume(returning: delivery)
+        return accepted
     }
 
     /// Ends the sequence after the buffered deliveries; with an error, that error is thrown

@@ -47,6 +47,39 @@ struct MessagingTests {
         }
     }
 
+    /// Deliveries the broker sends between our basic.cancel and its cancel-ok reach a consumer
+    /// whose sequence has ended. They must go back to the queue at once, not sit unacked on the
+    /// open channel until the connection closes (a held bundle's jobs stuck until a restart).
+    @Test func deliveriesRacingACancelGoBackToTheQueue() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queue = uniqueName("cancel-race")
+            try await connection.declareQueue(classicQueue(queue))
+            let total = 3000
+            for i in 0..<total { try await connection.publish(message("m\(i)", to: queue)) }
+            var acked = 0
+            for round in 1...5 {
+                let consumer = try await connection.consume(queue: queue, prefetch: 100)
+                var iterator = consumer.makeAsyncIterator()
+                // Acking keeps the broker sending, so deliveries are in flight when we cancel.
+                for _ in 0..<200 {
+                    let delivery = try #require(try await iterator.next())
+                    #expect(await connection.ack(delivery) == .settled)
+                    acked += 1
+                }
+                await consumer.cancel()
+                while let leftover = try await iterator.next() {
+                    #expect(await connection.nack(leftover, requeue: true) == .settled)
+                }
+                let expected = total - acked
+                try await eventually(.seconds(5), "round \(round): \(expected) ready with the connection still open") {
+                    try await connection.inspectQueue(queue).messageCount == UInt32(expected)
+                }
+            }
+            try await connection.deleteQueue(queue)
+        }
+    }
+
     @Test func manyPipelinedConfirmedPublishes() async throws {
         let broker = try TestBroker.require()
         try await withConnection(configuration(broker)) { connection in
