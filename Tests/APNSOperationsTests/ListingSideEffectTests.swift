@@ -30,14 +30,15 @@ struct ListingSideEffectTests {
 
     @Test(arguments: [QueueType.quorum, .classic])
     func aHeldRetryJobExpiresOnReturnWithoutRestartingItsTTL(_ type: QueueType) async throws {
-        let short = try await arrivalAfterHolding(type, hold: .seconds(1))
+        let short = try await arrivalAfterHolding(type, hold: .seconds(2))
         let long = try await arrivalAfterHolding(type, hold: .seconds(6))
-        print("[measure] \(type.rawValue) retry TTL 3s: held 1s -> in work queue after \(short); held 6s -> after \(long)")
-        // Held less than its TTL: it fires on time (the hold does not add to it).
+        print("[measure] \(type.rawValue) retry TTL 3s: held 2s -> in work queue after \(short); held 6s -> after \(long)")
+        // Held less than its TTL: it fires on time (a restarted TTL would make it 5 s). The
+        // bounds sit midway between the two readings so a loaded machine cannot blur them.
         #expect(short >= .milliseconds(2900) && short < .milliseconds(4500))
         // Held past its TTL: it cannot expire while held, and fires as soon as it is returned;
         // the TTL is not restarted (that would be 9 s).
-        #expect(long >= .seconds(6) && long < .milliseconds(7500))
+        #expect(long >= .seconds(6) && long < .milliseconds(8000))
     }
 
     @Test func quorumDeliveryLimitAndListing() async throws {

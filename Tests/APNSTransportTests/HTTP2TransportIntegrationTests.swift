@@ -137,7 +137,9 @@ struct HTTP2TransportIntegrationTests {
 
     @Test("GOAWAY after N streams: every notification still gets 200, unprocessed ones on a fresh connection")
     func goaway() async throws {
-        try await Env.withTransport { simulator, transport in
+        // A generous deadline: this test is about resending, and a loaded CI machine must not
+        // turn a slow reconnect into a timeout.
+        try await Env.withTransport(transport: { $0.requestTimeout = .seconds(30) }) { simulator, transport in
             #expect(await transport.send(Env.notification()).isAccepted)
             simulator.setFaults(SimulatorFaults(goawayAfterStreams: 10))
             let notifications = (0..<60).map { _ in Env.notification() }

@@ -177,7 +177,9 @@ struct EndToEndTests {
         try await Task.sleep(for: .seconds(2))
         #expect(h.acceptedIDs().total == 0)
         #expect(try await h.messageCount(h.deadQueue) == 0)
-        #expect(try await h.messageCount(h.workQueue) == 30, "held jobs wait in the broker")
+        // Ready messages only: a probe may have one of them out (basic.get) at this moment.
+        let waiting = try await h.messageCount(h.workQueue)
+        #expect((29...30).contains(waiting), "held jobs wait in the broker, \(waiting) ready")
         #expect(worker.log.components(separatedBy: "bundle HELD").count == 2, "one loud line, not one per job")
         h.simulator.setFaults(.none)
         try await waitUntil("every job delivered after the hold") { h.acceptedIDs().distinct.count == 30 }
