@@ -5,11 +5,13 @@
 /// error response named it, or its hold window passed with the connection up. A ServiceLifecycle
 /// `Service`: `run()` owns the connections.
 import APNSCore
+import Foundation
 import Logging
 import Metrics
 import NIOCore
 import NIOPosix
 import NIOSSL
+import NIOTLS
 import ServiceLifecycle
 import Synchronization
 

@@ -233,7 +233,7 @@ private struct Harness {
         #expect(h.results[2] == nil)
         h.connect()
         #expect(h.written.map(\.request) == [2, 3])
-        #expect(h.written.allSatisfy(\.replay))
+        #expect(h.written.allSatisfy { $0.replay })
         h.advance(.milliseconds(200))
         #expect((0..<4).allSatisfy { h.only($0) == .binaryAccepted })
     }
