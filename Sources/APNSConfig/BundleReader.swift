@@ -87,10 +87,26 @@ struct BundleReader {
             } ?? binaryHoldWindow
         }
 
+        for key in ["feedbackInterval", "feedbackPort"] {
+            if let binaryOnly = entry(key), transport != .binary {
+                throw error(.conflict, line: binaryOnly.line, key: key,
+                    "only applies to transport = binary (this bundle uses http2; HTTP/2 reports dead tokens per notification)")
+            }
+        }
+        let feedbackInterval = try value("feedbackInterval") { v throws(ValueProblem) in
+            let interval = try ValueSyntax.duration(v)
+            guard interval == .zero || (interval >= .seconds(1) && interval <= .seconds(24 * 3600)) else {
+                throw ValueProblem("\(ValueSyntax.quoted(v)) is out of range (0 to turn polling off, or 1s to 24h)")
+            }
+            return interval
+        } ?? BundleConfiguration.defaultFeedbackInterval
+        let feedbackPort = try value("feedbackPort") { v throws(ValueProblem) in try ValueSyntax.int(v, in: 1...65535) }
+            ?? BundleConfiguration.defaultFeedbackPort
+
         return BundleConfiguration(
             bundleID: bundleID, transport: transport, environment: environment, auth: auth, host: host, port: port,
             caFile: caFile, connections: connections, rollout: rollout, binaryHoldWindow: binaryHoldWindow,
-            line: section.line)
+            feedbackInterval: feedbackInterval, feedbackPort: feedbackPort, line: section.line)
     }
 
     /// `environment`, or the seed's `domain`; both may be given when they agree.

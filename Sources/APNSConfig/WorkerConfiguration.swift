@@ -235,10 +235,18 @@ public struct BundleConfiguration: Sendable, Hashable {
     /// before Apple's silence counts as delivery; the binary API only reports errors.
     /// Default 1s (10ms to 1m).
     public var binaryHoldWindow: Duration
+    /// `feedbackInterval` (binary only): how often the legacy feedback service is polled for
+    /// tokens Apple found dead; `0` turns polling off. Default 1h (1s to 24h).
+    public var feedbackInterval: Duration
+    /// `feedbackPort` (binary only): the feedback service's port on `host` (Apple's feedback
+    /// hosts when `host` is absent). Default 2196.
+    public var feedbackPort: Int
     /// The line of the section header, for messages about the bundle as a whole.
     public var line: Int?
 
     public static let defaultBinaryHoldWindow: Duration = .seconds(1)
+    public static let defaultFeedbackInterval: Duration = .seconds(3600)
+    public static let defaultFeedbackPort = 2196
     public static func defaultConnections(for transport: APNSTransportKind) -> Int {
         transport == .http2 ? 2 : 1
     }
@@ -247,7 +255,8 @@ public struct BundleConfiguration: Sendable, Hashable {
         bundleID: String, transport: APNSTransportKind = .http2, environment: APNSEnvironment = .production,
         auth: APNSAuthentication, host: String? = nil, port: Int? = nil, caFile: String? = nil,
         connections: Int? = nil, rollout: RolloutGate = .init(),
-        binaryHoldWindow: Duration = defaultBinaryHoldWindow, line: Int? = nil
+        binaryHoldWindow: Duration = defaultBinaryHoldWindow, feedbackInterval: Duration = defaultFeedbackInterval,
+        feedbackPort: Int = defaultFeedbackPort, line: Int? = nil
     ) {
         self.bundleID = bundleID
         self.transport = transport
@@ -259,7 +268,18 @@ public struct BundleConfiguration: Sendable, Hashable {
         self.connections = connections ?? Self.defaultConnections(for: transport)
         self.rollout = rollout
         self.binaryHoldWindow = binaryHoldWindow
+        self.feedbackInterval = feedbackInterval
+        self.feedbackPort = feedbackPort
         self.line = line
+    }
+
+    /// Where the legacy feedback service is for `environment`, or nil when it is not polled
+    /// (http2 bundles, `feedbackInterval = 0`): `host` with `feedbackPort`, else Apple's
+    /// `feedback[.sandbox].push.apple.com`.
+    public func feedbackEndpoint(for environment: APNSEnvironment) -> (host: String, port: Int)? {
+        guard transport == .binary, feedbackInterval > .zero else { return nil }
+        let appleHost = environment == .sandbox ? "feedback.sandbox.push.apple.com" : "feedback.push.apple.com"
+        return (host ?? appleHost, feedbackPort)
     }
 
     /// Where to connect for `environment`: the `host`/`port` overrides, else Apple's hosts

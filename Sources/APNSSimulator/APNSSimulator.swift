@@ -1,7 +1,8 @@
 /// APNSSimulator: a local APNs that behaves like Apple over TLS + HTTP/2, with scripted outcomes
 /// per device token and fault injection adjustable at runtime, for tests, benchmarks and the local
-/// run (`apns-worker simulator`). Apple's validation lives in `RequestValidator`, the decisions in
-/// `SimulatorEngine`, the protocol in the channel handlers; this file owns the listener.
+/// run (`apns-worker simulator`); optionally also Apple's legacy binary gateway and feedback
+/// service (`BinaryGateway.swift`). Apple's validation lives in `RequestValidator`, the decisions
+/// in `SimulatorEngine`, the protocol in the channel handlers; this file owns the listeners.
 import APNSCore
 import Logging
 import NIOCore
@@ -14,19 +15,33 @@ public final class APNSSimulator: Sendable, Service {
     private let engine: SimulatorEngine
     private let registry: ConnectionRegistry
     private let serverChannel: any Channel
+    private let legacyRegistries: [ConnectionRegistry]
+    private let legacyChannels: [any Channel]
     private let logger: Logger
 
     /// The port the simulator listens on (the ephemeral one when configured with 0).
     public let port: Int
+    /// The binary gateway's port, nil when `configuration.binaryPort` is nil.
+    public let binaryPort: Int?
+    /// The feedback service's port, nil when `configuration.feedbackPort` is nil.
+    public let feedbackPort: Int?
     public let configuration: SimulatorConfiguration
 
-    private init(configuration: SimulatorConfiguration, engine: SimulatorEngine, registry: ConnectionRegistry, serverChannel: any Channel, logger: Logger) {
+    private init(
+        configuration: SimulatorConfiguration, engine: SimulatorEngine, registry: ConnectionRegistry, serverChannel: any Channel,
+        binary: (channel: any Channel, registry: ConnectionRegistry)?, feedback: (channel: any Channel, registry: ConnectionRegistry)?,
+        logger: Logger
+    ) {
         self.configuration = configuration
         self.engine = engine
         self.registry = registry
         self.serverChannel = serverChannel
+        self.legacyRegistries = [binary?.registry, feedback?.registry].compactMap { $0 }
+        self.legacyChannels = [binary?.channel, feedback?.channel].compactMap { $0 }
         self.logger = logger
         self.port = serverChannel.localAddress?.port ?? configuration.port
+        self.binaryPort = binary.map { $0.channel.localAddress?.port ?? configuration.binaryPort ?? 0 }
+        self.feedbackPort = feedback.map { $0.channel.localAddress?.port ?? configuration.feedbackPort ?? 0 }
     }
 
     /// Binds the listener and returns once it accepts connections.
@@ -47,14 +62,47 @@ public final class APNSSimulator: Sendable, Service {
             }
             .bind(host: configuration.host, port: configuration.port)
             .get()
+
+        var binary: (channel: any Channel, registry: ConnectionRegistry)?
+        var feedback: (channel: any Channel, registry: ConnectionRegistry)?
+        do {
+            if configuration.binaryPort != nil || configuration.feedbackPort != nil {
+                let legacyContext = try NIOSSLContext(configuration: try makeLegacyTLSConfiguration(configuration.tls))
+                if let binaryPort = configuration.binaryPort {
+                    let binaryRegistry = ConnectionRegistry(engine: engine, listener: .binary)
+                    let binaryChannel = try await bindLegacyListener(
+                        host: configuration.host, port: binaryPort, sslContext: legacyContext, registry: binaryRegistry, logger: logger
+                    ) {
+                        [ByteToMessageHandler(BinaryFrameSplitter()), BinaryGatewayHandler(engine: engine, logger: logger)]
+                    }
+                    binary = (binaryChannel, binaryRegistry)
+                }
+                if let feedbackPort = configuration.feedbackPort {
+                    let feedbackRegistry = ConnectionRegistry(engine: engine, listener: .feedback)
+                    let feedbackChannel = try await bindLegacyListener(
+                        host: configuration.host, port: feedbackPort, sslContext: legacyContext, registry: feedbackRegistry, logger: logger
+                    ) {
+                        [FeedbackServiceHandler(engine: engine)]
+                    }
+                    feedback = (feedbackChannel, feedbackRegistry)
+                }
+            }
+        } catch {
+            try? await channel.close()
+            try? await binary?.channel.close()
+            throw error
+        }
+
         let simulator = APNSSimulator(
-            configuration: configuration, engine: engine, registry: registry, serverChannel: channel, logger: logger)
-        logger.info(
-            "APNs simulator listening",
-            metadata: [
-                "simulator.host": "\(configuration.host)", "simulator.port": "\(simulator.port)",
-                "simulator.bundles": "\(configuration.bundleIDs.joined(separator: ","))",
-            ])
+            configuration: configuration, engine: engine, registry: registry, serverChannel: channel, binary: binary,
+            feedback: feedback, logger: logger)
+        var metadata: Logger.Metadata = [
+            "simulator.host": "\(configuration.host)", "simulator.port": "\(simulator.port)",
+            "simulator.bundles": "\(configuration.bundleIDs.joined(separator: ","))",
+        ]
+        if let port = simulator.binaryPort { metadata["simulator.binary_port"] = "\(port)" }
+        if let port = simulator.feedbackPort { metadata["simulator.feedback_port"] = "\(port)" }
+        logger.info("APNs simulator listening", metadata: metadata)
         return simulator
     }
 
@@ -147,10 +195,23 @@ public final class APNSSimulator: Sendable, Service {
 
     public func clearAccepted() { engine.clearAccepted() }
 
-    /// Closes the listener and every connection.
+    /// Queues a tuple for the feedback service: the next connection to it receives it (and every
+    /// other queued one), after which it is gone. `token` is hexadecimal, either case.
+    public func addFeedback(token: String, timestamp: UInt32) {
+        guard let token = DeviceToken(hex: token) else { preconditionFailure("addFeedback: \(token) is not hexadecimal") }
+        engine.addFeedback(FeedbackTuple(timestamp: timestamp, deviceToken: token.bytes))
+    }
+
+    /// Tuples queued for the feedback service and not yet served.
+    public func pendingFeedback() -> [FeedbackTuple] { engine.pendingFeedback }
+
+    /// Closes the listeners and every connection.
     public func shutdown() async throws {
         try? await serverChannel.close()
-        for channel in registry.all {
+        for channel in legacyChannels {
+            try? await channel.close()
+        }
+        for channel in registry.all + legacyRegistries.flatMap(\.all) {
             try? await channel.close()
         }
         logger.info("APNs simulator stopped", metadata: ["simulator.port": "\(port)"])

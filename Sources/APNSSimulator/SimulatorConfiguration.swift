@@ -44,6 +44,12 @@ public struct SimulatorConfiguration: Sendable {
     public var host: String
     /// Port to listen on; 0 picks a free one (read it back from `APNSSimulator.port`).
     public var port: Int
+    /// Port of the legacy binary provider gateway (Apple's 2195): nil runs none, 0 picks a free
+    /// one (read it back from `APNSSimulator.binaryPort`). It shares `tls` but always requires a
+    /// client certificate signed by `tls.clientCAPEM`, as Apple's gateway did.
+    public var binaryPort: Int?
+    /// Port of the legacy feedback service (Apple's 2196), same rules as `binaryPort`.
+    public var feedbackPort: Int?
     public var tls: SimulatorTLSConfiguration
     /// The apps this "team" may push to. A topic is one of these, or one of these plus the suffix
     /// its push type requires (`.voip`, `.complication`, …).
@@ -70,6 +76,8 @@ public struct SimulatorConfiguration: Sendable {
     public init(
         host: String = "127.0.0.1",
         port: Int = 0,
+        binaryPort: Int? = nil,
+        feedbackPort: Int? = nil,
         tls: SimulatorTLSConfiguration,
         bundleIDs: [String],
         tokenKeys: [SimulatorTokenKey] = [],
@@ -82,6 +90,8 @@ public struct SimulatorConfiguration: Sendable {
     ) {
         self.host = host
         self.port = port
+        self.binaryPort = binaryPort
+        self.feedbackPort = feedbackPort
         self.tls = tls
         self.bundleIDs = bundleIDs
         self.tokenKeys = tokenKeys
@@ -113,6 +123,10 @@ public enum ScriptedOutcome: Sendable, Hashable {
     /// The request is read but never answered (the stream stays open until the connection
     /// closes): for request deadlines.
     case neverAnswer
+    /// Binary gateway only: every frame for the token gets an error response with this status
+    /// (10 accepts the frame and names it as the last one processed, as Apple's shutdown does).
+    /// HTTP/2 requests for the token are accepted.
+    case binaryStatus(UInt8)
 }
 
 /// Faults injected at runtime with `APNSSimulator.setFaults`. The default value injects nothing.
@@ -141,11 +155,24 @@ public struct SimulatorFaults: Sendable, Hashable {
     /// Every request (valid or not past its route) is answered 403 with this reason, for as long
     /// as it is set: `.invalidProviderToken` simulates revoked credentials.
     public var rejectAllTokens: APNSReason?
+    /// Binary gateway: once N frames were processed on a connection, the N-th is accepted, an
+    /// error response with status 10 (shutdown) names it as the last one processed, and the
+    /// connection closes; later frames on it are discarded.
+    public var binaryShutdownAfterFrames: Int?
+    /// Binary gateway: once N frames were processed on a connection (all accepted), it closes
+    /// without an error response; later frames on it are discarded.
+    public var binaryCloseSilentlyAfterFrames: Int?
+    /// Binary gateway: the n-th frame (1-based) the gateway processes since start or the last
+    /// `setFaults`, over all connections, gets an error response with this status (bad tokens at
+    /// chosen positions). Frames discarded after an error are not processed and not counted.
+    public var binaryStatusAtFrame: [Int: UInt8]
 
     public init(
         rate429: Double = 0, rate500: Double = 0, rate503: Double = 0, seed: UInt64 = 1,
         latency: Duration = .zero, goawayAfterStreams: Int? = nil, dropAfterStreams: Int? = nil,
-        maxConcurrentStreams: Int? = nil, rejectAllTokens: APNSReason? = nil
+        maxConcurrentStreams: Int? = nil, rejectAllTokens: APNSReason? = nil,
+        binaryShutdownAfterFrames: Int? = nil, binaryCloseSilentlyAfterFrames: Int? = nil,
+        binaryStatusAtFrame: [Int: UInt8] = [:]
     ) {
         self.rate429 = rate429
         self.rate500 = rate500
@@ -156,6 +183,9 @@ public struct SimulatorFaults: Sendable, Hashable {
         self.dropAfterStreams = dropAfterStreams
         self.maxConcurrentStreams = maxConcurrentStreams
         self.rejectAllTokens = rejectAllTokens
+        self.binaryShutdownAfterFrames = binaryShutdownAfterFrames
+        self.binaryCloseSilentlyAfterFrames = binaryCloseSilentlyAfterFrames
+        self.binaryStatusAtFrame = binaryStatusAtFrame
     }
 
     public static let none = SimulatorFaults()
@@ -184,15 +214,40 @@ public struct SimulatorCounters: Sendable, Hashable {
     public var droppedConnections: Int = 0
     /// Requests left unanswered on purpose (`ScriptedOutcome.neverAnswer`).
     public var unanswered: Int = 0
+    /// Binary gateway: TLS connections accepted since start, and open now.
+    public var binaryConnections: Int = 0
+    public var openBinaryConnections: Int = 0
+    /// Binary gateway: frames processed (accepted or answered with an error response); frames
+    /// discarded after an error are not counted.
+    public var binaryReceived: Int = 0
+    /// Binary gateway: frames accepted (including the one a shutdown names).
+    public var binaryAccepted: Int = 0
+    /// Binary gateway: error responses sent, by status code.
+    public var binaryByStatus: [UInt8: Int] = [:]
+    /// Binary gateway: connections closed without an error response (`binaryCloseSilentlyAfterFrames`).
+    public var binarySilentCloses: Int = 0
+    /// Feedback service: connections served, and tuples written to them.
+    public var feedbackConnections: Int = 0
+    public var feedbackTuplesServed: Int = 0
 
     public init() {}
 
     /// Error answers with this reason.
     public func count(_ reason: APNSReason) -> Int { byReason[reason.rawValue] ?? 0 }
+
+    /// Binary error responses with this status.
+    public func count(_ status: BinaryStatus) -> Int { binaryByStatus[status.rawValue] ?? 0 }
 }
 
-/// One notification the simulator answered with 200.
+/// One notification the simulator accepted: answered 200 over HTTP/2, or a binary frame that got
+/// no error response.
 public struct AcceptedNotification: Sendable, Hashable {
+    /// Which of the simulator's listeners took it.
+    public enum Transport: Sendable, Hashable {
+        case http2
+        case binary
+    }
+
     public enum Authentication: Sendable, Hashable {
         /// A provider token signed by this key.
         case token(keyID: String, teamID: String)
@@ -202,14 +257,22 @@ public struct AcceptedNotification: Sendable, Hashable {
 
     /// Lower-case hexadecimal.
     public var token: String
+    /// Binary: the bundle ID named by the client certificate's common name
+    /// (`Apple Push Services: <bundle>`), or the whole common name.
     public var topic: String
-    /// The `apns-id` answered (the request's, or the one the simulator assigned).
+    /// The `apns-id` answered (the request's, or the one the simulator assigned); empty for
+    /// binary frames, which have no such thing.
     public var apnsID: String
+    /// Binary: always `.alert`, the protocol has no push type (see `transport`).
     public var pushType: PushType
+    /// Binary: the frame's priority item, 10 when absent (Apple's default).
     public var priority: Int
     public var expiration: Int?
     public var collapseID: String?
     public var payload: [UInt8]
     public var authentication: Authentication
     public var receivedAt: Date
+    public var transport: Transport = .http2
+    /// Binary: the frame's notification identifier item, nil when it had none.
+    public var binaryIdentifier: UInt32? = nil
 }

@@ -64,6 +64,10 @@ final class SimulatorEngine: Sendable {
         var accepted: [AcceptedNotification] = []
         /// Index of the oldest record once `accepted` is full (a ring buffer).
         var acceptedStart = 0
+        /// Binary frames processed since start or the last `setFaults` (`binaryStatusAtFrame`).
+        var binaryFrameIndex = 0
+        /// Tuples the feedback service hands out to the next connection, oldest first.
+        var feedback: [FeedbackTuple] = []
     }
 
     private let state = Mutex(State())
@@ -88,6 +92,7 @@ final class SimulatorEngine: Sendable {
         state.withLock {
             $0.faults = faults
             $0.random = SeededGenerator(seed: faults.seed)
+            $0.binaryFrameIndex = 0
         }
     }
 
@@ -181,6 +186,7 @@ final class SimulatorEngine: Sendable {
                 return entry.requests <= count ? .fail(status: status, reason: reason, timestamp: nil) : .accept
             case .always(let status, let reason): return .fail(status: status, reason: reason, timestamp: nil)
             case .neverAnswer: return .never
+            case .binaryStatus: return .accept
             }
         }
 
@@ -198,16 +204,9 @@ final class SimulatorEngine: Sendable {
                 pushType: notification.pushType, priority: notification.priority,
                 expiration: notification.expiration, collapseID: notification.collapseID,
                 payload: request.body, authentication: credential.acceptedAuthentication, receivedAt: now)
-            let limit = configuration.recordLimit
             state.withLock { s in
                 s.counters.accepted += 1
-                guard limit > 0 else { return }
-                if s.accepted.count < limit {
-                    s.accepted.append(record)
-                } else {
-                    s.accepted[s.acceptedStart] = record
-                    s.acceptedStart = (s.acceptedStart + 1) % limit
-                }
+                self.keep(record, in: &s)
             }
             let uniqueID = configuration.environment == .sandbox ? UUID().uuidString.lowercased() : nil
             return .respond(
@@ -215,6 +214,102 @@ final class SimulatorEngine: Sendable {
                 raiseStreamLimit: raiseStreamLimit)
         }
     }
+
+    /// Keeps `record` for `accepted()`, dropping the oldest once `recordLimit` are kept.
+    private func keep(_ record: AcceptedNotification, in s: inout State) {
+        let limit = configuration.recordLimit
+        guard limit > 0 else { return }
+        if s.accepted.count < limit {
+            s.accepted.append(record)
+        } else {
+            s.accepted[s.acceptedStart] = record
+            s.acceptedStart = (s.acceptedStart + 1) % limit
+        }
+    }
+
+    // MARK: Binary gateway
+
+    /// What to do with a frame the strict decoder accepted, the `ordinal`-th processed on its
+    /// connection. Order: the fault at this global position, random faults, the token's script,
+    /// then the per-connection shutdown and silent-close faults.
+    func decideBinary(_ frame: BinaryNotificationFrame, ordinal: Int, topic: String, now: Date = Date()) -> BinaryFrameDecision {
+        let tokenHex = DeviceToken(bytes: frame.deviceToken).hex
+        return state.withLock { s in
+            s.counters.binaryReceived += 1
+            s.binaryFrameIndex += 1
+            let faults = s.faults
+            var decision = BinaryFrameDecision.accept
+            let roll = Double(s.random.next() >> 11) / Double(1 << 53)
+            if let raw = faults.binaryStatusAtFrame[s.binaryFrameIndex] {
+                decision = .injected(BinaryStatus(rawValue: raw))
+            } else if roll < faults.rate429 + faults.rate500 + faults.rate503 {
+                decision = .reject(.processingError)
+            } else if var entry = s.scripts[tokenHex] {
+                entry.requests += 1
+                s.scripts[tokenHex] = entry
+                if let status = entry.outcome.binaryAnswer(requestNumber: entry.requests) { decision = .injected(status) }
+            } else if frame.priority.map({ $0 != 10 && $0 != 5 }) ?? false {
+                decision = .reject(.protocolError)
+            }
+            if decision == .accept {
+                if let limit = faults.binaryShutdownAfterFrames, ordinal >= limit {
+                    decision = .acceptAndShutdown
+                } else if let limit = faults.binaryCloseSilentlyAfterFrames, ordinal >= limit {
+                    decision = .acceptAndCloseSilently
+                }
+            }
+            switch decision {
+            case .accept, .acceptAndShutdown, .acceptAndCloseSilently:
+                s.counters.binaryAccepted += 1
+                self.keep(
+                    AcceptedNotification(
+                        token: tokenHex, topic: topic, apnsID: "", pushType: .alert, priority: Int(frame.priority ?? 10),
+                        expiration: frame.expiration.map { Int($0) }, collapseID: nil, payload: frame.payload,
+                        authentication: .certificate, receivedAt: now, transport: .binary, binaryIdentifier: frame.identifier),
+                    in: &s)
+                if decision == .acceptAndShutdown { s.counters.binaryByStatus[BinaryStatus.shutdown.rawValue, default: 0] += 1 }
+                if decision == .acceptAndCloseSilently { s.counters.binarySilentCloses += 1 }
+            case .reject(let status):
+                s.counters.binaryByStatus[status.rawValue, default: 0] += 1
+            }
+            return decision
+        }
+    }
+
+    /// A frame the strict decoder refused: counted, answered with the decoder's status.
+    func binaryFrameRefused(_ error: BinaryFrameDecodingError) {
+        state.withLock { s in
+            s.counters.binaryReceived += 1
+            s.binaryFrameIndex += 1
+            s.counters.binaryByStatus[error.status.rawValue, default: 0] += 1
+        }
+    }
+
+    // MARK: Feedback service
+
+    func addFeedback(_ tuple: FeedbackTuple) {
+        state.withLock { $0.feedback.append(tuple) }
+    }
+
+    /// Every queued tuple, removed from the queue: a feedback connection serves each once.
+    func takeFeedback() -> [FeedbackTuple] {
+        state.withLock { s in
+            defer { s.feedback.removeAll() }
+            s.counters.feedbackConnections += 1
+            s.counters.feedbackTuplesServed += s.feedback.count
+            return s.feedback
+        }
+    }
+
+    /// Tuples whose write failed go back to the front of the queue.
+    func returnFeedback(_ tuples: [FeedbackTuple]) {
+        state.withLock { s in
+            s.counters.feedbackTuplesServed -= tuples.count
+            s.feedback.insert(contentsOf: tuples, at: 0)
+        }
+    }
+
+    var pendingFeedback: [FeedbackTuple] { state.withLock { $0.feedback } }
 
     /// An error answer, counted.
     private func answer(_ status: Int, _ reason: APNSReason, apnsID: String) -> SimulatorResponse {
@@ -263,6 +358,49 @@ final class SimulatorEngine: Sendable {
     /// The SETTINGS_MAX_CONCURRENT_STREAMS a fully authenticated connection advertises.
     var currentStreamLimit: Int {
         faults.maxConcurrentStreams ?? configuration.maxConcurrentStreams
+    }
+}
+
+/// What the binary gateway does with one decoded frame.
+enum BinaryFrameDecision: Sendable, Hashable {
+    /// Accepted (recorded); keep reading.
+    case accept
+    /// Accepted, then an error response with status 10 naming this frame as the last one
+    /// processed, then close.
+    case acceptAndShutdown
+    /// Accepted, then close without an error response.
+    case acceptAndCloseSilently
+    /// Not accepted: an error response with this status naming the frame, then close.
+    case reject(BinaryStatus)
+
+    /// An injected status: 10 is Apple's shutdown, which names the last frame it processed.
+    static func injected(_ status: BinaryStatus) -> BinaryFrameDecision {
+        status == .shutdown ? .acceptAndShutdown : .reject(status)
+    }
+}
+
+extension ScriptedOutcome {
+    /// The binary status for the `requestNumber`-th frame of a scripted token, nil to accept it.
+    /// HTTP/2 outcomes map to what the binary API said for the same fault: a dead token is 8,
+    /// an oversized payload 7, a server-side failure 1 (processing error), anything else 255.
+    func binaryAnswer(requestNumber: Int) -> BinaryStatus? {
+        switch self {
+        case .accept, .neverAnswer: return nil
+        case .unregistered, .expiredToken, .badDeviceToken, .deviceTokenNotForTopic: return .invalidToken
+        case .binaryStatus(let raw): return BinaryStatus(rawValue: raw)
+        case .failFirst(let count, let status, let reason):
+            return requestNumber <= count ? Self.binaryAnswer(httpStatus: status, reason: reason) : nil
+        case .always(let status, let reason): return Self.binaryAnswer(httpStatus: status, reason: reason)
+        }
+    }
+
+    static func binaryAnswer(httpStatus: Int, reason: APNSReason) -> BinaryStatus {
+        switch (httpStatus, reason) {
+        case (410, _), (400, .badDeviceToken), (400, .deviceTokenNotForTopic): return .invalidToken
+        case (413, _), (400, .payloadTooLarge): return .invalidPayloadSize
+        case (429, _), (500, _), (503, _): return .processingError
+        default: return .unknown
+        }
     }
 }
 

@@ -171,25 +171,50 @@ final class StreamHandler: ChannelInboundHandler {
     }
 }
 
-/// The open connections, so the simulator can close them at shutdown and tell them about a new
-/// stream limit.
+/// The open connections of one listener, so the simulator can close them at shutdown and tell
+/// the HTTP/2 ones about a new stream limit.
 final class ConnectionRegistry: Sendable {
+    /// Which listener's connections, for the counters.
+    enum Listener {
+        case http2, binary, feedback
+    }
+
     private let channels = Mutex<[ObjectIdentifier: any Channel]>([:])
     private let engine: SimulatorEngine
+    private let listener: Listener
 
-    init(engine: SimulatorEngine) { self.engine = engine }
+    init(engine: SimulatorEngine, listener: Listener = .http2) {
+        self.engine = engine
+        self.listener = listener
+    }
 
     func opened(_ channel: any Channel) {
         channels.withLock { $0[ObjectIdentifier(channel)] = channel }
-        engine.updateCounters {
-            $0.connections += 1
-            $0.openConnections += 1
+        switch listener {
+        case .http2:
+            engine.updateCounters {
+                $0.connections += 1
+                $0.openConnections += 1
+            }
+        case .binary:
+            engine.updateCounters {
+                $0.binaryConnections += 1
+                $0.openBinaryConnections += 1
+            }
+        case .feedback:
+            // Counted when served (`SimulatorEngine.takeFeedback`).
+            break
         }
     }
 
     func closed(_ channel: any Channel) {
         let removed = channels.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) }
-        if removed != nil { engine.updateCounters { $0.openConnections -= 1 } }
+        guard removed != nil else { return }
+        switch listener {
+        case .http2: engine.updateCounters { $0.openConnections -= 1 }
+        case .binary: engine.updateCounters { $0.openBinaryConnections -= 1 }
+        case .feedback: break
+        }
     }
 
     var all: [any Channel] { channels.withLock { Array($0.values) } }

@@ -101,13 +101,25 @@ public struct OutcomeRouter: Sendable {
     // MARK: - Messages
 
     func feedbackEvent(job: JobContext, reason: String, timestamp: Int64?) -> AMQPOutboundMessage {
-        let event = FeedbackEvent(
-            bundleId: bundleID, token: job.tokenHex ?? "", reason: reason, timestamp: timestamp, jobId: job.jobID)
+        Self.feedbackMessage(
+            FeedbackEvent(bundleId: bundleID, token: job.tokenHex ?? "", reason: reason, timestamp: timestamp, jobId: job.jobID))
+    }
+
+    /// The event for a token the legacy feedback service reported: reason `Unregistered` (the
+    /// app is gone from the device), the service's time in ms since the epoch, no job.
+    public static func feedbackServiceEvent(bundleID: String, _ tuple: FeedbackTuple) -> AMQPOutboundMessage {
+        feedbackMessage(
+            FeedbackEvent(
+                bundleId: bundleID, token: DeviceToken(bytes: tuple.deviceToken).hex, reason: APNSReason.unregistered.rawValue,
+                timestamp: Int64(tuple.timestamp) * 1000, jobId: nil))
+    }
+
+    private static func feedbackMessage(_ event: FeedbackEvent) -> AMQPOutboundMessage {
         var properties = AMQPProperties.persistentJSON
-        properties.messageID = job.jobID
+        properties.messageID = event.jobId
         properties.timestamp = nil
         return AMQPOutboundMessage(
-            exchange: TopologyNames.feedbackExchange, routingKey: bundleID, body: event.jsonBytes(), properties: properties)
+            exchange: TopologyNames.feedbackExchange, routingKey: event.bundleId, body: event.jsonBytes(), properties: properties)
     }
 
     func retryMessage(job: JobContext, attemptsMade: Int, delay: Duration) -> AMQPOutboundMessage {

@@ -50,6 +50,7 @@ struct RunCommand: AsyncParsableCommand {
                     settings: settings, broker: broker, transport: EnvironmentRouter(transports),
                     rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger))
         }
+        services += try makeFeedbackPollers(configuration.bundles, broker: broker, logger: logger)
         let worker = WorkerService(broker: broker, topology: configuration.topologyPlan, pipelines: pipelines, logger: logger)
         let configPath = configPath
         services.append(
@@ -117,6 +118,23 @@ struct RunCommand: AsyncParsableCommand {
         configuration.connectTimeout = settings.connectTimeout
         configuration.maxQueueWait = settings.requestTimeout
         return try BinaryTransport(configuration: configuration, logger: logger)
+    }
+}
+
+extension RunCommand {
+    /// A legacy feedback service poller per binary bundle that polls (`feedbackInterval` > 0),
+    /// against the bundle's default environment, with the bundle's certificate.
+    func makeFeedbackPollers(_ bundles: [BundleConfiguration], broker: AMQPConnection, logger: Logger) throws -> [FeedbackPoller] {
+        try bundles.compactMap { bundle in
+            guard let (host, port) = bundle.feedbackEndpoint(for: bundle.environment),
+                case .certificate(let certFile, let keyFile) = bundle.auth
+            else { return nil }
+            let client = try BinaryFeedbackClient(
+                configuration: .init(host: host, port: port, certFile: certFile, keyFile: keyFile, caFile: bundle.caFile),
+                logger: logger)
+            return FeedbackPoller(
+                bundleID: bundle.bundleID, interval: bundle.feedbackInterval, client: client, broker: broker, logger: logger)
+        }
     }
 }
 

@@ -15,7 +15,9 @@ struct SimulatorCommand: AsyncParsableCommand {
         discussion: """
             Credentials (CA, server and client certificates, AuthKey_<key-id>.p8) are read from \
             --credentials, and generated there when missing. Point the worker at it with \
-            host = 127.0.0.1, port = <port>, caFile = <credentials>/ca.pem and the .p8 key.
+            host = 127.0.0.1, port = <port>, caFile = <credentials>/ca.pem and the .p8 key. \
+            --binary-port and --feedback-port add Apple's legacy binary gateway and feedback \
+            service (TLS, client certificate <credentials>/client.pem and client.key required).
             """
     )
 
@@ -24,6 +26,18 @@ struct SimulatorCommand: AsyncParsableCommand {
 
     @Option(help: "Port to listen on (0 = any free port).")
     var port = 8443
+
+    @Option(help: "Port of the legacy binary provider gateway (Apple's 2195; 0 = any free port; none when absent).")
+    var binaryPort: Int?
+
+    @Option(help: "Port of the legacy feedback service (Apple's 2196; 0 = any free port; none when absent).")
+    var feedbackPort: Int?
+
+    @Option(help: "Binary gateway: after this many frames on a connection, answer status 10 (shutdown) and close.")
+    var binaryShutdownAfter: Int?
+
+    @Option(help: "Binary gateway: after this many frames on a connection, close without an error response.")
+    var binaryCloseAfter: Int?
 
     @Option(help: "Directory of the simulator's credentials; generated when missing.")
     var credentials = ".local/credentials"
@@ -89,7 +103,7 @@ struct SimulatorCommand: AsyncParsableCommand {
 
         let generated = try SimulatorCredentials.loadOrGenerate(directory: credentials, teamID: teamID, keyID: keyID)
         let configuration = SimulatorConfiguration(
-            host: host, port: port, tls: generated.tlsConfiguration(),
+            host: host, port: port, binaryPort: binaryPort, feedbackPort: feedbackPort, tls: generated.tlsConfiguration(),
             bundleIDs: bundles.isEmpty ? ["com.example.app", "com.example.legacy"] : bundles,
             tokenKeys: [generated.tokenKey], maxConcurrentStreams: maxStreams,
             maxConcurrentStreamsBeforeFirstToken: streamsBeforeToken,
@@ -99,7 +113,8 @@ struct SimulatorCommand: AsyncParsableCommand {
             SimulatorFaults(
                 rate429: failRate429, rate500: failRate500, rate503: failRate503, seed: seed,
                 latency: .milliseconds(latencyMs), goawayAfterStreams: goawayAfter, dropAfterStreams: dropAfter,
-                rejectAllTokens: rejectAll ? .invalidProviderToken : nil))
+                rejectAllTokens: rejectAll ? .invalidProviderToken : nil, binaryShutdownAfterFrames: binaryShutdownAfter,
+                binaryCloseSilentlyAfterFrames: binaryCloseAfter))
         logger.info(
             "simulator credentials",
             metadata: [
@@ -130,13 +145,22 @@ struct SimulatorSummary: Service {
             let now = simulator.counters()
             guard now != last else { continue }
             let reasons = now.byReason.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
-            logger.info(
-                "simulator summary",
-                metadata: [
-                    "simulator.received": "\(now.received)", "simulator.accepted": "\(now.accepted)",
-                    "simulator.rejected": "\(now.rejected)", "simulator.reasons": "\(reasons)",
-                    "simulator.connections": "\(now.openConnections)/\(now.connections)",
-                ])
+            var metadata: Logger.Metadata = [
+                "simulator.received": "\(now.received)", "simulator.accepted": "\(now.accepted)",
+                "simulator.rejected": "\(now.rejected)", "simulator.reasons": "\(reasons)",
+                "simulator.connections": "\(now.openConnections)/\(now.connections)",
+            ]
+            if simulator.binaryPort != nil {
+                let statuses = now.binaryByStatus.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+                metadata["simulator.binary.received"] = "\(now.binaryReceived)"
+                metadata["simulator.binary.accepted"] = "\(now.binaryAccepted)"
+                metadata["simulator.binary.statuses"] = "\(statuses)"
+                metadata["simulator.binary.connections"] = "\(now.openBinaryConnections)/\(now.binaryConnections)"
+            }
+            if simulator.feedbackPort != nil {
+                metadata["simulator.feedback.served"] = "\(now.feedbackTuplesServed)"
+            }
+            logger.info("simulator summary", metadata: metadata)
             last = now
         }
     }

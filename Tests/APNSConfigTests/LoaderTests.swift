@@ -29,10 +29,22 @@ struct LoaderTests {
         #expect(bundle.connections == 2)
         #expect(bundle.rollout.isOpen)
         #expect(bundle.binaryHoldWindow == .seconds(1))
+        #expect(bundle.feedbackInterval == .seconds(3600))
+        #expect(bundle.feedbackPort == 2196)
+        #expect(bundle.feedbackEndpoint(for: .production) == nil)
         #expect(bundle.host == nil && bundle.port == nil && bundle.caFile == nil)
         #expect(bundle.line == 4)
         #expect(bundle.endpoint(for: .production) == ("api.push.apple.com", 443))
         #expect(bundle.endpoint(for: .sandbox) == ("api.sandbox.push.apple.com", 443))
+    }
+
+    @Test("feedbackInterval = 0 turns feedback polling off for a binary bundle")
+    func feedbackPollingOff() throws {
+        let directory = try TempDirectory()
+        let text = minimalConfig + "\n[apns \"com.example.legacy\"]\ntransport = binary\ncertFile = c\nkeyFile = k\nhost = 127.0.0.1\nfeedbackInterval = 0"
+        let legacy = try #require(try loadConfig(text, in: directory).bundles.last)
+        #expect(legacy.feedbackInterval == .zero)
+        #expect(legacy.feedbackEndpoint(for: .production) == nil)
     }
 
     @Test func everyKey() throws {
@@ -81,6 +93,8 @@ struct LoaderTests {
             certFile = client.pem
             keyFile = client.key
             binaryHoldWindow = 250ms
+            feedbackInterval = 10m
+            feedbackPort = 12196
             """
         let configuration = try loadConfig(text, in: directory)
         let base = directory.path
@@ -118,8 +132,11 @@ struct LoaderTests {
                 == BundleConfiguration(
                     bundleID: "com.example.legacy", transport: .binary, environment: .sandbox,
                     auth: .certificate(certFile: base + "/client.pem", keyFile: base + "/client.key"),
-                    binaryHoldWindow: .milliseconds(250), line: 38))
+                    binaryHoldWindow: .milliseconds(250), feedbackInterval: .seconds(600), feedbackPort: 12196, line: 38))
         #expect(legacy.connections == 1)
+        #expect(try #require(legacy.feedbackEndpoint(for: .sandbox)) == ("feedback.sandbox.push.apple.com", 12196))
+        #expect(try #require(legacy.feedbackEndpoint(for: .production)) == ("feedback.push.apple.com", 12196))
+        #expect(token.feedbackEndpoint(for: .sandbox) == nil)
         #expect(legacy.endpoint(for: .sandbox) == ("gateway.sandbox.push.apple.com", 2195))
         #expect(legacy.endpoint(for: .production) == ("gateway.push.apple.com", 2195))
         #expect(configuration.topologyPlan.queues.map(\.name).contains("apns.com.example.legacy.retry.1h30m"))
@@ -248,6 +265,11 @@ struct LoaderTests {
         ErrorCase("\nrolloutPercentage = 101", 9, "[apns \"com.example.app\"]", "rolloutPercentage", .badValue, "101 is out of range (0 to 100)"),
         ErrorCase("\nallowSyncServers = a,,b", 9, "[apns \"com.example.app\"]", "allowSyncServers", .badValue, "has an empty item"),
         ErrorCase("\nbinaryHoldWindow = 1s", 9, "[apns \"com.example.app\"]", "binaryHoldWindow", .conflict, "only applies to transport = binary (this bundle uses http2)"),
+        ErrorCase("\nfeedbackInterval = 1h", 9, "[apns \"com.example.app\"]", "feedbackInterval", .conflict, "only applies to transport = binary (this bundle uses http2"),
+        ErrorCase("\nfeedbackPort = 2196", 9, "[apns \"com.example.app\"]", "feedbackPort", .conflict, "only applies to transport = binary"),
+        ErrorCase("\n[apns \"com.example.legacy\"]\ntransport = binary\ncertFile = c\nkeyFile = k\nfeedbackInterval = 500ms", 13, "[apns \"com.example.legacy\"]", "feedbackInterval", .badValue, "\"500ms\" is out of range (0 to turn polling off, or 1s to 24h)"),
+        ErrorCase("\n[apns \"com.example.legacy\"]\ntransport = binary\ncertFile = c\nkeyFile = k\nfeedbackInterval = often", 13, "[apns \"com.example.legacy\"]", "feedbackInterval", .badValue, "\"often\" is not a duration"),
+        ErrorCase("\n[apns \"com.example.legacy\"]\ntransport = binary\ncertFile = c\nkeyFile = k\nfeedbackPort = 0", 13, "[apns \"com.example.legacy\"]", "feedbackPort", .badValue, "0 is out of range (1 to 65535)"),
         ErrorCase("\ncaFile = \"\"", 9, "[apns \"com.example.app\"]", "caFile", .badValue, "is empty"),
         ErrorCase("\n[apns \"com.example.legacy\"]\ntransport = binary\ncertFile = c\nkeyFile = k\nbinaryHoldWindow = 5ms", 13, "[apns \"com.example.legacy\"]", "binaryHoldWindow", .badValue, "\"5ms\" is out of range (10ms to 1m)"),
         ErrorCase("\n[apns \"com example\"]\ncertFile = c\nkeyFile = k", 9, "[apns \"com example\"]", nil, .badValue, "\"com example\" is not a bundle ID"),

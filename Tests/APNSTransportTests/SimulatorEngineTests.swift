@@ -123,4 +123,75 @@ struct SimulatorEngineTests {
         #expect(good.apnsID == "8e6b1c5d-7a0f-4b8e-9c2d-1f3a5b7c9d0e")
         #expect(SimulatorResponse(status: 410, reason: .unregistered, timestamp: 5, apnsID: "x").body == #"{"reason":"Unregistered","timestamp":5}"#)
     }
+
+    // MARK: Binary gateway decisions
+
+    private func binaryFrame(_ token: [UInt8], identifier: UInt32, priority: UInt8? = 10) -> BinaryNotificationFrame {
+        BinaryNotificationFrame(deviceToken: token, payload: Array(#"{"aps":{}}"#.utf8), identifier: identifier, expiration: nil, priority: priority)
+    }
+
+    @Test("binary decisions: the global position beats the token's script; status 10 accepts the frame it names")
+    func binaryDecisionOrder() {
+        let engine = SimulatorEngine(configuration: Env.configuration())
+        let scripted = [UInt8](repeating: 7, count: 32)
+        engine.script(token: DeviceToken(bytes: scripted).hex, .binaryStatus(8))
+        engine.setFaults(SimulatorFaults(binaryStatusAtFrame: [1: 10, 2: 1]))
+        #expect(engine.decideBinary(binaryFrame(scripted, identifier: 1), ordinal: 1, topic: "t") == .acceptAndShutdown)
+        #expect(engine.decideBinary(binaryFrame(scripted, identifier: 2), ordinal: 1, topic: "t") == .reject(.processingError))
+        #expect(engine.decideBinary(binaryFrame(scripted, identifier: 3), ordinal: 1, topic: "t") == .reject(.invalidToken))
+        let other = [UInt8](repeating: 1, count: 32)
+        #expect(engine.decideBinary(binaryFrame(other, identifier: 4, priority: nil), ordinal: 1, topic: "t") == .accept)
+        #expect(engine.decideBinary(binaryFrame(other, identifier: 5, priority: 1), ordinal: 2, topic: "t") == .reject(.protocolError))
+        #expect(engine.accepted().map(\.binaryIdentifier) == [1, 4])
+        #expect(engine.accepted().last?.priority == 10)
+        let counters = engine.counters()
+        #expect(counters.binaryReceived == 5)
+        #expect(counters.binaryAccepted == 2)
+        #expect(counters.binaryByStatus == [10: 1, 1: 1, 8: 1, 128: 1])
+
+        // setFaults restarts the count: position 1 is the next frame again.
+        engine.setFaults(SimulatorFaults(binaryStatusAtFrame: [1: 8]))
+        #expect(engine.decideBinary(binaryFrame(other, identifier: 6), ordinal: 1, topic: "t") == .reject(.invalidToken))
+    }
+
+    @Test("per-connection faults count the connection's own frames; shutdown wins over a silent close at the same frame")
+    func binaryConnectionFaults() {
+        let engine = SimulatorEngine(configuration: Env.configuration())
+        engine.setFaults(SimulatorFaults(binaryShutdownAfterFrames: 3, binaryCloseSilentlyAfterFrames: 3))
+        let token = [UInt8](repeating: 2, count: 32)
+        #expect(engine.decideBinary(binaryFrame(token, identifier: 1), ordinal: 2, topic: "t") == .accept)
+        #expect(engine.decideBinary(binaryFrame(token, identifier: 2), ordinal: 3, topic: "t") == .acceptAndShutdown)
+        engine.setFaults(SimulatorFaults(binaryCloseSilentlyAfterFrames: 1))
+        #expect(engine.decideBinary(binaryFrame(token, identifier: 3), ordinal: 1, topic: "t") == .acceptAndCloseSilently)
+        #expect(engine.counters().binarySilentCloses == 1)
+    }
+
+    @Test("HTTP/2 scripts map to the binary status Apple gave for the same fault", arguments: [
+        (410, APNSReason.unregistered, BinaryStatus.invalidToken), (400, .badDeviceToken, .invalidToken),
+        (400, .deviceTokenNotForTopic, .invalidToken), (413, .payloadTooLarge, .invalidPayloadSize),
+        (429, .tooManyRequests, .processingError), (500, .internalServerError, .processingError),
+        (503, .serviceUnavailable, .processingError), (400, .badTopic, .unknown), (403, .invalidProviderToken, .unknown),
+    ])
+    func httpToBinaryStatus(_ status: Int, _ reason: APNSReason, _ binary: BinaryStatus) {
+        #expect(ScriptedOutcome.binaryAnswer(httpStatus: status, reason: reason) == binary)
+        #expect(ScriptedOutcome.failFirst(1, status: status, reason: reason).binaryAnswer(requestNumber: 1) == binary)
+        #expect(ScriptedOutcome.failFirst(1, status: status, reason: reason).binaryAnswer(requestNumber: 2) == nil)
+    }
+
+    @Test("feedback tuples are served once; returned ones go back to the front")
+    func feedbackQueue() {
+        let engine = SimulatorEngine(configuration: Env.configuration())
+        let a = FeedbackTuple(timestamp: 1, deviceToken: [UInt8](repeating: 1, count: 32))
+        let b = FeedbackTuple(timestamp: 2, deviceToken: [UInt8](repeating: 2, count: 32))
+        engine.addFeedback(a)
+        #expect(engine.takeFeedback() == [a])
+        engine.addFeedback(b)
+        engine.returnFeedback([a])
+        #expect(engine.pendingFeedback == [a, b])
+        #expect(engine.takeFeedback() == [a, b])
+        #expect(engine.takeFeedback().isEmpty)
+        // The returned tuple counts once, when it was finally served.
+        #expect(engine.counters().feedbackTuplesServed == 2)
+        #expect(engine.counters().feedbackConnections == 3)
+    }
 }

@@ -41,6 +41,20 @@ import Testing
         #expect(json["jobId"] as? String == "5E2D0C8B-7E4B-4C8A-9A51-6C0E8C7B7D11")
     }
 
+    @Test func feedbackServiceTupleIsUnregisteredWithItsTimeInMillisecondsAndNoJob() throws {
+        let tuple = FeedbackTuple(timestamp: 1_700_000_000, deviceToken: Array(repeating: 0xAB, count: 32))
+        let message = OutcomeRouter.feedbackServiceEvent(bundleID: bundle, tuple)
+        #expect(message.exchange == "apns.feedback")
+        #expect(message.routingKey == bundle)
+        #expect(message.mandatory)
+        #expect(message.properties.deliveryMode == 2)
+        #expect(message.properties.messageID == nil)
+        #expect(
+            String(decoding: message.body, as: UTF8.self)
+                == #"{"bundleId":"com.example.app","jobId":null,"reason":"Unregistered","timestamp":1700000000000,"token":""#
+                + String(repeating: "ab", count: 32) + #""}"#)
+    }
+
     @Test func binaryInvalidTokenHasNullTimestamp() throws {
         let route = router.route(.invalidToken(reason: "InvalidToken", timestamp: nil), job: job(), now: now)
         guard case .publishThenAck(let message, _) = route else { Issue.record("expected a publish"); return }

@@ -1,0 +1,90 @@
+/// Polls Apple's legacy feedback service for one binary bundle and publishes every token it
+/// reports to `apns.feedback` (contract §1, §4), as the same event the worker publishes for a
+/// dead token (`OutcomeRouter.feedbackServiceEvent`). The service forgets what it served, so a
+/// tuple whose publish failed is kept in memory and published again before the next fetch.
+import AMQPClient
+import APNSCore
+import APNSTransport
+import Logging
+import ServiceLifecycle
+
+public struct FeedbackPoller: Service {
+    /// Where the tuples come from: `BinaryFeedbackClient.fetch` in production.
+    public typealias Fetch = @Sendable () async throws -> [FeedbackTuple]
+
+    public let bundleID: String
+    /// Between the end of one poll and the start of the next; the first poll is at start.
+    public let interval: Duration
+    private let fetch: Fetch
+    private let broker: AMQPConnection
+    private let logger: Logger
+
+    public init(bundleID: String, interval: Duration, broker: AMQPConnection, logger: Logger, fetch: @escaping Fetch) {
+        self.bundleID = bundleID
+        self.interval = interval
+        self.broker = broker
+        self.fetch = fetch
+        var logger = logger
+        logger[metadataKey: "apns.bundle"] = "\(bundleID)"
+        self.logger = logger
+    }
+
+    public init(bundleID: String, interval: Duration, client: BinaryFeedbackClient, broker: AMQPConnection, logger: Logger) {
+        self.init(bundleID: bundleID, interval: interval, broker: broker, logger: logger) { try await client.fetch() }
+    }
+
+    public func run() async throws {
+        var unpublished: [FeedbackTuple] = []
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            unpublished = await poll(unpublished: unpublished)
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
+        }
+        if !unpublished.isEmpty {
+            logger.error(
+                "feedback tokens not published before shutdown are lost (the service served them once)",
+                metadata: ["feedback.lost": "\(unpublished.count)"])
+        }
+    }
+
+    /// One round: publishes `unpublished` and whatever the service reports now; returns the
+    /// tuples whose publish failed.
+    func poll(unpublished: [FeedbackTuple]) async -> [FeedbackTuple] {
+        var tuples = unpublished
+        do {
+            let fetched = try await fetch()
+            tuples += fetched
+            logger.debug("feedback service polled", metadata: ["feedback.tuples": "\(fetched.count)"])
+        } catch {
+            logger.warning("feedback service poll failed; trying again at the next interval", metadata: ["error": "\(error)"])
+        }
+        guard !tuples.isEmpty else { return [] }
+
+        let bundleID = self.bundleID
+        let broker = self.broker
+        let failed = await withTaskGroup(of: FeedbackTuple?.self) { group in
+            // Confirms are pipelined: publish all at once, then collect the failures.
+            for tuple in tuples {
+                group.addTask {
+                    do {
+                        try await broker.publish(OutcomeRouter.feedbackServiceEvent(bundleID: bundleID, tuple))
+                        return nil
+                    } catch {
+                        return tuple
+                    }
+                }
+            }
+            var failed: [FeedbackTuple] = []
+            for await tuple in group { if let tuple { failed.append(tuple) } }
+            return failed
+        }
+        let published = tuples.count - failed.count
+        if published > 0 {
+            logger.info("feedback service tokens published", metadata: ["feedback.published": "\(published)"])
+        }
+        if !failed.isEmpty {
+            logger.warning(
+                "could not publish feedback service tokens; kept for the next interval", metadata: ["feedback.unpublished": "\(failed.count)"])
+        }
+        return failed
+    }
+}
