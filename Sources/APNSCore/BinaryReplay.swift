@@ -43,6 +43,8 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
         var identifier: UInt32
         var request: Request
         var writtenAt: ContinuousClock.Instant
+        /// When the request first arrived: replays keep it, so `maxQueueWait` bounds the whole wait.
+        var queuedAt: ContinuousClock.Instant
     }
 
     private struct Queued: Sendable {
@@ -218,7 +220,7 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
             let entry = queue[queueStart]
             queueStart += 1
             let identifier = takeIdentifier()
-            held.append(Held(identifier: identifier, request: entry.request, writtenAt: now))
+            held.append(Held(identifier: identifier, request: entry.request, writtenAt: now, queuedAt: entry.queuedAt))
             actions.append(.write(identifier: identifier, request: entry.request, replay: entry.replay))
         }
         if queueStart == queue.count {
@@ -241,7 +243,7 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
     /// Puts frames to write again ahead of everything waiting, in their original order.
     private mutating func requeueForReplay(_ entries: ArraySlice<Held>) {
         guard !entries.isEmpty else { return }
-        let replays = entries.map { Queued(request: $0.request, queuedAt: $0.writtenAt, replay: true) }
+        let replays = entries.map { Queued(request: $0.request, queuedAt: $0.queuedAt, replay: true) }
         queue.replaceSubrange(queue.startIndex..<queueStart, with: [])
         queue.insert(contentsOf: replays, at: 0)
         queueStart = 0

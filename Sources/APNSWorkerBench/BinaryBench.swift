@@ -110,10 +110,10 @@ struct BinaryBench: AsyncParsableCommand {
     private func load(
         _ transport: BinaryTransport, count: Int, bundle: String, payload: [UInt8], simulator: APNSSimulator
     ) async -> Figures {
-        let acceptedBefore = simulator.counters().accepted
+        let acceptedBefore = simulator.counters().binaryAccepted
         let started = ContinuousClock.now
         let wire = Task {
-            while simulator.counters().accepted - acceptedBefore < count && !Task.isCancelled {
+            while simulator.counters().binaryAccepted - acceptedBefore < count && !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(1))
             }
             return started.duration(to: .now).milliseconds / 1000

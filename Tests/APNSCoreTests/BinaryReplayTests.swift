@@ -354,6 +354,22 @@ private struct Harness {
         #expect(h.written.map(\.request) == [1])
     }
 
+    /// A frame that keeps being replayed on connections that fail (a refused certificate shows
+    /// up like that under TLS 1.3) still gives up once it has waited `maxQueueWait` in all.
+    @Test func replaysKeepTheirFirstQueueTimeForGivingUp() {
+        var h = Harness()
+        h.submit([0])
+        for _ in 0..<3 {
+            h.connect()
+            #expect(h.written.map(\.request) == [0])
+            h.now += .seconds(2)
+            h.close()
+            h.apply(h.machine.connectFailed(reason: "refused", now: h.now))
+        }
+        #expect(h.only(0) == .failed(.connectFailed("refused")))
+        #expect(h.machine.queuedCount == 0)
+    }
+
     // MARK: randomized
 
     /// A deterministic generator (SplitMix64) so a failing seed can be replayed.

@@ -148,7 +148,7 @@ struct BinaryTransportIntegrationTests {
             #expect(tokens.allSatisfy { results[$0] == .binaryAccepted })
             let counts = BinaryIntegration.acceptedCounts(simulator)
             #expect(tokens.allSatisfy { counts[$0] == 1 })
-            #expect(simulator.counters().connections >= 4)
+            #expect(simulator.counters().binaryConnections >= 4)
         }
     }
 
@@ -170,7 +170,7 @@ struct BinaryTransportIntegrationTests {
             let counts = BinaryIntegration.acceptedCounts(simulator)
             #expect(early.allSatisfy { counts[$0] == 1 })
             #expect(late.allSatisfy { (counts[$0] ?? 0) >= 1 })
-            #expect(simulator.counters().connections >= 2)
+            #expect(simulator.counters().binaryConnections >= 2)
         }
     }
 
@@ -205,7 +205,9 @@ struct BinaryTransportIntegrationTests {
                 return
             }
             #expect(simulator.accepted().isEmpty)
-            #expect(transport.connectionStates()[.ready] == 0)
+            // TLS 1.3 lets the client finish its side of the handshake before the gateway
+            // checks the certificate, so attempts were made, and not one frame was read.
+            #expect(simulator.counters().binaryReceived == 0)
         }
     }
 
@@ -223,7 +225,7 @@ struct BinaryTransportIntegrationTests {
             let counts = BinaryIntegration.acceptedCounts(simulator)
             #expect(counts[tokens[0]] == 1)
             #expect(tokens.allSatisfy { (counts[$0] ?? 0) >= 1 })
-            #expect(simulator.counters().connections >= 3)
+            #expect(simulator.counters().binaryConnections >= 3)
         }
     }
 }
