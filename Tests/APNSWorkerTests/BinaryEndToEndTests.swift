@@ -55,6 +55,8 @@ struct BinaryEndToEndTests {
         }
         let counts = h.acceptedTokenCounts()
         #expect(badPositions.allSatisfy { counts[tokens[$0]] == nil })
+        // One error response per bad token: none was sent twice.
+        #expect(h.simulator.counters().count(BinaryStatus.invalidToken) == badPositions.count)
         let notOnce = goodTokens.filter { counts[$0] != 1 }
         #expect(notOnce.isEmpty, "\(notOnce.count) good jobs not delivered exactly once")
         #expect(try await h.messageCount(h.workQueue) == 0)
