@@ -20,12 +20,7 @@ public struct HTTP2TransportConfiguration: Sendable {
     }
 
     /// Whom to trust for the server's certificate.
-    public enum TrustRoots: Sendable, Hashable {
-        /// The system's trust store.
-        case system
-        /// Only the certificates in this PEM file (a test CA, a simulator).
-        case caFile(String)
-    }
+    public typealias TrustRoots = TLSTrustRoots
 
     public var environment: APNSEnvironment
     /// Default: Apple's host for `environment`. The server certificate is verified against it.
@@ -61,18 +56,9 @@ public struct HTTP2TransportConfiguration: Sendable {
 
     /// The TLS context: h2 via ALPN, full verification, the client certificate if any.
     func makeTLSContext() throws -> NIOSSLContext {
-        var tls = TLSConfiguration.makeClientConfiguration()
-        tls.applicationProtocols = ["h2"]
-        tls.certificateVerification = .fullVerification
-        switch trustRoots {
-        case .system: tls.trustRoots = .default
-        case .caFile(let path): tls.trustRoots = .file(path)
-        }
-        if case .certificate(let certFile, let keyFile) = authentication {
-            tls.certificateChain = try NIOSSLCertificate.fromPEMFile(certFile).map { .certificate($0) }
-            tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyFile, format: .pem))
-        }
-        return try NIOSSLContext(configuration: tls)
+        var certificate: (certFile: String, keyFile: String)?
+        if case .certificate(let certFile, let keyFile) = authentication { certificate = (certFile, keyFile) }
+        return try ClientTLS.makeContext(trustRoots: trustRoots, certificate: certificate, applicationProtocols: ["h2"])
     }
 }
 

@@ -93,9 +93,11 @@ struct RunCommand: AsyncParsableCommand {
 
     func makeTransport(
         _ bundle: BundleConfiguration, environment: APNSEnvironment, settings: WorkerSettings, tokens: TokenSources, logger: Logger
-    ) throws -> HTTP2Transport {
-        guard bundle.transport == .http2 else {
-            throw ValidationError("[apns \"\(bundle.bundleID)\"] transport = binary: the binary transport is not built yet")
+    ) throws -> any NotificationTransport & Service {
+        var transportLogger = logger
+        transportLogger[metadataKey: "apns.bundle"] = "\(bundle.bundleID)"
+        if bundle.transport == .binary {
+            return try makeBinaryTransport(bundle, environment: environment, settings: settings, logger: transportLogger)
         }
         let authentication: HTTP2TransportConfiguration.Authentication
         switch bundle.auth {
@@ -111,9 +113,26 @@ struct RunCommand: AsyncParsableCommand {
         configuration.connections = bundle.connections
         configuration.requestTimeout = settings.requestTimeout
         configuration.connectTimeout = settings.connectTimeout
-        var transportLogger = logger
-        transportLogger[metadataKey: "apns.bundle"] = "\(bundle.bundleID)"
         return try HTTP2Transport(configuration: configuration, logger: transportLogger)
+    }
+
+    /// The legacy binary provider API: certificate authentication only (the loader refuses a
+    /// binary bundle with token keys; this guards against a configuration built another way).
+    func makeBinaryTransport(
+        _ bundle: BundleConfiguration, environment: APNSEnvironment, settings: WorkerSettings, logger: Logger
+    ) throws -> BinaryTransport {
+        guard case .certificate(let certFile, let keyFile) = bundle.auth else {
+            throw ValidationError("[apns \"\(bundle.bundleID)\"] transport = binary needs certFile and keyFile")
+        }
+        let (host, port) = bundle.endpoint(for: environment)
+        var configuration = BinaryTransportConfiguration(
+            environment: environment, certFile: certFile, keyFile: keyFile, host: host, port: port)
+        if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
+        configuration.connections = bundle.connections
+        configuration.holdWindow = bundle.binaryHoldWindow
+        configuration.connectTimeout = settings.connectTimeout
+        configuration.maxQueueWait = settings.requestTimeout
+        return try BinaryTransport(configuration: configuration, logger: logger)
     }
 }
 

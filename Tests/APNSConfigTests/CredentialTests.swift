@@ -143,8 +143,15 @@ struct CredentialTests {
         #expect(app.auth == .token(teamID: "TEAM123456", keyID: "KEY1234567", tokenKeyFile: directory.path + "/.local/credentials/AuthKey_KEY1234567.p8"))
         #expect(app.endpoint(for: app.environment) == ("127.0.0.1", 8443))
         #expect(app.caFile == directory.path + "/.local/credentials/ca.pem")
-        // The binary-transport bundle joins once that transport exists (issue 6).
-        #expect(configuration.bundles.map(\.bundleID) == ["com.example.app"])
+        #expect(configuration.bundles.map(\.bundleID) == ["com.example.app", "com.example.legacy"])
+        let legacy = try #require(configuration.bundles.first { $0.bundleID == "com.example.legacy" })
+        #expect(legacy.transport == .binary)
+        #expect(legacy.auth == .certificate(
+            certFile: directory.path + "/.local/credentials/client.pem", keyFile: directory.path + "/.local/credentials/client.key"))
+        #expect(legacy.endpoint(for: legacy.environment) == ("127.0.0.1", 2195))
+        #expect(legacy.caFile == directory.path + "/.local/credentials/ca.pem")
+        #expect(legacy.binaryHoldWindow == .seconds(1))
+        #expect(legacy.connections == 1)
     }
 
     @Test func localConfigurationWithoutCredentialsNamesTheMissingFile() throws {

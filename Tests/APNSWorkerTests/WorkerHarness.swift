@@ -29,6 +29,9 @@ final class WorkerHarness: Sendable {
         var connections = 2
         /// More `key = value` lines for the bundle's section.
         var bundleLines = ""
+        /// Set: the bundle uses `transport = binary` with the simulator's client certificate
+        /// against its binary gateway, with this `binaryHoldWindow`.
+        var binaryHoldWindow: String?
     }
 
     static func start(broker: BrokerCoordinates, options: Options = Options()) async throws -> WorkerHarness {
@@ -38,11 +41,32 @@ final class WorkerHarness: Sendable {
         let credentials = try SimulatorCredentials.generate(into: directory + "/credentials", teamID: "TEAM123456", keyID: "KEY1234567")
         var logger = Logger(label: "e2e.simulator")
         logger.logLevel = .warning
-        let simulator = try await APNSSimulator.start(
-            SimulatorConfiguration(
-                tls: credentials.tlsConfiguration(), bundleIDs: [bundle], tokenKeys: [credentials.tokenKey],
-                environment: .production),
-            logger: logger)
+        var simulatorConfiguration = SimulatorConfiguration(
+            tls: credentials.tlsConfiguration(), bundleIDs: [bundle], tokenKeys: [credentials.tokenKey],
+            environment: .production)
+        if options.binaryHoldWindow != nil { simulatorConfiguration.binaryPort = 0 }
+        let simulator = try await APNSSimulator.start(simulatorConfiguration, logger: logger)
+        let authenticationLines: String
+        if let holdWindow = options.binaryHoldWindow {
+            authenticationLines = """
+                transport = binary
+                certFile = credentials/client.pem
+                keyFile = credentials/client.key
+                binaryHoldWindow = \(holdWindow)
+                host = 127.0.0.1
+                port = \(simulator.binaryPort ?? 0)
+                connections = 1
+                """
+        } else {
+            authenticationLines = """
+                teamId = TEAM123456
+                keyId = KEY1234567
+                tokenKeyFile = credentials/AuthKey_KEY1234567.p8
+                host = 127.0.0.1
+                port = \(simulator.port)
+                connections = \(options.connections)
+                """
+        }
         let configPath = directory + "/worker.conf"
         let config = """
             [amqp]
@@ -63,13 +87,8 @@ final class WorkerHarness: Sendable {
             probeInterval = \(options.probeInterval)
 
             [apns "\(bundle)"]
-            teamId = TEAM123456
-            keyId = KEY1234567
-            tokenKeyFile = credentials/AuthKey_KEY1234567.p8
-            host = 127.0.0.1
-            port = \(simulator.port)
+            \(authenticationLines)
             caFile = credentials/ca.pem
-            connections = \(options.connections)
             \(options.bundleLines)
 
             """
@@ -175,6 +194,11 @@ final class WorkerHarness: Sendable {
     func acceptedIDs() -> (distinct: Set<String>, total: Int) {
         let accepted = simulator.accepted().filter { $0.topic == bundle }
         return (Set(accepted.map { $0.apnsID.lowercased() }), accepted.count)
+    }
+
+    /// How many times the simulator accepted each device token (hex).
+    func acceptedTokenCounts() -> [String: Int] {
+        simulator.accepted().reduce(into: [:]) { $0[$1.token, default: 0] += 1 }
     }
 
     var workQueue: String { TopologyNames.workQueue(bundle) }
