@@ -26,7 +26,6 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
     private let latency: Metrics.Timer
     private let framesWritten: Counter
     private let framesReplayed: Counter
-    private let connectionMeters: [TransportConnectionState: Meter]
 
     /// - Parameters:
     ///   - eventLoopGroup: where the connections live; NIO's shared singleton by default. Each
@@ -52,15 +51,12 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
                     maxQueueWait: configuration.maxQueueWait))
         }
         let env = [("environment", configuration.environment.rawValue)]
-        self.latency = Metrics.Timer(label: "apns_transport_request_duration", dimensions: env)
-        self.framesWritten = Counter(label: "apns_transport_binary_frames_written", dimensions: env)
-        self.framesReplayed = Counter(label: "apns_transport_binary_frames_replayed", dimensions: env)
-        var meters: [TransportConnectionState: Meter] = [:]
-        for state in TransportConnectionState.allCases {
-            meters[state] = Meter(label: "apns_transport_connections", dimensions: env + [("state", state.rawValue)])
-        }
-        self.connectionMeters = meters
-        for _ in slots { meters[.backingOff]?.increment() }
+        // The same names and labels as the HTTP/2 transport's. Connection states are not a
+        // meter here: the admin server samples `connectionStates()` into
+        // `apns_transport_connections{bundle,state}` on each scrape.
+        self.latency = Metrics.Timer(label: "apns_transport_request_duration_seconds", dimensions: env)
+        self.framesWritten = Counter(label: "apns_transport_binary_frames_written_total", dimensions: env)
+        self.framesReplayed = Counter(label: "apns_transport_binary_frames_replayed_total", dimensions: env)
     }
 
     // MARK: sending
@@ -323,14 +319,7 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
     }
 
     private func setStatus(_ status: TransportConnectionState, _ slot: Slot) {
-        let previous = slot.state.withLock { state -> TransportConnectionState in
-            let previous = state.status
-            state.status = status
-            return previous
-        }
-        guard previous != status else { return }
-        connectionMeters[previous]?.decrement()
-        connectionMeters[status]?.increment()
+        slot.state.withLock { $0.status = status }
     }
 }
 
