@@ -14,13 +14,16 @@ struct ListingSideEffectTests {
     /// back, and measures when it reaches the work queue, from publish.
     private func arrivalAfterHolding(_ type: QueueType, hold: Duration) async throws -> Duration {
         let bundle = try await TestBundle.make(type, retryDelays: [.seconds(3)])
-        let start = ContinuousClock.now
-        try await bundle.seedRetry(["held"], queue: 0)
-        try await bundle.withConnection { connection in
+        // Subscribed before the publish, so the job is handed over at once: on a loaded machine
+        // a job published first could expire before a later consumer got it.
+        let start = try await bundle.withConnection { connection in
             let consumer = try await connection.consume(queue: bundle.retry(0), prefetch: 1)
             var iterator = consumer.makeAsyncIterator()
+            let start = ContinuousClock.now
+            try await bundle.seedRetry(["held"], queue: 0)
             _ = try #require(try await iterator.next())
             try await Task.sleep(until: start + hold)
+            return start
         }
         try await waitUntil("the retry job in the work queue", timeout: .seconds(20), every: .milliseconds(50)) {
             try await bundle.depth(bundle.work) == 1
