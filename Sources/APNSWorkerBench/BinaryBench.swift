@@ -78,82 +78,40 @@ struct BinaryBench: AsyncParsableCommand {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await transport.run() }
             _ = await load(transport, count: min(2000, count), bundle: bundle, payload: payload, simulator: simulator)
-            let figures = await load(transport, count: count, bundle: bundle, payload: payload, simulator: simulator)
-            print(figures.lines())
+            let (run, wireSeconds) = await load(transport, count: count, bundle: bundle, payload: payload, simulator: simulator)
+            print(line(run, wireSeconds: wireSeconds, count: count))
             group.cancelAll()
             try await group.waitForAll()
         }
     }
 
-    struct Figures {
-        var count: Int
-        var wireSeconds: Double
-        var settledSeconds: Double
-        var latenciesMs: [Double]
-        var notAccepted: Int
-
-        func lines() -> String {
-            let sorted = latenciesMs.sorted()
-            func percentile(_ p: Double) -> Double {
-                sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
-            }
-            return String(
-                format: "BinaryTransport, 1 connection: %.0f frames/s on the wire (%.2f s), %.0f settled/s (%.2f s), "
-                    + "send→accepted p50 %.2f ms, p99 %.2f ms, %d not accepted",
-                Double(count) / wireSeconds, wireSeconds, Double(count) / settledSeconds, settledSeconds,
-                percentile(0.50), percentile(0.99), notAccepted)
-        }
+    /// The run's figures: the wire rate (frames the gateway accepted per second) apart from the
+    /// rate of settled sends, which the hold window delays.
+    private func line(_ run: LoadRun, wireSeconds: Double, count: Int) -> String {
+        String(
+            format: "BinaryTransport, 1 connection: %.0f frames/s on the wire (%.2f s), %.0f settled/s (%.2f s), "
+                + "send→accepted p50 %.2f ms, p99 %.2f ms, %d not accepted",
+            Double(count) / wireSeconds, wireSeconds, Double(count) / run.seconds, run.seconds,
+            run.latencies.percentile(0.50), run.latencies.percentile(0.99), run.notAccepted)
     }
 
     /// Sends `count` frames with at most `concurrency` in flight, watching the gateway's count
     /// of accepted frames to time the wire rate apart from the hold window.
     private func load(
         _ transport: BinaryTransport, count: Int, bundle: String, payload: [UInt8], simulator: APNSSimulator
-    ) async -> Figures {
+    ) async -> (run: LoadRun, wireSeconds: Double) {
         let acceptedBefore = simulator.counters().binaryAccepted
         let started = ContinuousClock.now
         let wire = Task {
             while simulator.counters().binaryAccepted - acceptedBefore < count && !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(1))
             }
-            return started.duration(to: .now).milliseconds / 1000
+            return started.duration(to: .now).inSeconds
         }
-        var latencies: [Double] = []
-        latencies.reserveCapacity(count)
-        var notAccepted = 0
-        await withTaskGroup(of: (Double, Bool).self) { group in
-            var launched = 0
-            while launched < count {
-                if launched >= concurrency, let finished = await group.next() {
-                    latencies.append(finished.0)
-                    if !finished.1 { notAccepted += 1 }
-                }
-                let notification = PushNotification(
-                    id: UUID(), token: DeviceToken(bytes: (0..<32).map { _ in UInt8.random(in: 0...255) }), topic: bundle,
-                    pushType: .alert, priority: 10, expiration: nil, collapseID: nil, payload: payload, environment: .production)
-                group.addTask {
-                    let sent = ContinuousClock.now
-                    let result = await transport.send(notification)
-                    return (sent.duration(to: .now).milliseconds, result == .binaryAccepted)
-                }
-                launched += 1
-            }
-            for await (ms, accepted) in group {
-                latencies.append(ms)
-                if !accepted { notAccepted += 1 }
-            }
+        let run = await runClosedLoop(count: count, concurrency: concurrency, bundle: bundle, payload: payload) {
+            await transport.send($0) == .binaryAccepted
         }
-        let settled = started.duration(to: .now).milliseconds / 1000
-        if notAccepted > 0 { wire.cancel() }
-        let wireSeconds = await wire.value
-        return Figures(
-            count: count, wireSeconds: wireSeconds, settledSeconds: settled, latenciesMs: latencies, notAccepted: notAccepted)
-    }
-}
-
-extension Duration {
-    fileprivate var milliseconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) * 1000 + Double(attoseconds) / 1e15
+        if run.notAccepted > 0 { wire.cancel() }
+        return (run, await wire.value)
     }
 }

@@ -86,7 +86,7 @@ struct TransportBench: AsyncParsableCommand {
                 return figures
             }
             let opened = simulator.counters().connections - connectionsBefore
-            print(figures.line(label: "HTTP2Transport, \(connectionCount) connection(s)") + ", \(opened) connection(s) opened")
+            print(line(figures, label: "HTTP2Transport, \(connectionCount) connection(s)", count: count) + ", \(opened) connection(s) opened")
         }
 
         guard !h2load.isEmpty, FileManager.default.isExecutableFile(atPath: h2load) else {
@@ -109,56 +109,21 @@ struct TransportBench: AsyncParsableCommand {
         }
     }
 
-    struct Figures {
-        var seconds: Double
-        var count: Int
-        var latenciesMs: [Double]
-        var notAccepted: Int
-
-        func line(label: String) -> String {
-            let sorted = latenciesMs.sorted()
-            func percentile(_ p: Double) -> Double {
-                sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
-            }
-            return String(
-                format: "%@: %.0f notifications/s, p50 %.2f ms, p99 %.2f ms, %d not 200 (%.2f s)",
-                label, Double(count) / seconds, percentile(0.50), percentile(0.99), notAccepted, seconds)
-        }
+    /// One run's line for the README: rate, latency percentiles, failures.
+    private func line(_ run: LoadRun, label: String, count: Int) -> String {
+        String(
+            format: "%@: %.0f notifications/s, p50 %.2f ms, p99 %.2f ms, %d not 200 (%.2f s)",
+            label, Double(count) / run.seconds, run.latencies.percentile(0.50), run.latencies.percentile(0.99),
+            run.notAccepted, run.seconds)
     }
 
     /// Sends `count` notifications with at most `concurrency` in flight; each one's latency is
     /// from `send` to its result (including any wait for a free stream).
-    private func load(_ transport: HTTP2Transport, count: Int, bundle: String, payload: [UInt8]) async -> Figures {
-        let started = ContinuousClock.now
-        var latencies: [Double] = []
-        latencies.reserveCapacity(count)
-        var notAccepted = 0
-        await withTaskGroup(of: (Double, Bool).self) { group in
-            var launched = 0
-            while launched < count {
-                if launched >= concurrency, let finished = await group.next() {
-                    latencies.append(finished.0)
-                    if !finished.1 { notAccepted += 1 }
-                }
-                let notification = PushNotification(
-                    id: UUID(), token: DeviceToken(bytes: (0..<32).map { _ in UInt8.random(in: 0...255) }), topic: bundle,
-                    pushType: .alert, priority: 10, expiration: nil, collapseID: nil, payload: payload, environment: .production)
-                group.addTask {
-                    let sent = ContinuousClock.now
-                    let result = await transport.send(notification)
-                    var accepted = false
-                    if case .http(let answer) = result, answer.status == 200 { accepted = true }
-                    return (sent.duration(to: .now).milliseconds, accepted)
-                }
-                launched += 1
-            }
-            for await (ms, accepted) in group {
-                latencies.append(ms)
-                if !accepted { notAccepted += 1 }
-            }
+    private func load(_ transport: HTTP2Transport, count: Int, bundle: String, payload: [UInt8]) async -> LoadRun {
+        await runClosedLoop(count: count, concurrency: concurrency, bundle: bundle, payload: payload) { notification in
+            if case .http(let answer) = await transport.send(notification), answer.status == 200 { return true }
+            return false
         }
-        return Figures(
-            seconds: started.duration(to: .now).milliseconds / 1000, count: count, latenciesMs: latencies, notAccepted: notAccepted)
     }
 
     private func runH2load(clients: Int, port: Int, payloadFile: String, jwt: String, topic: String) throws -> String {
@@ -180,9 +145,3 @@ struct TransportBench: AsyncParsableCommand {
     }
 }
 
-extension Duration {
-    fileprivate var milliseconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) * 1000 + Double(attoseconds) / 1e15
-    }
-}

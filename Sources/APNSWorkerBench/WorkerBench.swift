@@ -123,21 +123,20 @@ struct WorkerBench: AsyncParsableCommand {
         await connection.close()
         try await simulator.shutdown()
 
-        let drainRate = Double(jobs) / drain.seconds
-        let noopRate = Double(jobs) / noop.seconds
+        let drainRate = Double(jobs) / drain.inSeconds
+        let noopRate = Double(jobs) / noop.inSeconds
         print("""
-            worker drain:      \(jobs) jobs in \(String(format: "%.2f", drain.seconds)) s = \(Int(drainRate)) jobs/s (prefetch \(prefetch), \(connections) connections)
+            worker drain:      \(jobs) jobs in \(String(format: "%.2f", drain.inSeconds)) s = \(Int(drainRate)) jobs/s (prefetch \(prefetch), \(connections) connections)
             worker process:    \(String(format: "%.1f", cpu)) CPU s, peak RSS \(usage.ru_maxrss / 1024) MiB
             latency at \(rate)/s: p50 \(percentile(latencies, 0.50)) ms, p99 \(percentile(latencies, 0.99)) ms, max \(percentile(latencies, 1.0)) ms (\(latencies.count) jobs, publish → APNs 200)
-            no-op consumer:    \(jobs) jobs in \(String(format: "%.2f", noop.seconds)) s = \(Int(noopRate)) msgs/s (broker ceiling)
+            no-op consumer:    \(jobs) jobs in \(String(format: "%.2f", noop.inSeconds)) s = \(Int(noopRate)) msgs/s (broker ceiling)
             ratio worker/no-op: \(String(format: "%.2f", drainRate / noopRate))
             """)
     }
 
     private func percentile(_ sorted: [Double], _ p: Double) -> String {
         guard !sorted.isEmpty else { return "-" }
-        let index = min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)
-        return String(format: "%.1f", sorted[max(index, 0)])
+        return String(format: "%.1f", LatencySample(sorted).percentile(p))
     }
 
     private func startWorker(configPath: String, directory: String) throws -> Process {
@@ -180,6 +179,3 @@ struct WorkerBench: AsyncParsableCommand {
     }
 }
 
-extension Duration {
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
-}

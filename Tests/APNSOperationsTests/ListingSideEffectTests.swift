@@ -10,10 +10,10 @@ import TestSupport
 
 @Suite(.enabled(if: TestBroker.isAvailable), .serialized)
 struct ListingSideEffectTests {
-    /// Publishes one retry job (TTL 3 s), holds it unacked as a listing does for `hold`, hands it
+    /// Publishes one retry job (TTL 6 s), holds it unacked as a listing does for `hold`, hands it
     /// back, and measures when it reaches the work queue, from publish.
     private func arrivalAfterHolding(_ type: QueueType, hold: Duration) async throws -> Duration {
-        let bundle = try await TestBundle.make(type, retryDelays: [.seconds(3)])
+        let bundle = try await TestBundle.make(type, retryDelays: [.seconds(6)])
         // Subscribed before the publish, so the job is handed over at once: on a loaded machine
         // a job published first could expire before a later consumer got it.
         let start = try await bundle.withConnection { connection in
@@ -33,15 +33,15 @@ struct ListingSideEffectTests {
 
     @Test(arguments: [QueueType.quorum, .classic])
     func aHeldRetryJobExpiresOnReturnWithoutRestartingItsTTL(_ type: QueueType) async throws {
-        let short = try await arrivalAfterHolding(type, hold: .seconds(2))
-        let long = try await arrivalAfterHolding(type, hold: .seconds(6))
-        print("[measure] \(type.rawValue) retry TTL 3s: held 2s -> in work queue after \(short); held 6s -> after \(long)")
-        // Held less than its TTL: it fires on time (a restarted TTL would make it 5 s). The
+        let short = try await arrivalAfterHolding(type, hold: .seconds(4))
+        let long = try await arrivalAfterHolding(type, hold: .seconds(9))
+        print("[measure] \(type.rawValue) retry TTL 6s: held 4s -> in work queue after \(short); held 9s -> after \(long)")
+        // Held less than its TTL: it fires on time (a restarted TTL would make it 10 s). The
         // bounds sit midway between the two readings so a loaded machine cannot blur them.
-        #expect(short >= .milliseconds(2900) && short < .milliseconds(4500))
+        #expect(short >= .milliseconds(5900) && short < .seconds(8))
         // Held past its TTL: it cannot expire while held, and fires as soon as it is returned;
-        // the TTL is not restarted (that would be 9 s).
-        #expect(long >= .seconds(6) && long < .milliseconds(8000))
+        // the TTL is not restarted (that would be 15 s).
+        #expect(long >= .seconds(9) && long < .seconds(12))
     }
 
     @Test func quorumDeliveryLimitAndListing() async throws {

@@ -270,6 +270,15 @@ enum PythonH2 {
                     if out["goaway"] is None:
                         raise
                     out["framesAfterGoaway"] = True
+                    # h2 parses nothing more; read raw bytes until the server closes, so
+                    # `closed` does not depend on whether such a frame arrived.
+                    try:
+                        while time.time() < deadline:
+                            if not tls.recv(65536):
+                                out["closed"] = True
+                                return
+                    except (socket.timeout, ConnectionError, ssl.SSLError):
+                        out["closed"] = True
 
             # The server's first SETTINGS come before any request.
             wait(lambda: len(out["maxConcurrentStreams"]) > 0)
