@@ -25,7 +25,7 @@ struct ListingSideEffectTests {
             try await Task.sleep(until: start + hold)
             return start
         }
-        try await waitUntil("the retry job in the work queue", timeout: .seconds(20), every: .milliseconds(50)) {
+        try await waitUntil("the retry job in the work queue", timeout: .seconds(40), every: .milliseconds(50)) {
             try await bundle.depth(bundle.work) == 1
         }
         return ContinuousClock.now - start
@@ -36,12 +36,22 @@ struct ListingSideEffectTests {
         let short = try await arrivalAfterHolding(type, hold: .seconds(4))
         let long = try await arrivalAfterHolding(type, hold: .seconds(9))
         print("[measure] \(type.rawValue) retry TTL 6s: held 4s -> in work queue after \(short); held 9s -> after \(long)")
-        // Held less than its TTL: it fires on time (a restarted TTL would make it 10 s). The
-        // bounds sit midway between the two readings so a loaded machine cannot blur them.
-        #expect(short >= .milliseconds(5900) && short < .seconds(8))
-        // Held past its TTL: it cannot expire while held, and fires as soon as it is returned;
-        // the TTL is not restarted (that would be 15 s).
-        #expect(long >= .seconds(9) && long < .seconds(12))
+        // Never early, whatever the queue type: a listing cannot make a retry fire sooner.
+        #expect(short >= .milliseconds(5900))
+        #expect(long >= .seconds(9))
+        switch type {
+        case .classic:
+            // On time when held less than its TTL (a restarted TTL would make it 10 s), and at
+            // once when handed back after it (restarted: 15 s).
+            #expect(short < .seconds(8))
+            #expect(long < .seconds(12))
+        case .quorum:
+            // A quorum queue checks expiry only at its head on queue activity, so a job handed
+            // back before its TTL can fire late: measured 0.1 s to 10 s late on RabbitMQ 3.10
+            // (docs/decisions.md). It is not lost and does not wait forever.
+            #expect(short < .seconds(25))
+            #expect(long < .seconds(25))
+        }
     }
 
     @Test func quorumDeliveryLimitAndListing() async throws {
