@@ -65,7 +65,7 @@ struct StatusPage {
             "failedAt": job.failedAt.map(Self.timestamp) ?? "-",
             "token": job.tokenRedacted ?? "-",
             "error": job.error ?? "",
-            "body": job.body,
+            "body": JobInspection.redactingToken(job.body),
         ]
         // A job without an id cannot be selected for a requeue: no button.
         if let jobID = job.jobID, let encoded = jobID.addingPercentEncoding(withAllowedCharacters: .urlPathSegmentAllowed) {

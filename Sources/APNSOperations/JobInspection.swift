@@ -5,6 +5,18 @@ import APNSCore
 import Foundation
 
 public enum JobInspection {
+    /// The body with the value of `"token"` cut to its redacted form, for what people read
+    /// (`show`, the admin page); scripts get the body as stored (`--json`, the JSON API).
+    public static func redactingToken(_ body: String) -> String {
+        guard let data = body.data(using: .utf8),
+            var object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
+            let token = object["token"] as? String
+        else { return body }
+        object["token"] = DeviceToken(hex: token)?.redacted ?? "…"
+        guard let out = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return body }
+        return String(decoding: out, as: UTF8.self)
+    }
+
     /// Headers the worker (or the broker) writes about a failure or a delivery; a requeued job
     /// starts afresh without them, so a later listing never shows a stale failure.
     public static let headersClearedOnRequeue: Set<String> = [

@@ -291,19 +291,8 @@ enum JobTable {
         lines = job.headers.keys.sorted().map { ["  \($0)", job.headers[$0] ?? ""] }
         out += aligned(lines)
         // The body holds the full device token: print it with the token replaced.
-        out += "body:\n  \(redactingToken(job.body))\n"
+        out += "body:\n  \(JobInspection.redactingToken(job.body))\n"
         return out
-    }
-
-    /// The body with the value of `"token"` cut to its redacted form.
-    static func redactingToken(_ body: String) -> String {
-        guard let data = body.data(using: .utf8),
-            var object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
-            let token = object["token"] as? String
-        else { return body }
-        object["token"] = DeviceToken(hex: token)?.redacted ?? "…"
-        guard let out = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return body }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// `42s`, `5m`, `3h12m`, `2d4h`.

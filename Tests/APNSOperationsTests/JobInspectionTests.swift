@@ -22,6 +22,16 @@ private func deadMessage(id: String = "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11", re
 }
 
 @Suite struct JobInspectionTests {
+    @Test func bodiesForPeopleShowTheTokenRedacted() {
+        let token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        let shown = JobInspection.redactingToken(#"{"token":"\#(token)","payload":{"aps":{"alert":"<b>hi</b>"}}}"#)
+        #expect(!shown.contains(token))
+        #expect(shown.contains("0123…cdef") && shown.contains("<b>hi</b>"))
+        // Not JSON, or no token: shown as stored.
+        #expect(JobInspection.redactingToken("not json") == "not json")
+        #expect(JobInspection.redactingToken(#"{"payload":{}}"#) == #"{"payload":{}}"#)
+    }
+
     @Test func decodesADeadJob() throws {
         let job = JobInspection.queuedJob(deadMessage(), queue: "apns.b.dead", bundleID: "b", position: 7)
         #expect(job.jobID == "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11")
