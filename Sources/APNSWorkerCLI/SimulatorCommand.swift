@@ -11,7 +11,7 @@ import UnixSignals
 struct SimulatorCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "simulator",
-        abstract: "Run a local APNs simulator (TLS + HTTP/2) that validates requests as Apple does.",
+        abstract: "Run a local APNs simulator that validates requests as Apple does: TLS + HTTP/2, and the legacy binary gateway and feedback service.",
         discussion: """
             Credentials (CA, server and client certificates, AuthKey_<key-id>.p8) are read from \
             --credentials, and generated there when missing. Point the worker at it with \
