@@ -26,36 +26,23 @@ enum BinaryIntegration {
     ) async throws -> T {
         let simulator = try await APNSSimulator.start(
             SimulatorTestEnvironment.configuration { $0.binaryPort = 0 }, logger: logger)
-        do {
-            let client = clientCredentials ?? credentials
-            var configuration = BinaryTransportConfiguration(
-                environment: .production, certFile: client.clientCertificatePath, keyFile: client.clientKeyPath,
-                host: "127.0.0.1", port: try #require(simulator.binaryPort))
-            configuration.trustRoots = .caFile(credentials.caCertificatePath)
-            // Apple's silence is the only success signal, so the window must outlast the error
-            // response's trip; 1 s (the default) keeps that true on a loaded CI machine.
-            configuration.holdWindow = .seconds(1)
-            configuration.reconnectInitialDelay = .milliseconds(10)
-            adjustTransport(&configuration)
-            let transport = try BinaryTransport(configuration: configuration, logger: logger)
-            let result = try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await transport.run() }
-                do {
-                    let result = try await body(simulator, transport)
-                    group.cancelAll()
-                    try await group.waitForAll()
-                    return result
-                } catch {
-                    group.cancelAll()
-                    throw error
-                }
-            }
-            try await simulator.shutdown()
-            return result
-        } catch {
-            try? await simulator.shutdown()
-            throw error
-        }
+        return try await withRunningService(
+            simulator,
+            make: {
+                let client = clientCredentials ?? credentials
+                var configuration = BinaryTransportConfiguration(
+                    environment: .production, certFile: client.clientCertificatePath, keyFile: client.clientKeyPath,
+                    host: "127.0.0.1", port: try #require(simulator.binaryPort))
+                configuration.trustRoots = .caFile(credentials.caCertificatePath)
+                // Apple's silence is the only success signal, so the window must outlast the error
+                // response's trip; 1 s (the default) keeps that true on a loaded CI machine.
+                configuration.holdWindow = .seconds(1)
+                configuration.reconnectInitialDelay = .milliseconds(10)
+                adjustTransport(&configuration)
+                return try BinaryTransport(configuration: configuration, logger: logger)
+            },
+            run: { try await $0.run() },
+            { try await body(simulator, $0) })
     }
 
     static func notification(token: String) -> PushNotification {

@@ -31,32 +31,19 @@ enum HTTP2Integration {
         _ body: (APNSSimulator, HTTP2Transport) async throws -> T
     ) async throws -> T {
         let simulator = try await APNSSimulator.start(SimulatorTestEnvironment.configuration(adjustSimulator), logger: logger)
-        do {
-            var configuration = HTTP2TransportConfiguration(
-                environment: .production, authentication: authentication ?? .token(tokenSource()), host: "127.0.0.1",
-                port: simulator.port)
-            configuration.trustRoots = .caFile(credentials.caCertificatePath)
-            configuration.reconnectInitialDelay = .milliseconds(10)
-            adjustTransport(&configuration)
-            let transport = try HTTP2Transport(configuration: configuration, logger: logger)
-            let result = try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await transport.run() }
-                do {
-                    let result = try await body(simulator, transport)
-                    group.cancelAll()
-                    try await group.waitForAll()
-                    return result
-                } catch {
-                    group.cancelAll()
-                    throw error
-                }
-            }
-            try await simulator.shutdown()
-            return result
-        } catch {
-            try? await simulator.shutdown()
-            throw error
-        }
+        return try await withRunningService(
+            simulator,
+            make: {
+                var configuration = HTTP2TransportConfiguration(
+                    environment: .production, authentication: authentication ?? .token(tokenSource()), host: "127.0.0.1",
+                    port: simulator.port)
+                configuration.trustRoots = .caFile(credentials.caCertificatePath)
+                configuration.reconnectInitialDelay = .milliseconds(10)
+                adjustTransport(&configuration)
+                return try HTTP2Transport(configuration: configuration, logger: logger)
+            },
+            run: { try await $0.run() },
+            { try await body(simulator, $0) })
     }
 
     /// A notification for `token` (a fresh random one by default).
@@ -109,5 +96,34 @@ final class HTTP2IntegrationClock: Sendable {
             return true
         }
         return stale ? Date().addingTimeInterval(offset) : Date()
+    }
+}
+
+/// Makes a transport for `simulator`, runs its service loop beside `body`, then cancels the loop
+/// and shuts the simulator down, whatever `make` or `body` did. Both transports' integration
+/// tests run this way.
+func withRunningService<Transport: Sendable, T: Sendable>(
+    _ simulator: APNSSimulator, make: () throws -> Transport, run: @escaping @Sendable (Transport) async throws -> Void,
+    _ body: (Transport) async throws -> T
+) async throws -> T {
+    do {
+        let transport = try make()
+        let result = try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await run(transport) }
+            do {
+                let result = try await body(transport)
+                group.cancelAll()
+                try await group.waitForAll()
+                return result
+            } catch {
+                group.cancelAll()
+                throw error
+            }
+        }
+        try await simulator.shutdown()
+        return result
+    } catch {
+        try? await simulator.shutdown()
+        throw error
     }
 }
