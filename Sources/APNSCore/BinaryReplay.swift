@@ -3,14 +3,15 @@
 /// response naming it, closes the connection and discards every frame that followed. So every
 /// written frame stays in a bounded buffer until either
 /// - an error response names it or a later frame (then it is settled at once), or
-/// - the hold window has passed since it was written with the connection still up and no error
-///   (then it counts as delivered: `.binaryAccepted`).
+/// - the hold window has passed since the socket took it (`written(through:)`) with the
+///   connection still up and no error (then it counts as delivered: `.binaryAccepted`). A frame
+///   still in our own buffers never counts: on a stalled connection it would be acked unsent.
 /// Frames that followed a named one, and frames still held when a connection closes without an
 /// error response, are written again (with new identifiers) on the next connection.
 ///
-/// The IO layer feeds events (`submit`, `connected`, `errorResponse`, `connectionClosed`,
-/// `connectFailed`, `holdWindowElapsed`, `beginShutdown`) and carries out the returned actions
-/// in order. One machine drives one connection at a time.
+/// The IO layer feeds events (`submit`, `connected`, `written`, `errorResponse`,
+/// `connectionClosed`, `connectFailed`, `holdWindowElapsed`, `beginShutdown`) and carries out
+/// the returned actions in order. One machine drives one connection at a time.
 public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
     /// Frames to write on the current connection, a job to settle, a timer, a close.
     public enum Action: Sendable {
@@ -42,7 +43,8 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
     private struct Held: Sendable {
         var identifier: UInt32
         var request: Request
-        var writtenAt: ContinuousClock.Instant
+        /// When the socket took the frame; nil while it sits in our buffers.
+        var writtenAt: ContinuousClock.Instant?
         /// When the request first arrived: replays keep it, so `maxQueueWait` bounds the whole wait.
         var queuedAt: ContinuousClock.Instant
     }
@@ -64,6 +66,9 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
     /// Written on the current connection, oldest first. Identifiers are assigned in write order.
     private var held: [Held] = []
     private var heldStart = 0
+    /// Index in `held` of the first frame the socket has not taken yet. Writes complete in
+    /// order, so the written frames are a prefix of the held ones.
+    private var firstUnwritten = 0
     /// Waiting to be written: replays first, then new requests in arrival order.
     private var queue: [Queued] = []
     private var queueStart = 0
@@ -90,6 +95,21 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
     public var heldIdentifiers: [UInt32] { held[heldStart...].map(\.identifier) }
 
     // MARK: events
+
+    /// The socket took every frame up to and including `identifier` (the write completed): their
+    /// hold windows start now. An identifier not waiting for its write (a closed connection's)
+    /// changes nothing.
+    public mutating func written(through identifier: UInt32, now: ContinuousClock.Instant) -> [Action] {
+        guard connection != .disconnected else { return [] }
+        var index = max(firstUnwritten, heldStart)
+        while index < held.count, held[index].identifier != identifier { index += 1 }
+        guard index < held.count else { return [] }
+        for i in max(firstUnwritten, heldStart)...index { held[i].writtenAt = now }
+        firstUnwritten = index + 1
+        var actions: [Action] = []
+        armTimer(into: &actions)
+        return actions
+    }
 
     /// A new request. Written at once when connected and the buffer has room; otherwise it waits
     /// (no action for it yet) until a connection or room is there.
@@ -150,8 +170,7 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
             actions.append(.unmatchedErrorResponse(response))
             requeueForReplay(held[heldStart...])
         }
-        held.removeAll(keepingCapacity: true)
-        heldStart = 0
+        clearHeld()
         actions.append(.closeConnection)
         return actions
     }
@@ -170,8 +189,7 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
         } else {
             requeueForReplay(held[heldStart...])
         }
-        held.removeAll(keepingCapacity: true)
-        heldStart = 0
+        clearHeld()
         return actions
     }
 
@@ -181,7 +199,7 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
         timerArmed = false
         var actions: [Action] = []
         if connection == .connected {
-            while heldStart < held.count, now - held[heldStart].writtenAt >= holdWindow {
+            while heldStart < held.count, let writtenAt = held[heldStart].writtenAt, now - writtenAt >= holdWindow {
                 actions.append(.complete(held[heldStart].request, .binaryAccepted))
                 heldStart += 1
             }
@@ -220,7 +238,7 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
             let entry = queue[queueStart]
             queueStart += 1
             let identifier = takeIdentifier()
-            held.append(Held(identifier: identifier, request: entry.request, writtenAt: now, queuedAt: entry.queuedAt))
+            held.append(Held(identifier: identifier, request: entry.request, writtenAt: nil, queuedAt: entry.queuedAt))
             actions.append(.write(identifier: identifier, request: entry.request, replay: entry.replay))
         }
         if queueStart == queue.count {
@@ -235,9 +253,9 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
     }
 
     private mutating func armTimer(into actions: inout [Action]) {
-        guard !timerArmed, connection == .connected, heldStart < held.count else { return }
+        guard !timerArmed, connection == .connected, heldStart < held.count, let writtenAt = held[heldStart].writtenAt else { return }
         timerArmed = true
-        actions.append(.scheduleHoldTimer(at: held[heldStart].writtenAt + holdWindow))
+        actions.append(.scheduleHoldTimer(at: writtenAt + holdWindow))
     }
 
     /// Puts frames to write again ahead of everything waiting, in their original order.
@@ -258,12 +276,18 @@ public struct BinaryReplayStateMachine<Request: Sendable>: Sendable {
 
     private mutating func compactHeld() {
         if heldStart == held.count {
-            held.removeAll(keepingCapacity: true)
-            heldStart = 0
+            clearHeld()
         } else if heldStart > 1024 && heldStart * 2 > held.count {
             held.removeFirst(heldStart)
+            firstUnwritten = max(firstUnwritten - heldStart, 0)
             heldStart = 0
         }
+    }
+
+    private mutating func clearHeld() {
+        held.removeAll(keepingCapacity: true)
+        heldStart = 0
+        firstUnwritten = 0
     }
 }
 

@@ -100,7 +100,15 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
             switch action {
             case .write(let identifier, let pending, let replay):
                 guard let channel = slot.state.withLock({ $0.channel }) else { continue }
-                channel.write(pending.frame.numbered(identifier), promise: nil)
+                // The hold window starts when the socket has taken the frame, not when we queued
+                // it: on a stalled connection a frame still in our buffers must never count as
+                // delivered. Writes complete in order; a closed connection's late completions
+                // are ignored by the machine.
+                let promise = channel.eventLoop.makePromise(of: Void.self)
+                promise.futureResult.whenSuccess { [self] in
+                    settle(slot) { $0.written(through: identifier, now: ContinuousClock.now) }
+                }
+                channel.write(pending.frame.numbered(identifier), promise: promise)
                 wrote = true
                 framesWritten.increment()
                 if replay { framesReplayed.increment() }
@@ -252,9 +260,14 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
         let host = configuration.host
         // SNI carries names only; an IP literal is verified against the certificate's IP SANs.
         let serverName = host.isIPAddressLiteral ? nil : host
-        let bootstrap = ClientBootstrap(group: slot.eventLoop)
+        var bootstrap = ClientBootstrap(group: slot.eventLoop)
             .connectTimeout(configuration.connectTimeout.timeAmount)
             .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
+            // A peer that vanishes without a reset must not leave frames unwritten for TCP's
+            // many-minute retransmission limit: keepalive probes an idle connection, and
+            // TCP_USER_TIMEOUT below fails one whose data goes unacknowledged, so held frames
+            // are replayed on a new connection.
+            .channelOption(ChannelOptions.socketOption(.so_keepalive), value: 1)
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
@@ -265,6 +278,11 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
                         })
                 }
             }
+        #if os(Linux)
+        // TCP_USER_TIMEOUT: unacknowledged data fails the connection after 30 s (Linux only).
+        bootstrap = bootstrap.channelOption(
+            ChannelOptions.Types.SocketOption(level: .tcp, name: .init(rawValue: CInt(TCP_USER_TIMEOUT))), value: 30_000)
+        #endif
         return try await bootstrap.connect(host: host, port: configuration.port).get()
     }
 

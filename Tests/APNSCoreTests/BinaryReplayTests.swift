@@ -23,12 +23,21 @@ private struct Harness {
         now = start
     }
 
+    /// The socket takes every write at once (`written(through:)` right after the writes);
+    /// false models a stalled connection whose writes sit in our buffers.
+    var socketTakesWrites = true
+
     mutating func apply(_ actions: [Machine.Action]) {
+        var lastWrite: UInt32?
+        defer {
+            if socketTakesWrites, let lastWrite { apply(machine.written(through: lastWrite, now: now)) }
+        }
         for action in actions {
             switch action {
             case .write(let identifier, let request, let replay):
                 written.append((identifier, request, replay))
                 allIdentifiers.append(identifier)
+                lastWrite = identifier
             case .complete(let request, let result):
                 results[request, default: []].append(result)
             case .scheduleHoldTimer(let at):
@@ -93,6 +102,37 @@ private struct Harness {
         #expect((0..<3).allSatisfy { h.only($0) == .binaryAccepted })
         #expect(h.machine.heldCount == 0)
         #expect(h.timer == nil)
+    }
+
+    /// A stalled connection: frames the socket has not taken never count as delivered, however
+    /// long they wait; their window starts when the write completes, and a silent close then
+    /// replays them.
+    @Test func framesNotYetTakenByTheSocketAreNeverDelivered() {
+        var h = Harness()
+        h.socketTakesWrites = false
+        h.connect()
+        h.submit(0..<3)
+        #expect(h.written.map(\.request) == [0, 1, 2])
+        #expect(h.timer == nil, "no window runs before a write completes")
+        h.advance(.seconds(60))
+        #expect(h.results.isEmpty)
+        // The socket takes the first two: their window starts now.
+        h.apply(h.machine.written(through: h.identifier(of: 1), now: h.now))
+        h.advance(.milliseconds(199))
+        #expect(h.results.isEmpty)
+        h.advance(.milliseconds(1))
+        #expect(h.only(0) == .binaryAccepted && h.only(1) == .binaryAccepted)
+        #expect(h.results[2] == nil)
+        // A late completion from a closed connection changes nothing on the next one.
+        let stale = h.identifier(of: 2)
+        h.close()
+        h.connect()
+        h.apply(h.machine.written(through: stale, now: h.now))
+        h.advance(.seconds(1))
+        #expect(h.results[2] == nil, "the replayed frame waits for its own write")
+        h.apply(h.machine.written(through: h.identifier(of: 2), now: h.now))
+        h.advance(.milliseconds(200))
+        #expect(h.only(2) == .binaryAccepted)
     }
 
     @Test func framesWrittenLaterWaitForTheirOwnWindow() {
