@@ -2,7 +2,8 @@
 /// which checks the token itself) needs `Authorization: Bearer <token>`, or, for browsers, the
 /// cookie that `GET /login?token=<token>` sets. The cookie is `HttpOnly` (no script reads it)
 /// and `SameSite=Strict` (no other site's page can make the browser send it, so the page's
-/// requeue forms cannot be triggered cross-site). Tokens are compared in constant time.
+/// requeue forms cannot be triggered cross-site). Tokens are compared in constant time. Every
+/// state-changing request a browser marks as cross-site or cross-origin is refused, token or not.
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -15,6 +16,37 @@ struct AdminAuthentication<Context: RequestContext>: RouterMiddleware {
     let token: String?
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        if let refusal = Self.crossSiteRefusal(request) { return refusal }
+        var response = try await authenticated(request, context: context, next: next)
+        // The page has buttons that move jobs: no other site may frame it (clickjacking).
+        response.headers[HTTPField.Name("X-Frame-Options")!] = "DENY"
+        response.headers[.contentSecurityPolicy] = "frame-ancestors 'none'"
+        return response
+    }
+
+    /// A state-changing request that a browser says comes from another site (or origin) is
+    /// refused, token or not: on loopback without a token, any page the operator has open could
+    /// otherwise post the requeue and purge forms, and SameSite cookies only stop other
+    /// *sites*, not other ports of the same host. Tools like curl send neither header.
+    static func crossSiteRefusal(_ request: Request) -> Response? {
+        guard request.method != .get, request.method != .head else { return nil }
+        var crossSite = false
+        if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site != "same-origin", site != "none" {
+            crossSite = true
+        }
+        if let origin = request.headers[.origin] {
+            let host = origin.split(separator: "://", maxSplits: 1).last.map(String.init)
+            if origin == "null" || host != request.head.authority { crossSite = true }
+        }
+        guard crossSite else { return nil }
+        return Response(
+            status: .forbidden, headers: [.contentType: "application/json"],
+            body: .init(byteBuffer: ByteBuffer(string: #"{"error":"cross-site request refused"}"#)))
+    }
+
+    private func authenticated(
+        _ request: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
         guard let token else { return try await next(request, context) }
         let path = request.uri.path
         if path == "/health" || path == "/login" { return try await next(request, context) }
@@ -55,7 +87,7 @@ struct AdminAuthentication<Context: RequestContext>: RouterMiddleware {
     /// (The length may show; the token's length is no secret worth hiding.)
     static func constantTimeEqual(_ presented: String, _ expected: String) -> Bool {
         let a = Array(presented.utf8), b = Array(expected.utf8)
-        var difference = UInt8(truncatingIfNeeded: a.count ^ b.count)
+        var difference: UInt8 = a.count == b.count ? 0 : 1
         for index in 0..<b.count {
             difference |= (index < a.count ? a[index] : 0) ^ b[index]
         }

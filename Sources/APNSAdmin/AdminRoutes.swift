@@ -38,7 +38,7 @@ struct AdminRoutes: Sendable {
             }
             router.get("/api/\(kind.rawValue)/:jobID") { request, context -> Response in
                 try await self.withQueues { queues in
-                    let jobID = try context.parameters.require("jobID")
+                    let jobID = try Self.jobID(context)
                     let bundle = request.uri.queryParameters.get("bundle")
                     guard let job = try await queues.show(kind, jobID: jobID, bundleID: bundle) else {
                         return Self.error(.notFound, "no \(kind.rawValue) job with id \(jobID)")
@@ -48,14 +48,14 @@ struct AdminRoutes: Sendable {
             }
             router.post("/api/\(kind.rawValue)/:jobID/requeue") { _, context -> Response in
                 try await self.withQueues { queues in
-                    let jobID = try context.parameters.require("jobID")
+                    let jobID = try Self.jobID(context)
                     let report = try await queues.requeue(kind, .jobIDs([jobID]))
                     return Self.json(report, status: report.moved == 0 ? .notFound : .ok)
                 }
             }
             router.post("/api/\(kind.rawValue)/requeue") { request, _ -> Response in
                 try await self.withQueues { queues in
-                    let (filter, _) = try QueryOptions.filter(request.uri.queryParameters)
+                    let filter = try QueryOptions.bulkFilter(request.uri.queryParameters)
                     return Self.json(try await queues.requeue(kind, .all(filter)))
                 }
             }
@@ -64,13 +64,13 @@ struct AdminRoutes: Sendable {
                     guard request.uri.queryParameters.get("confirm") == "yes" else {
                         return Self.error(.badRequest, "purge drops jobs for good: add confirm=yes")
                     }
-                    let (filter, _) = try QueryOptions.filter(request.uri.queryParameters)
+                    let filter = try QueryOptions.bulkFilter(request.uri.queryParameters, allowing: ["confirm"])
                     return Self.json(PurgeReport(purged: try await queues.purge(kind, .all(filter))))
                 }
             }
             // The page's requeue buttons: a plain form POST, then back to the page.
             router.post("/\(kind.rawValue)/:jobID/requeue") { _, context -> Response in
-                let jobID = try context.parameters.require("jobID")
+                let jobID = try Self.jobID(context)
                 guard let queues = self.queues else { return Self.error(.serviceUnavailable, "queue access is not configured") }
                 let report = try await queues.requeue(kind, .jobIDs([jobID]))
                 self.logger.info("job requeued from the admin page", metadata: ["job.id": "\(jobID)", "operations.moved": "\(report.moved)"])
@@ -78,6 +78,13 @@ struct AdminRoutes: Sendable {
             }
         }
         router.get("/") { _, _ -> Response in await self.page() }
+    }
+
+    /// The `:jobID` path segment, percent-decoded: the router hands it over as sent, and the
+    /// page encodes ids that hold characters a path cannot.
+    static func jobID(_ context: some RequestContext) throws -> String {
+        let raw = try context.parameters.require("jobID")
+        return raw.removingPercentEncoding ?? raw
     }
 
     // MARK: - Probes and metrics
@@ -259,6 +266,22 @@ struct StatusReport: Codable {
 enum QueryOptions {
     struct Problem: Error {
         var message: String
+    }
+
+    /// The selection of a bulk requeue or purge. Stricter than a listing's: a key it does not
+    /// know, an empty value or `limit` would silently widen what it moves or drops (an empty
+    /// `bundle=` from a script must not mean every bundle), so each is a 400.
+    static func bulkFilter(_ query: Parameters, allowing extra: Set<String> = []) throws(Problem) -> JobFilter {
+        let known: Set<String> = ["bundle", "reason", "olderThan"]
+        for (key, value) in query {
+            let name = String(key)
+            if extra.contains(name) { continue }
+            guard known.contains(name) else {
+                throw Problem(message: "\(name): not a selection of this route (bundle, reason, olderThan)")
+            }
+            guard !value.isEmpty else { throw Problem(message: "\(name): empty; leave it out to select every \(name)") }
+        }
+        return try filter(query).0
     }
 
     static func filter(_ query: Parameters) throws(Problem) -> (JobFilter, Int?) {

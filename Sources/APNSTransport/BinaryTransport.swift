@@ -163,8 +163,13 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
     private func settle(_ slot: Slot, _ event: (inout Machine) -> [Machine.Action]) {
         let actions = slot.state.withLock { state -> [Machine.Action] in
             let actions = event(&state.machine)
+            // Only Apple's word makes a connection productive; a give-up after failed connects
+            // must not reset the reconnect backoff.
             for action in actions {
-                if case .complete(_, let result) = action, result != .failed(.shutdown) { state.productive = true }
+                switch action {
+                case .complete(_, .binaryAccepted), .complete(_, .binaryRejected): state.productive = true
+                default: break
+                }
             }
             return actions
         }

@@ -148,6 +148,9 @@ struct AdminRouteTests {
                 #expect(requeued.status == .ok)
                 #expect(try Self.json(requeued)["moved"] as? Int == 1)
                 try await waitUntil("the requeued job to come back dead") { harness.jobs("dead") == 3 }
+                // Ids arrive percent-encoded in the path, as the page's forms send them.
+                let encoded = try await client.execute(uri: "/api/dead/no%3Asuch%20job/requeue", method: .post, headers: Self.bearer)
+                #expect(try Self.json(encoded)["notFound"] as? [String] == ["no:such job"])
                 let missing = try await client.execute(uri: "/api/dead/no-such-job/requeue", method: .post, headers: Self.bearer)
                 #expect(missing.status == .notFound)
                 #expect(try Self.json(missing)["notFound"] as? [String] == ["no-such-job"])
@@ -162,6 +165,27 @@ struct AdminRouteTests {
                 let all = try await client.execute(uri: "/api/dead/requeue?bundle=\(harness.bundle)", method: .post, headers: Self.bearer)
                 #expect(try Self.json(all)["moved"] as? Int == 2)
                 try await waitUntil("both to come back dead") { harness.jobs("dead") == 6 }
+
+                // A bulk selection that would widen silently is refused before anything moves:
+                // an empty bundle, a key the route does not know, a limit.
+                for query in ["bundle=", "bundle=\(harness.bundle)&older_than=1h", "bundle=\(harness.bundle)&limit=1"] {
+                    let refused = try await client.execute(uri: "/api/dead/purge?\(query)&confirm=yes", method: .post, headers: Self.bearer)
+                    #expect(refused.status == .badRequest, "purge?\(query)")
+                    let refusedMove = try await client.execute(uri: "/api/dead/requeue?\(query)", method: .post, headers: Self.bearer)
+                    #expect(refusedMove.status == .badRequest, "requeue?\(query)")
+                }
+                #expect(try await harness.queues.list(.dead, filter: .init(bundleID: harness.bundle)).count == 2)
+
+                // A browser's cross-site or cross-origin POST is refused even with the cookie or token.
+                for headers: HTTPFields in [
+                    [.authorization: "Bearer \(AdminHarness.token)", HTTPField.Name("Sec-Fetch-Site")!: "cross-site"],
+                    [.authorization: "Bearer \(AdminHarness.token)", .origin: "http://evil.example"],
+                ] {
+                    let forged = try await client.execute(uri: "/api/dead/purge?confirm=yes", method: .post, headers: headers)
+                    #expect(forged.status == .forbidden)
+                }
+                #expect(try await harness.queues.list(.dead, filter: .init(bundleID: harness.bundle)).count == 2)
+                #expect(try await client.execute(uri: "/", method: .get, headers: Self.bearer).headers[HTTPField.Name("X-Frame-Options")!] == "DENY")
 
                 // Purge needs confirm=yes.
                 let unconfirmed = try await client.execute(uri: "/api/dead/purge?bundle=\(harness.bundle)", method: .post, headers: Self.bearer)
