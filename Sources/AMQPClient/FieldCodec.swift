@@ -118,6 +118,15 @@ enum FieldDecoder {
 /// Scratch memory for encoding one method or content header: an amqp_pool_t recycled after
 /// each use. Owned by one connection's owner thread only.
 final class EncodingArena {
+    /// An AMQP timestamp (unsigned seconds) for a date, clamped: a publisher's sentinel such as
+    /// UInt64.max decodes to a date whose seconds round past UInt64's range, and re-encoding it
+    /// (a requeue, a dead letter) must not trap.
+    static func timestampSeconds(_ date: Date) -> UInt64 {
+        let seconds = date.timeIntervalSince1970.rounded(.down)
+        guard seconds > 0 else { return 0 }
+        return seconds >= 0x1p64 ? .max : UInt64(seconds)
+    }
+
     private let pool: UnsafeMutablePointer<amqp_pool_t>
 
     init() {
@@ -178,7 +187,7 @@ final class EncodingArena {
         case .bytes(let b): v.kind = Kind.bytes; v.value.bytes = bytes(b)
         case .timestamp(let date):
             v.kind = Kind.timestamp
-            v.value.u64 = UInt64(max(0, date.timeIntervalSince1970.rounded(.down)))
+            v.value.u64 = Self.timestampSeconds(date)
         case .table(let t): v.kind = Kind.table; v.value.table = table(t)
         case .array(let elements):
             v.kind = Kind.array
@@ -207,7 +216,7 @@ final class EncodingArena {
         if let v = p.replyTo { flags |= PropertyFlag.replyTo; c.reply_to = bytes(v) }
         if let v = p.expiration { flags |= PropertyFlag.expiration; c.expiration = bytes(v) }
         if let v = p.messageID { flags |= PropertyFlag.messageID; c.message_id = bytes(v) }
-        if let v = p.timestamp { flags |= PropertyFlag.timestamp; c.timestamp = UInt64(max(0, v.timeIntervalSince1970.rounded(.down))) }
+        if let v = p.timestamp { flags |= PropertyFlag.timestamp; c.timestamp = Self.timestampSeconds(v) }
         if let v = p.type { flags |= PropertyFlag.type; c.type = bytes(v) }
         if let v = p.userID { flags |= PropertyFlag.userID; c.user_id = bytes(v) }
         if let v = p.appID { flags |= PropertyFlag.appID; c.app_id = bytes(v) }

@@ -297,7 +297,8 @@ enum JobTable {
 
     /// `42s`, `5m`, `3h12m`, `2d4h`.
     static func age(_ seconds: TimeInterval) -> String {
-        let s = max(Int(seconds), 0)
+        // Clamped: a message's timestamp can be anything a publisher wrote, far past or future.
+        let s = seconds.isFinite ? Int(max(0, min(seconds, 1e15))) : 0
         if s < 60 { return "\(s)s" }
         if s < 3600 { return "\(s / 60)m" }
         if s < 86400 { return s % 3600 / 60 == 0 ? "\(s / 3600)h" : "\(s / 3600)h\(s % 3600 / 60)m" }

@@ -80,6 +80,27 @@ struct MessagingTests {
         }
     }
 
+    /// A publisher's sentinel timestamp (UInt64.max seconds) decodes to a date past UInt64's
+    /// range; passing such a message on (a requeue, a dead letter) must not trap.
+    @Test func anOutOfRangeTimestampSurvivesBeingPassedOn() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queue = uniqueName("timestamp")
+            try await connection.declareQueue(classicQueue(queue))
+            var properties = AMQPProperties.persistentJSON
+            properties.timestamp = Date(timeIntervalSince1970: 1e30)
+            try await connection.publish(message("far", to: queue, properties: properties))
+            for _ in 0..<2 {
+                let got = try #require(try await connection.get(queue: queue))
+                let seconds = try #require(got.message.properties.timestamp).timeIntervalSince1970
+                #expect(seconds >= 1.8e19, "UInt64.max seconds, not wrapped")
+                try await connection.publish(message("far", to: queue, properties: got.message.properties))
+                #expect(await connection.ack(got) == .settled)
+            }
+            try await connection.deleteQueue(queue)
+        }
+    }
+
     @Test func manyPipelinedConfirmedPublishes() async throws {
         let broker = try TestBroker.require()
         try await withConnection(configuration(broker)) { connection in
