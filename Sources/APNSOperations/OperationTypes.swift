@@ -107,7 +107,8 @@ public struct QueueDepth: Sendable, Codable, Hashable {
 
 /// The jobs a requeue or purge acts on.
 public enum JobSelection: Sendable, Hashable {
-    /// These job ids (every copy of each, since at-least-once delivery may have duplicated one).
+    /// These job ids. The search stops once every id was found, so of a job that at-least-once
+    /// delivery duplicated, the first copy in queue order is taken and later copies stay.
     case jobIDs([String])
     /// Every job the filter matches.
     case all(JobFilter)

@@ -129,6 +129,12 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
                 }
             case .closeConnection:
                 slot.state.withLock { $0.channel }?.close(promise: nil)
+            case .unmatchedErrorResponse(let response) where response.status == .shutdown:
+                // Shutdown names the last frame Apple processed; on a quiet connection that one
+                // has already passed its hold window. Normal, and the requeue is right.
+                logger.debug(
+                    "shutdown error response names a frame already counted as delivered",
+                    metadata: ["apns.slot": .stringConvertible(slot.index), "apns.binary_identifier": .stringConvertible(response.identifier)])
             case .unmatchedErrorResponse(let response):
                 logger.warning(
                     "error response names a frame no longer held; everything held is sent again (is binaryHoldWindow too short?)",
