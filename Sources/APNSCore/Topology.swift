@@ -148,11 +148,3 @@ public struct TopologyPlan: Sendable, Hashable {
         ["x-queue-type": .string(type.rawValue)]
     }
 }
-
-extension Duration {
-    /// Whole milliseconds, rounded down.
-    public var milliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
-}

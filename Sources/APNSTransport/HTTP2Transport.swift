@@ -328,13 +328,6 @@ extension HTTP2Transport: TransportStatusReporting {
     }
 }
 
-extension Duration {
-    var nanoseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
-    }
-}
-
 extension String {
     var isIPAddressLiteral: Bool {
         (try? SocketAddress(ipAddress: self, port: 0)) != nil

@@ -103,8 +103,6 @@ public final class ProviderTokenSource: Sendable {
 }
 
 extension Duration {
-    var timeAmount: TimeAmount {
-        let (seconds, attoseconds) = components
-        return .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-    }
+    /// NIO's unit for timers and timeouts.
+    var timeAmount: TimeAmount { .nanoseconds(nanoseconds) }
 }

@@ -122,7 +122,7 @@ struct AMQPBench: AsyncParsableCommand {
 
     private static func seconds(since start: ContinuousClock.Instant) -> Double {
         let elapsed = start.duration(to: .now)
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return elapsed.timeInterval
     }
 
     private static func siblingExecutable(_ name: String) -> String {

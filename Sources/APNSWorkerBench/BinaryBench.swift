@@ -106,7 +106,7 @@ struct BinaryBench: AsyncParsableCommand {
             while simulator.counters().binaryAccepted - acceptedBefore < count && !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(1))
             }
-            return started.duration(to: .now).inSeconds
+            return started.duration(to: .now).timeInterval
         }
         let run = await runClosedLoop(count: count, concurrency: concurrency, bundle: bundle, payload: payload) {
             await transport.send($0) == .binaryAccepted

@@ -1,13 +1,11 @@
 /// What the benchmarks share: a closed-loop load driver for the transports, nearest-rank
-/// percentiles, and durations as floating-point seconds and milliseconds.
+/// percentiles, and durations as floating-point milliseconds.
 import APNSCore
 import Foundation
 
 extension Duration {
-    /// Seconds with their fraction, for rates.
-    var inSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
     /// Milliseconds with their fraction, for latencies.
-    var inMilliseconds: Double { inSeconds * 1000 }
+    var inMilliseconds: Double { timeInterval * 1000 }
 }
 
 /// Latencies in milliseconds, sorted once.
@@ -64,5 +62,5 @@ func runClosedLoop(
             if !accepted { notAccepted += 1 }
         }
     }
-    return LoadRun(seconds: started.duration(to: .now).inSeconds, latencies: LatencySample(latencies), notAccepted: notAccepted)
+    return LoadRun(seconds: started.duration(to: .now).timeInterval, latencies: LatencySample(latencies), notAccepted: notAccepted)
 }

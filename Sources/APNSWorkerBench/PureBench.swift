@@ -41,7 +41,7 @@ struct PureBench: ParsableCommand {
                 fastest = min(fastest, clock.measure { result = benchCase.body(iterations) })
                 checksum &+= result
             }
-            let seconds = Double(fastest.components.seconds) + Double(fastest.components.attoseconds) / 1e18
+            let seconds = fastest.timeInterval
             let perSecond = Double(iterations) / seconds
             let nanos = seconds * 1e9 / Double(iterations)
             print(

@@ -123,13 +123,13 @@ struct WorkerBench: AsyncParsableCommand {
         await connection.close()
         try await simulator.shutdown()
 
-        let drainRate = Double(jobs) / drain.inSeconds
-        let noopRate = Double(jobs) / noop.inSeconds
+        let drainRate = Double(jobs) / drain.timeInterval
+        let noopRate = Double(jobs) / noop.timeInterval
         print("""
-            worker drain:      \(jobs) jobs in \(String(format: "%.2f", drain.inSeconds)) s = \(Int(drainRate)) jobs/s (prefetch \(prefetch), \(connections) connections)
+            worker drain:      \(jobs) jobs in \(String(format: "%.2f", drain.timeInterval)) s = \(Int(drainRate)) jobs/s (prefetch \(prefetch), \(connections) connections)
             worker process:    \(String(format: "%.1f", cpu)) CPU s, peak RSS \(usage.ru_maxrss / 1024) MiB
             latency at \(rate)/s: p50 \(percentile(latencies, 0.50)) ms, p99 \(percentile(latencies, 0.99)) ms, max \(percentile(latencies, 1.0)) ms (\(latencies.count) jobs, publish → APNs 200)
-            no-op consumer:    \(jobs) jobs in \(String(format: "%.2f", noop.inSeconds)) s = \(Int(noopRate)) msgs/s (broker ceiling)
+            no-op consumer:    \(jobs) jobs in \(String(format: "%.2f", noop.timeInterval)) s = \(Int(noopRate)) msgs/s (broker ceiling)
             ratio worker/no-op: \(String(format: "%.2f", drainRate / noopRate))
             """)
     }
