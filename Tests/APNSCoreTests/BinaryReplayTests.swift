@@ -412,25 +412,13 @@ private struct Harness {
 
     // MARK: randomized
 
-    /// A deterministic generator (SplitMix64) so a failing seed can be replayed.
-    struct SeededGenerator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// Apple's gateway as the protocol describes it: frames arrive in order and are processed
     /// one by one; the first bad frame gets an error response, then the connection is closed
     /// and every frame after it discarded; a shutdown names the last frame processed; a silent
     /// close loses whatever was not processed yet.
     @Test(arguments: 0..<200)
     func randomSequencesDeliverEachGoodJobOnceAndSettleEveryBadOne(seed: Int) {
-        var rng = SeededGenerator(state: UInt64(seed) &* 7919 &+ 1)
+        var rng = SeededGenerator(seed: UInt64(seed) &* 7919 &+ 1)
         let jobCount = Int.random(in: 1...60, using: &rng)
         let badStatus: [Int: UInt8] = Dictionary(
             uniqueKeysWithValues: (0..<jobCount).compactMap { job -> (Int, UInt8)? in
