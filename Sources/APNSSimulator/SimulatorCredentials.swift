@@ -97,44 +97,15 @@ public enum SimulatorCredentials {
             },
             issuerPrivateKey: .init(caKey))
 
+        let issuer = LeafIssuer(name: caName, key: caKey, keyID: caKeyID, notBefore: notBefore, notAfter: notAfter)
         let serverKey = P256.Signing.PrivateKey()
-        let server = try Certificate(
-            version: .v3, serialNumber: .init(), publicKey: .init(serverKey.publicKey),
-            notValidBefore: notBefore, notValidAfter: notAfter, issuer: caName,
-            subject: try DistinguishedName {
-                OrganizationName("apns-worker simulator")
-                CommonName("localhost")
-            },
-            signatureAlgorithm: .ecdsaWithSHA256,
-            extensions: try Certificate.Extensions {
-                Critical(BasicConstraints.notCertificateAuthority)
-                Critical(KeyUsage(digitalSignature: true))
-                try ExtendedKeyUsage([.serverAuth])
-                SubjectAlternativeNames(
-                    [.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))]
-                        + serverNames.map { .dnsName($0) })
-                SubjectKeyIdentifier(keyIdentifier: keyIdentifier(serverKey.publicKey))
-                AuthorityKeyIdentifier(keyIdentifier: caKeyID)
-            },
-            issuerPrivateKey: .init(caKey))
-
+        let server = try issuer.leaf(
+            commonName: "localhost", key: serverKey, usage: .serverAuth,
+            alternativeNames: [.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))]
+                + serverNames.map { .dnsName($0) })
         let clientKey = P256.Signing.PrivateKey()
-        let client = try Certificate(
-            version: .v3, serialNumber: .init(), publicKey: .init(clientKey.publicKey),
-            notValidBefore: notBefore, notValidAfter: notAfter, issuer: caName,
-            subject: try DistinguishedName {
-                OrganizationName("apns-worker simulator")
-                CommonName("Apple Push Services: \(clientBundleID)")
-            },
-            signatureAlgorithm: .ecdsaWithSHA256,
-            extensions: try Certificate.Extensions {
-                Critical(BasicConstraints.notCertificateAuthority)
-                Critical(KeyUsage(digitalSignature: true))
-                try ExtendedKeyUsage([.clientAuth])
-                SubjectKeyIdentifier(keyIdentifier: keyIdentifier(clientKey.publicKey))
-                AuthorityKeyIdentifier(keyIdentifier: caKeyID)
-            },
-            issuerPrivateKey: .init(caKey))
+        let client = try issuer.leaf(
+            commonName: "Apple Push Services: \(clientBundleID)", key: clientKey, usage: .clientAuth, alternativeNames: nil)
 
         let tokenKey = P256.Signing.PrivateKey()
 
@@ -199,8 +170,41 @@ public enum SimulatorCredentials {
             : try generate(into: directory, teamID: teamID, keyID: keyID, serverNames: serverNames)
     }
 
+    /// The simulator CA signing its two leaf certificates, which differ only in name, usage and
+    /// alternative names.
+    private struct LeafIssuer {
+        var name: DistinguishedName
+        var key: P256.Signing.PrivateKey
+        var keyID: ArraySlice<UInt8>
+        var notBefore: Date
+        var notAfter: Date
+
+        func leaf(
+            commonName: String, key leafKey: P256.Signing.PrivateKey, usage: ExtendedKeyUsage.Usage,
+            alternativeNames: [GeneralName]?
+        ) throws -> Certificate {
+            try Certificate(
+                version: .v3, serialNumber: .init(), publicKey: .init(leafKey.publicKey),
+                notValidBefore: notBefore, notValidAfter: notAfter, issuer: name,
+                subject: try DistinguishedName {
+                    OrganizationName("apns-worker simulator")
+                    CommonName(commonName)
+                },
+                signatureAlgorithm: .ecdsaWithSHA256,
+                extensions: try Certificate.Extensions {
+                    Critical(BasicConstraints.notCertificateAuthority)
+                    Critical(KeyUsage(digitalSignature: true))
+                    try ExtendedKeyUsage([usage])
+                    if let alternativeNames { SubjectAlternativeNames(alternativeNames) }
+                    SubjectKeyIdentifier(keyIdentifier: SimulatorCredentials.keyIdentifier(leafKey.publicKey))
+                    AuthorityKeyIdentifier(keyIdentifier: keyID)
+                },
+                issuerPrivateKey: .init(key))
+        }
+    }
+
     /// RFC 5280 §4.2.1.2 method 1: SHA-1 of the public key bits.
-    private static func keyIdentifier(_ key: P256.Signing.PublicKey) -> ArraySlice<UInt8> {
+    fileprivate static func keyIdentifier(_ key: P256.Signing.PublicKey) -> ArraySlice<UInt8> {
         ArraySlice(Insecure.SHA1.hash(data: key.x963Representation))
     }
 
