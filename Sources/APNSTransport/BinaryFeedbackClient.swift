@@ -70,8 +70,7 @@ public struct BinaryFeedbackClient: Sendable {
 
     private func readAll() async throws -> [FeedbackTuple] {
         let tlsContext = self.tlsContext
-        // SNI carries names only; an IP literal is verified against the certificate's IP SANs.
-        let serverName = configuration.host.isIPAddressLiteral ? nil : configuration.host
+        let host = configuration.host
         let connectTimeout = configuration.timeout.timeAmount
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -79,7 +78,7 @@ public struct BinaryFeedbackClient: Sendable {
             .connect(host: configuration.host, port: configuration.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(NIOSSLClientHandler(context: tlsContext, serverHostname: serverName))
+                    try sync.addHandler(ClientTLS.handler(context: tlsContext, host: host))
                     return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
                 }
             }

@@ -215,7 +215,7 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
     }
 
     private func keepConnected(_ slot: Slot) async {
-        var backoff = configuration.reconnectInitialDelay
+        var backoff = ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay)
         while !shuttingDown.load(ordering: .relaxed) && !Task.isCancelled {
             let generation = slot.state.withLock { state -> Int in
                 state.generation += 1
@@ -255,8 +255,7 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
             setStatus(.backingOff, slot)
             // A connection that settled frames is replaced at once (after a short floor so a
             // gateway that accepts and drops cannot spin us); failures back off exponentially.
-            let delay = productive ? configuration.reconnectInitialDelay : backoff
-            backoff = productive ? configuration.reconnectInitialDelay : min(backoff * 2, configuration.reconnectMaxDelay)
+            let delay = backoff.delay(afterUsefulConnection: productive)
             do {
                 try await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
             } catch {
@@ -269,8 +268,6 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
     private func connect(_ slot: Slot, generation: Int) async throws -> any Channel {
         let tlsContext = self.tlsContext
         let host = configuration.host
-        // SNI carries names only; an IP literal is verified against the certificate's IP SANs.
-        let serverName = host.isIPAddressLiteral ? nil : host
         var bootstrap = ClientBootstrap(group: slot.eventLoop)
             .connectTimeout(configuration.connectTimeout.timeAmount)
             .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
@@ -282,7 +279,7 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(NIOSSLClientHandler(context: tlsContext, serverHostname: serverName))
+                    try sync.addHandler(ClientTLS.handler(context: tlsContext, host: host))
                     try sync.addHandler(
                         BinaryGatewayHandler { [self] event in
                             connectionEvent(event, channel: channel, slot: slot, generation: generation)

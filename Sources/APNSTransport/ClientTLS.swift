@@ -1,6 +1,7 @@
-/// TLS settings shared by both transports: whom to trust for the server's certificate and how
-/// the client context is built (full verification, optional client certificate), so the HTTP/2
-/// and binary transports cannot drift apart on verification.
+/// TLS settings shared by the HTTP/2 and binary transports and the feedback client: whom to
+/// trust for the server's certificate, how the client context is built (full verification,
+/// optional client certificate) and which name SNI sends, so they cannot drift apart.
+import NIOCore
 import NIOSSL
 
 /// Whom to trust for the server's certificate.
@@ -29,5 +30,12 @@ enum ClientTLS {
             tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: certificate.keyFile, format: .pem))
         }
         return try NIOSSLContext(configuration: tls)
+    }
+
+    /// The TLS handler for a connection to `host`. SNI carries names only; an IP literal is
+    /// verified against the certificate's IP SANs instead.
+    static func handler(context: NIOSSLContext, host: String) throws -> NIOSSLClientHandler {
+        let isIPAddress = (try? SocketAddress(ipAddress: host, port: 0)) != nil
+        return try NIOSSLClientHandler(context: context, serverHostname: isIPAddress ? nil : host)
     }
 }

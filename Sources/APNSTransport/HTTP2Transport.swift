@@ -219,7 +219,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     private var isShuttingDown: Bool { state.withLock { $0.pool.shuttingDown } }
 
     private func keepConnected(slot: Int) async {
-        var backoff = configuration.reconnectInitialDelay
+        var backoff = ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay)
         while !isShuttingDown && !Task.isCancelled {
             let generation = mutatePool { $0.connecting(slot: slot) }
             var wasUsed = false
@@ -251,8 +251,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
             if isShuttingDown { break }
             // A connection that served is replaced at once (after a short floor so a server
             // that accepts and drops cannot spin us); failures back off exponentially.
-            let delay = wasUsed ? configuration.reconnectInitialDelay : backoff
-            backoff = wasUsed ? configuration.reconnectInitialDelay : min(backoff * 2, configuration.reconnectMaxDelay)
+            let delay = backoff.delay(afterUsefulConnection: wasUsed)
             do {
                 try await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
             } catch {
@@ -264,8 +263,6 @@ public final class HTTP2Transport: NotificationTransport, Service {
     private func connect(slot: Int, generation: Int) async throws -> any Channel {
         let tlsContext = self.tlsContext
         let host = configuration.host
-        // SNI carries names only; an IP literal is verified against the certificate's IP SANs.
-        let serverName = host.isIPAddressLiteral ? nil : host
         let pingInterval = configuration.pingInterval.timeAmount
         let bootstrap = ClientBootstrap(group: eventLoopGroup)
             .connectTimeout(configuration.connectTimeout.timeAmount)
@@ -273,7 +270,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(NIOSSLClientHandler(context: tlsContext, serverHostname: serverName))
+                    try sync.addHandler(ClientTLS.handler(context: tlsContext, host: host))
                     try sync.addHandler(
                         NIOHTTP2Handler(
                             mode: .client,
@@ -328,8 +325,3 @@ extension HTTP2Transport: TransportStatusReporting {
     }
 }
 
-extension String {
-    var isIPAddressLiteral: Bool {
-        (try? SocketAddress(ipAddress: self, port: 0)) != nil
-    }
-}
