@@ -32,7 +32,10 @@ struct StatusPage {
     }
 
     func bundleRow(_ bundle: WorkerStatus.Bundle) -> [String: Any] {
-        let jobs = bundle.activity.jobs, perMinute = bundle.activity.perMinute
+        // Keyed by the ends' raw values (the JSON API's names); read through the enum so a
+        // renamed end cannot silently show zeros here.
+        let jobs = { (end: OutcomeRouter.End) in bundle.activity.jobs[end.rawValue, default: 0] }
+        let perMinute = { (end: OutcomeRouter.End) in bundle.activity.perMinute[end.rawValue, default: 0] }
         let totals = depths.map { QueueTotals(depths: $0, bundleID: bundle.bundleID) }
         let connections = bundle.connections.isEmpty
             ? "-" : bundle.connections.sorted { $0.key < $1.key }.filter { $0.value > 0 }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
@@ -40,13 +43,13 @@ struct StatusPage {
             "bundleID": bundle.bundleID,
             "held": bundle.held,
             "heldText": bundle.held ? "yes" : "no",
-            "delivered": jobs["delivered", default: 0],
-            "invalidToken": jobs["invalid_token", default: 0],
-            "retried": jobs["retry", default: 0],
-            "dead": jobs["dead", default: 0],
-            "deliveredPerMinute": perMinute["delivered", default: 0],
-            "retriedPerMinute": perMinute["retry", default: 0],
-            "deadPerMinute": perMinute["dead", default: 0],
+            "delivered": jobs(.delivered),
+            "invalidToken": jobs(.invalidToken),
+            "retried": jobs(.retry),
+            "dead": jobs(.dead),
+            "deliveredPerMinute": perMinute(.delivered),
+            "retriedPerMinute": perMinute(.retry),
+            "deadPerMinute": perMinute(.dead),
             "inFlight": bundle.activity.inFlight,
             "connections": connections.isEmpty ? "none" : connections,
             "workDepth": totals.map { "\($0.work)" } ?? "?",
