@@ -187,7 +187,7 @@ public final class BundlePipeline: Sendable {
         switch parse(delivery) {
         case .failure(let error):
             let context = OutcomeRouter.JobContext(
-                message: delivery.message, jobID: delivery.message.properties.messageID, tokenHex: nil,
+                message: delivery.message, jobID: delivery.message.properties.messageID, token: nil,
                 previousAttempts: previousAttempts)
             logger.warning("malformed job", metadata: ["job.error": "\(error)", "job.reason": "\(error.reason)"])
             await settle(delivery, router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: Date()))
@@ -197,7 +197,7 @@ public final class BundlePipeline: Sendable {
             job = parsed
         }
         let context = OutcomeRouter.JobContext(
-            message: delivery.message, jobID: job.id.uuidString, tokenHex: job.token.hex, previousAttempts: previousAttempts)
+            message: delivery.message, jobID: job.id.uuidString, token: job.token, previousAttempts: previousAttempts)
         log(job, attempt: previousAttempts + 1, redelivered: delivery.message.redelivered)
         statistics.jobReceived(bundle: settings.bundleID)
         if case .hold(let why) = gate(job) {
@@ -262,11 +262,11 @@ public final class BundlePipeline: Sendable {
         count(Self.end(of: route, outcome: outcome), since: started)
         switch outcome {
         case .delivered:
-            logger.info("job delivered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.token": "\(Self.redacted(context.tokenHex))"])
+            logger.info("job delivered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.token": "\(context.token?.redacted ?? "-")"])
         case .invalidToken(let reason, _):
             logger.info(
                 "device token invalid; feedback event published",
-                metadata: ["job.id": "\(context.jobID ?? "-")", "apns.token": "\(Self.redacted(context.tokenHex))", "apns.reason": "\(reason)"])
+                metadata: ["job.id": "\(context.jobID ?? "-")", "apns.token": "\(context.token?.redacted ?? "-")", "apns.reason": "\(reason)"])
         default:
             break
         }
@@ -282,10 +282,6 @@ public final class BundlePipeline: Sendable {
     func count(_ end: OutcomeRouter.End, since started: ContinuousClock.Instant) {
         ends.withLock { $0[end, default: 0] += 1 }
         statistics.jobEnded(bundle: settings.bundleID, end: end, after: started.duration(to: .now))
-    }
-
-    static func redacted(_ tokenHex: String?) -> String {
-        tokenHex.flatMap(DeviceToken.init(hex:))?.redacted ?? "-"
     }
 
     static func end(of route: OutcomeRouter.Route, outcome: Outcome) -> OutcomeRouter.End {

@@ -34,15 +34,16 @@ public struct OutcomeRouter: Sendable {
         public var message: AMQPDeliveredMessage
         /// The job id (`apns-id`), when the body parsed far enough to have one.
         public var jobID: String?
-        /// The device token in hex, when the body parsed far enough to have one.
-        public var tokenHex: String?
+        /// The device token, when the body parsed far enough to have one (hex for feedback
+        /// events, redacted for logs).
+        public var token: DeviceToken?
         /// Attempts made before this one (`x-apns-attempt` of the delivery, 0 when absent).
         public var previousAttempts: Int
 
-        public init(message: AMQPDeliveredMessage, jobID: String?, tokenHex: String?, previousAttempts: Int) {
+        public init(message: AMQPDeliveredMessage, jobID: String?, token: DeviceToken?, previousAttempts: Int) {
             self.message = message
             self.jobID = jobID
-            self.tokenHex = tokenHex
+            self.token = token
             self.previousAttempts = previousAttempts
         }
 
@@ -102,7 +103,7 @@ public struct OutcomeRouter: Sendable {
 
     func feedbackEvent(job: JobContext, reason: String, timestamp: Int64?) -> AMQPOutboundMessage {
         Self.feedbackMessage(
-            FeedbackEvent(bundleId: bundleID, token: job.tokenHex ?? "", reason: reason, timestamp: timestamp, jobId: job.jobID))
+            FeedbackEvent(bundleId: bundleID, token: job.token?.hex ?? "", reason: reason, timestamp: timestamp, jobId: job.jobID))
     }
 
     /// The event for a token the legacy feedback service reported: reason `Unregistered` (the

@@ -19,7 +19,7 @@ import Testing
         let message = AMQPDeliveredMessage(
             exchange: "apns.jobs", routingKey: bundle, redelivered: false, body: Array(#"{"token":"ab"}"#.utf8),
             properties: props)
-        return .init(message: message, jobID: "5E2D0C8B-7E4B-4C8A-9A51-6C0E8C7B7D11", tokenHex: "abcd",
+        return .init(message: message, jobID: "5E2D0C8B-7E4B-4C8A-9A51-6C0E8C7B7D11", token: DeviceToken(hex: "abcd"),
                      previousAttempts: OutcomeRouter.JobContext.previousAttempts(in: message))
     }
 
