@@ -25,6 +25,9 @@ public final class QueueInspector: Sendable {
     /// How long to wait for the next message of a queue that reported more ready messages
     /// (another client may have taken them meanwhile).
     public let deliveryWait: Duration
+    /// How long an operation waits, before returning, for the messages it held to be ready in
+    /// their queues again (see `waitForHandBack`).
+    public let handBackWait: Duration
     private let logger: Logger
 
     /// The most messages one consumer can hold unacked (AMQP prefetch is 16 bits): a listing
@@ -33,12 +36,16 @@ public final class QueueInspector: Sendable {
     /// Confirmed publishes in flight at once while moving jobs.
     static let movesInFlight = 256
 
-    public init(amqp: AMQPConfiguration, bundleIDs: [String], retryDelays: [Duration], logger: Logger, deliveryWait: Duration = .seconds(3)) {
+    public init(
+        amqp: AMQPConfiguration, bundleIDs: [String], retryDelays: [Duration], logger: Logger,
+        deliveryWait: Duration = .seconds(3), handBackWait: Duration = .seconds(5)
+    ) {
         self.amqp = amqp
         self.bundleIDs = bundleIDs
         self.retryDelays = retryDelays
         self.logger = logger
         self.deliveryWait = deliveryWait
+        self.handBackWait = handBackWait
     }
 
     /// The broker, bundles and retry delays of a worker configuration.
@@ -244,7 +251,7 @@ public final class QueueInspector: Sendable {
         return (taken, Int(info.messageCount))
     }
 
-    /// Waits (at most 5 s) until every queue has at least `ready` messages ready again. The
+    /// Waits (at most `handBackWait`) until every queue has at least `ready` messages ready again. The
     /// broker requeues a closed connection's unacked messages after the close returns (quorum
     /// queues through their log), so without this an operation started right after another
     /// could miss the messages still on their way back. Only operators take from dead and retry
@@ -252,7 +259,7 @@ public final class QueueInspector: Sendable {
     private func waitForHandBack(_ ready: [String: Int]) async {
         let pending = ready.filter { $0.value > 0 }
         guard !pending.isEmpty else { return }
-        let deadline = ContinuousClock.now + .seconds(5)
+        let deadline = ContinuousClock.now + handBackWait
         do {
             try await withConnection("hand-back") { connection in
                 for (queue, expected) in pending {

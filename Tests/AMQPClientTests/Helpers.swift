@@ -68,25 +68,25 @@ extension AMQPDelivery {
 }
 
 extension BrokerCoordinates {
-    func object(_ path: String) throws -> [String: Any] {
-        guard let object = try managementJSON(path) as? [String: Any] else { throw TestSupportError("\(path) is not an object") }
+    func object(_ path: String) async throws -> [String: Any] {
+        guard let object = try await managementJSON(path) as? [String: Any] else { throw TestSupportError("\(path) is not an object") }
         return object
     }
 
-    func array(_ path: String) throws -> [[String: Any]] {
-        guard let array = try managementJSON(path) as? [[String: Any]] else { throw TestSupportError("\(path) is not an array") }
+    func array(_ path: String) async throws -> [[String: Any]] {
+        guard let array = try await managementJSON(path) as? [[String: Any]] else { throw TestSupportError("\(path) is not an array") }
         return array
     }
 
     /// Closes the broker side of our connection named `connectionName` (management API DELETE):
     /// a connection loss that disturbs nobody else on the shared broker.
-    func forceClose(connectionName: String) throws {
-        let connections = try array("/connections")
+    func forceClose(connectionName: String) async throws {
+        let connections = try await array("/connections")
         guard let entry = connections.first(where: { ($0["client_properties"] as? [String: Any])?["connection_name"] as? String == connectionName }),
             let name = entry["name"] as? String
         else { throw TestSupportError("connection \(connectionName) not listed") }
         let encoded = name.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? name
-        let result = try runProcess("/usr/bin/curl", ["-fsS", "-u", "guest:guest", "-X", "DELETE", managementURL + "/api/connections/" + encoded])
+        let result = try await runProcess("/usr/bin/curl", ["-fsS", "-u", "guest:guest", "-X", "DELETE", managementURL + "/api/connections/" + encoded])
         guard result.status == 0 else { throw TestSupportError("DELETE connection failed: \(result.stderr)") }
     }
 }

@@ -36,7 +36,7 @@ struct MessagingTests {
             #expect(await connection.reject(third, requeue: false) == .settled)
             #expect(await connection.ack(again) == .settled)
 
-            try await eventually(.seconds(5), "queue drained") {
+            try await eventually(.seconds(30), "queue drained") {
                 let info = try await connection.inspectQueue(queue)
                 return info.messageCount == 0 && info.consumerCount == 1
             }
@@ -72,7 +72,7 @@ struct MessagingTests {
                     #expect(await connection.nack(leftover, requeue: true) == .settled)
                 }
                 let expected = total - acked
-                try await eventually(.seconds(5), "round \(round): \(expected) ready with the connection still open") {
+                try await eventually(.seconds(30), "round \(round): \(expected) ready with the connection still open") {
                     try await connection.inspectQueue(queue).messageCount == UInt32(expected)
                 }
             }
@@ -211,7 +211,7 @@ struct MessagingTests {
             await consumer.cancel()
 
             var dead: AMQPDelivery?
-            try await eventually(.seconds(5), "dead-lettered message") {
+            try await eventually(.seconds(30), "dead-lettered message") {
                 dead = try await connection.get(queue: target)
                 return dead != nil
             }

@@ -12,15 +12,16 @@ struct RecoveryTests {
     @Test func heartbeatsKeepAnIdleConnectionAlive() async throws {
         let broker = try TestBroker.require()
         let name = uniqueName("heartbeat")
-        try await withConnection(configuration(broker, name: name, heartbeat: .seconds(2))) { connection in
+        try await withConnection(configuration(broker, name: name, heartbeat: .seconds(5))) { connection in
             // The management API lists a new connection after its next stats tick.
             try await eventually(.seconds(15), "connection listed with its heartbeat") {
-                let listed = (try? broker.array("/connections"))?.first { ($0["client_properties"] as? [String: Any])?["connection_name"] as? String == name }
-                return (listed?["timeout"] as? Int) == 2
+                let listed = await (try? broker.array("/connections"))?.first { ($0["client_properties"] as? [String: Any])?["connection_name"] as? String == name }
+                return (listed?["timeout"] as? Int) == 5
             }
             // Idle for more than two heartbeat intervals: without heartbeats the broker would
-            // close the connection after ~4 s.
-            try await Task.sleep(for: .seconds(7))
+            // close the connection after ~10 s. (5 s rather than less: a loaded machine can delay
+            // the broker's or our heartbeat thread by seconds, and two missed beats end it.)
+            try await Task.sleep(for: .seconds(12))
             #expect(connection.state == .connected)
             #expect(connection.connectionCount == 1, "no reconnect happened")
             let queue = uniqueName("heartbeat")
@@ -45,9 +46,9 @@ struct RecoveryTests {
             #expect(!old.message.redelivered)
 
             try await eventually(.seconds(15), "connection listed by the management API") {
-                (try? broker.array("/connections"))?.contains { ($0["client_properties"] as? [String: Any])?["connection_name"] as? String == name } ?? false
+                await (try? broker.array("/connections"))?.contains { ($0["client_properties"] as? [String: Any])?["connection_name"] as? String == name } ?? false
             }
-            try broker.forceClose(connectionName: name)
+            try await broker.forceClose(connectionName: name)
             try await eventually(.seconds(15), "reconnected") { connection.connectionCount >= 2 && connection.state == .connected }
 
             // The same stream continues: the unacked message comes again on the new channel.
@@ -61,7 +62,7 @@ struct RecoveryTests {
             // Same numeric tag, different channel generation: the old one must not be sent.
             #expect(await connection.ack(old) == .stale)
             #expect(await connection.ack(again) == .settled)
-            try await eventually(.seconds(5), "acked") { try await connection.inspectQueue(queue).messageCount == 0 }
+            try await eventually(.seconds(30), "acked") { try await connection.inspectQueue(queue).messageCount == 0 }
             try await connection.deleteQueue(queue)
         }
     }
@@ -98,52 +99,52 @@ struct RecoveryTests {
 @Suite(.enabled(if: TestBroker.isAvailable), .serialized)
 struct BrokerRestartTests {
     @Test func recoversAfterStopAppWithoutLosingConfirmedMessages() async throws {
-        let broker = try PrivateBroker.start()
-        defer { broker.stop() }
-        let coordinates = broker.coordinates
-        let bundle = uniqueName("com.example.restart")
-        let plan = TopologyPlan(bundleIDs: [bundle], retryDelays: [.seconds(10)], queueType: .quorum)
-        let workQueue = TopologyNames.workQueue(bundle)
-        try await withConnection(configuration(coordinates, backoff: AMQPBackoff(initial: .milliseconds(200), maximum: .seconds(1)))) { connection in
-            try await connection.declare(plan)
-            func publishJobs(_ range: Range<Int>) async throws {
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    for i in range {
-                        group.addTask {
-                            try await connection.publish(AMQPOutboundMessage(
-                                exchange: TopologyNames.jobsExchange, routingKey: bundle, body: Array("job-\(i)".utf8), properties: .persistentJSON))
+        try await withPrivateBroker { broker in
+            let coordinates = broker.coordinates
+            let bundle = uniqueName("com.example.restart")
+            let plan = TopologyPlan(bundleIDs: [bundle], retryDelays: [.seconds(10)], queueType: .quorum)
+            let workQueue = TopologyNames.workQueue(bundle)
+            try await withConnection(configuration(coordinates, backoff: AMQPBackoff(initial: .milliseconds(200), maximum: .seconds(1)))) { connection in
+                try await connection.declare(plan)
+                func publishJobs(_ range: Range<Int>) async throws {
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        for i in range {
+                            group.addTask {
+                                try await connection.publish(AMQPOutboundMessage(
+                                    exchange: TopologyNames.jobsExchange, routingKey: bundle, body: Array("job-\(i)".utf8), properties: .persistentJSON))
+                            }
                         }
+                        try await group.waitForAll()
                     }
-                    try await group.waitForAll()
                 }
+                try await publishJobs(0..<50)
+                let consumer = try await connection.consume(queue: workQueue, prefetch: 20)
+                var iterator = consumer.makeAsyncIterator()
+                let held = try #require(try await iterator.next())
+
+                try await coordinates.ctl("stop_app")
+                try await eventually(.seconds(30), "connection loss noticed") { connection.state != .connected }
+                await #expect(throws: AMQPError.self) { try await publishJobs(1000..<1001) }
+                try await coordinates.ctl("start_app")
+                try await eventually(.seconds(60), "reconnected") { connection.state == .connected && connection.connectionCount >= 2 }
+                #expect(await connection.ack(held) == .stale)
+
+                // Topology was re-declared and publishing works again.
+                try await publishJobs(50..<100)
+                var seen = Set<String>()
+                let expected = Set((0..<100).map { "job-\($0)" })
+                try await withTimeout(.seconds(60), "all confirmed jobs consumed") { [iterator] in
+                    var stream = iterator
+                    var received = Set<String>()
+                    while received.count < 100, let delivery = try await stream.next() {
+                        if expected.contains(delivery.text) { received.insert(delivery.text) }
+                        await connection.ack(delivery)
+                    }
+                    return received
+                }.forEach { seen.insert($0) }
+                #expect(seen == expected, "no confirmed message was lost")
+                await consumer.cancel()
             }
-            try await publishJobs(0..<50)
-            let consumer = try await connection.consume(queue: workQueue, prefetch: 20)
-            var iterator = consumer.makeAsyncIterator()
-            let held = try #require(try await iterator.next())
-
-            try coordinates.ctl("stop_app")
-            try await eventually(.seconds(30), "connection loss noticed") { connection.state != .connected }
-            await #expect(throws: AMQPError.self) { try await publishJobs(1000..<1001) }
-            try coordinates.ctl("start_app")
-            try await eventually(.seconds(60), "reconnected") { connection.state == .connected && connection.connectionCount >= 2 }
-            #expect(await connection.ack(held) == .stale)
-
-            // Topology was re-declared and publishing works again.
-            try await publishJobs(50..<100)
-            var seen = Set<String>()
-            let expected = Set((0..<100).map { "job-\($0)" })
-            try await withTimeout(.seconds(60), "all confirmed jobs consumed") { [iterator] in
-                var stream = iterator
-                var received = Set<String>()
-                while received.count < 100, let delivery = try await stream.next() {
-                    if expected.contains(delivery.text) { received.insert(delivery.text) }
-                    await connection.ack(delivery)
-                }
-                return received
-            }.forEach { seen.insert($0) }
-            #expect(seen == expected, "no confirmed message was lost")
-            await consumer.cancel()
         }
     }
 }

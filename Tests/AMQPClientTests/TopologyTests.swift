@@ -14,18 +14,18 @@ struct TopologyTests {
         try await withConnection(configuration(broker)) { connection in
         try await connection.declare(plan)
 
-        let jobs = try broker.object("/exchanges/%2f/apns.jobs")
+        let jobs = try await broker.object("/exchanges/%2f/apns.jobs")
         #expect(jobs["type"] as? String == "direct")
         #expect(jobs["durable"] as? Bool == true)
         #expect((jobs["arguments"] as? [String: Any])?["alternate-exchange"] as? String == "apns.unrouted")
-        #expect(try broker.object("/exchanges/%2f/apns.unrouted")["type"] as? String == "fanout")
-        #expect(try broker.object("/exchanges/%2f/apns.feedback")["type"] as? String == "topic")
+        await #expect(try broker.object("/exchanges/%2f/apns.unrouted")["type"] as? String == "fanout")
+        await #expect(try broker.object("/exchanges/%2f/apns.feedback")["type"] as? String == "topic")
 
-        let work = try broker.object("/queues/%2f/apns.\(bundle)")
+        let work = try await broker.object("/queues/%2f/apns.\(bundle)")
         #expect(work["type"] as? String == "quorum")
         #expect(work["durable"] as? Bool == true)
 
-        let retry = try broker.object("/queues/%2f/apns.\(bundle).retry.10s")
+        let retry = try await broker.object("/queues/%2f/apns.\(bundle).retry.10s")
         let arguments = try #require(retry["arguments"] as? [String: Any])
         #expect(arguments["x-queue-type"] as? String == "quorum")
         #expect((arguments["x-message-ttl"] as? NSNumber)?.int64Value == 10_000)
@@ -33,12 +33,12 @@ struct TopologyTests {
         #expect(arguments["x-dead-letter-routing-key"] as? String == "apns.\(bundle)")
         #expect(arguments["x-dead-letter-strategy"] as? String == "at-least-once")
         #expect(arguments["x-overflow"] as? String == "reject-publish")
-        #expect(((try broker.object("/queues/%2f/apns.\(bundle).retry.1m"))["arguments"] as? [String: Any])?["x-message-ttl"] as? Int == 60_000)
-        #expect(try broker.object("/queues/%2f/apns.\(bundle).dead")["type"] as? String == "quorum")
+        await #expect(((try broker.object("/queues/%2f/apns.\(bundle).retry.1m"))["arguments"] as? [String: Any])?["x-message-ttl"] as? Int == 60_000)
+        await #expect(try broker.object("/queues/%2f/apns.\(bundle).dead")["type"] as? String == "quorum")
 
-        let bindings = try broker.array("/queues/%2f/apns.\(bundle)/bindings")
+        let bindings = try await broker.array("/queues/%2f/apns.\(bundle)/bindings")
         #expect(bindings.contains { $0["source"] as? String == "apns.jobs" && $0["routing_key"] as? String == bundle })
-        let unroutedBindings = try broker.array("/queues/%2f/apns.unrouted/bindings")
+        let unroutedBindings = try await broker.array("/queues/%2f/apns.unrouted/bindings")
         #expect(unroutedBindings.contains { $0["source"] as? String == "apns.unrouted" })
 
         // Declaring the same plan again is a no-op, and the queue counts are readable.

@@ -41,10 +41,10 @@ struct AdminBrowserTests {
     }
 
     /// `curl` status code and body.
-    static func get(_ url: String, bearer: Bool) throws -> (status: Int, body: String) {
+    static func get(_ url: String, bearer: Bool) async throws -> (status: Int, body: String) {
         var arguments = ["-sS", "-o", "-", "-w", "\n%{http_code}", url]
         if bearer { arguments += ["-H", "Authorization: Bearer \(AdminHarness.token)"] }
-        let result = try runProcess(curl, arguments)
+        let result = try await runProcess(curl, arguments)
         guard result.status == 0, let newline = result.stdout.lastIndex(of: "\n") else {
             throw TestSupportError("curl \(url) failed: \(result.stderr)")
         }
@@ -57,15 +57,15 @@ struct AdminBrowserTests {
             try await waitUntil("the job to be delivered") { harness.jobs("delivered") == 1 }
             try await Self.serving(harness) { port in
                 let base = "http://127.0.0.1:\(port)"
-                #expect(try Self.get(base + "/health", bearer: false) == (200, "ok\n"))
-                #expect(try Self.get(base + "/ready", bearer: false).status == 401)
-                let ready = try Self.get(base + "/ready", bearer: true)
+                await #expect(try Self.get(base + "/health", bearer: false) == (200, "ok\n"))
+                await #expect(try Self.get(base + "/ready", bearer: false).status == 401)
+                let ready = try await Self.get(base + "/ready", bearer: true)
                 #expect(ready.status == 200)
                 #expect(ready.body.contains(#""ready" : true"#))
-                let status = try Self.get(base + "/api/status", bearer: true)
+                let status = try await Self.get(base + "/api/status", bearer: true)
                 #expect(status.status == 200)
                 #expect(status.body.contains(harness.bundle))
-                let metrics = try Self.get(base + "/metrics", bearer: true)
+                let metrics = try await Self.get(base + "/metrics", bearer: true)
                 #expect(metrics.status == 200)
                 let parsed = try PrometheusText.parse(metrics.body)
                 #expect(parsed.value("apns_worker_jobs_total", ["bundle": harness.bundle, "outcome": "delivered"]) == 1)
@@ -89,7 +89,7 @@ struct AdminBrowserTests {
                     "--user-data-dir=\(directory)/profile", "--window-size=1280,1024",
                 ]
 
-                let dom = try runProcess(Self.chromium, common + ["--dump-dom", url])
+                let dom = try await runProcess(Self.chromium, common + ["--dump-dom", url])
                 #expect(dom.status == 0, "chromium --dump-dom: \(dom.stderr.suffix(500))")
                 #expect(dom.stdout.contains(#"<tr class="bundle-row" data-bundle="\#(harness.bundle)">"#))
                 for id in dead {
@@ -102,14 +102,14 @@ struct AdminBrowserTests {
                 #expect(dom.stdout.contains("&lt;script&gt;alert('x')&lt;/script&gt;"))
 
                 let screenshot = directory + "/page.png"
-                let shot = try runProcess(Self.chromium, common + ["--screenshot=\(screenshot)", url])
+                let shot = try await runProcess(Self.chromium, common + ["--screenshot=\(screenshot)", url])
                 #expect(shot.status == 0, "chromium --screenshot: \(shot.stderr.suffix(500))")
                 // For a person to look at: APNS_TEST_SCREENSHOT=/path/page.png keeps a copy.
                 if let keep = ProcessInfo.processInfo.environment["APNS_TEST_SCREENSHOT"] {
                     try? FileManager.default.removeItem(atPath: keep)
                     try FileManager.default.copyItem(atPath: screenshot, toPath: keep)
                 }
-                let colours = try runProcess(
+                let colours = try await runProcess(
                     "/usr/bin/env",
                     ["python3", repositoryRoot + "/Tests/APNSAdminTests/Scripts/png_colors.py", screenshot, Self.bundleHeaderColour, Self.deadJobsHeaderColour])
                 #expect(colours.status == 0, "png_colors.py: \(colours.stderr)")

@@ -83,7 +83,7 @@ final class AdminHarness: Sendable {
                 probeInterval: .seconds(60), shutdownDeadline: .seconds(5)),
             broker: workerConnection, transport: EnvironmentRouter([.production: transport]), statistics: statistics, logger: logger)
         let worker = WorkerService(broker: workerConnection, topology: plan, pipelines: [pipeline], logger: logger)
-        let queues = QueueInspector(amqp: amqp, bundleIDs: [bundle], retryDelays: [retryDelay], logger: logger, deliveryWait: .seconds(1))
+        let queues = QueueInspector(amqp: amqp, bundleIDs: [bundle], retryDelays: [retryDelay], logger: logger, deliveryWait: .seconds(10), handBackWait: .seconds(30))
         let admin = try AdminService(
             settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: token), worker: worker, queues: queues,
             registry: TestMetrics.registry, logger: logger)

@@ -316,7 +316,7 @@ struct AdminReadinessTests {
 /// `apns-worker run` itself refuses an admin server beyond loopback without a token.
 @Suite struct AdminStartupTests {
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: workerExecutable), "apns-worker is not built"))
-    func runRefusesToStartWithoutATokenBeyondLoopback() throws {
+    func runRefusesToStartWithoutATokenBeyondLoopback() async throws {
         let directory = NSTemporaryDirectory() + "apnsw-admin-start-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -330,7 +330,7 @@ struct AdminReadinessTests {
             certFile = cert.pem
             keyFile = key.pem
             """.write(toFile: config, atomically: true, encoding: .utf8)
-        let result = try runProcess(workerExecutable, ["run", "--config", config], environment: ["APNS_WORKER_ADMIN_TOKEN": ""])
+        let result = try await runProcess(workerExecutable, ["run", "--config", config], environment: ["APNS_WORKER_ADMIN_TOKEN": ""])
         #expect(result.status != 0)
         let lines = result.stderr.split(separator: "\n")
         #expect(lines.count == 1, "one line: \(result.stderr)")

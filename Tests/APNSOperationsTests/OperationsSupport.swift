@@ -46,8 +46,12 @@ struct TestBundle {
     var dead: String { TopologyNames.deadQueue(bundleID) }
     func retry(_ index: Int) -> String { TopologyNames.retryQueue(bundleID, delay: retryDelays[index]) }
 
-    func inspector(bundles: [String]? = nil) throws -> QueueInspector {
-        QueueInspector(amqp: try amqpConfiguration(broker), bundleIDs: bundles ?? [bundleID], retryDelays: retryDelays, logger: testLogger())
+    /// Waits generous for a loaded CI machine: a listing that stops waiting for the next
+    /// message, or returns before its messages are back, makes the next step's counts wrong.
+    func inspector(bundles: [String]? = nil, handBackWait: Duration = .seconds(30)) throws -> QueueInspector {
+        QueueInspector(
+            amqp: try amqpConfiguration(broker), bundleIDs: bundles ?? [bundleID], retryDelays: retryDelays, logger: testLogger(),
+            deliveryWait: .seconds(10), handBackWait: handBackWait)
     }
 
     @discardableResult

@@ -115,13 +115,13 @@ enum RawTLSClient {
 
 /// The same exchange from Python's `ssl` module.
 enum PythonTLSClient {
-    static func exchange(port: Int, _ bytes: [UInt8], identity: ClientIdentity = .simulator, readWindow: Double = 5) throws -> RawExchange {
+    static func exchange(port: Int, _ bytes: [UInt8], identity: ClientIdentity = .simulator, readWindow: Double = 5) async throws -> RawExchange {
         let files = identity.files
         let arguments = [
             "-c", script, String(port), SimulatorTestEnvironment.credentials.caCertificatePath, files?.cert ?? "", files?.key ?? "",
             bytes.map { String(format: "%02x", $0) }.joined(), String(readWindow),
         ]
-        let result = try runProcess("/usr/bin/python3", arguments)
+        let result = try await runProcess("/usr/bin/python3", arguments)
         guard result.status == 0 else { throw TestSupportError("python ssl client failed (\(result.status)): \(result.stderr)") }
         let parts = result.stdout.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: ",", omittingEmptySubsequences: false)
         guard parts.count == 2 else { throw TestSupportError("unexpected python output: \(result.stdout)") }

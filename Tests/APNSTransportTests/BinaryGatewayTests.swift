@@ -74,6 +74,7 @@ struct BinaryGatewayTests {
             let exchange = try await RawTLSClient.exchange(port: try #require(simulator.binaryPort), frame, readWindow: .seconds(2))
             #expect(exchange.received.isEmpty)
             #expect(!exchange.closedByServer)
+            try await waitUntil("the gateway records the frame") { simulator.counters().binaryAccepted == 1 }
             let record = try #require(simulator.accepted().first)
             #expect(record.transport == .binary)
             #expect(record.binaryIdentifier == 42)
@@ -157,7 +158,7 @@ struct BinaryGatewayTests {
             let token = BinaryFrames.token()
             simulator.script(token: DeviceToken(bytes: token).hex, .binaryStatus(8))
             // Python: send the bad frame, read the error, then try another frame on the same socket.
-            let result = try runPython(port: port, first: BinaryFrames.valid(identifier: 1, token: token), second: BinaryFrames.valid(identifier: 2))
+            let result = try await runPython(port: port, first: BinaryFrames.valid(identifier: 1, token: token), second: BinaryFrames.valid(identifier: 2))
             #expect(result.hasPrefix("080800000001"))
             #expect(simulator.accepted().isEmpty)
             #expect(simulator.counters().binaryReceived == 1)
@@ -198,7 +199,7 @@ struct BinaryGatewayTests {
             var next: UInt32 = 1
             var failed: [UInt32] = []
             while next <= 6 {
-                let exchange = try await RawTLSClient.exchange(port: port, BinaryFrames.batch(next...6).bytes, readWindow: .seconds(3))
+                let exchange = try await RawTLSClient.exchange(port: port, BinaryFrames.batch(next...6).bytes, readWindow: .seconds(10))
                 guard let response = exchange.errorResponse else { break }
                 #expect(response.status == .invalidToken)
                 failed.append(response.identifier)
@@ -217,7 +218,7 @@ struct BinaryGatewayTests {
                 let nio = try await RawTLSClient.exchange(port: port, BinaryFrames.valid(identifier: 1), identity: identity)
                 #expect(nio.received.isEmpty)
                 #expect(nio.closedByServer)
-                let python = try PythonTLSClient.exchange(port: port, BinaryFrames.valid(identifier: 1), identity: identity)
+                let python = try await PythonTLSClient.exchange(port: port, BinaryFrames.valid(identifier: 1), identity: identity)
                 #expect(python.received.isEmpty)
                 #expect(python.closedByServer)
             }
@@ -231,7 +232,7 @@ struct BinaryGatewayTests {
         try await withGateway { simulator in
             let (bytes, tokens) = BinaryFrames.batch(1...4)
             simulator.script(token: tokens[3]!, .binaryStatus(8))
-            let exchange = try PythonTLSClient.exchange(port: try #require(simulator.binaryPort), bytes)
+            let exchange = try await PythonTLSClient.exchange(port: try #require(simulator.binaryPort), bytes)
             #expect(exchange.errorResponse == BinaryErrorResponse(status: .invalidToken, identifier: 3))
             #expect(exchange.closedByServer)
             #expect(simulator.accepted().map(\.binaryIdentifier) == [1, 2])
@@ -249,7 +250,7 @@ struct BinaryGatewayTests {
 
     /// Sends `first`, reads one error response, sends `second`, and prints the hex of everything
     /// received.
-    private func runPython(port: Int, first: [UInt8], second: [UInt8]) throws -> String {
+    private func runPython(port: Int, first: [UInt8], second: [UInt8]) async throws -> String {
         let script = #"""
             import socket, ssl, sys
             port, ca, cert, key, first, second = sys.argv[1:7]
@@ -276,7 +277,7 @@ struct BinaryGatewayTests {
             """#
         let credentials = Env.credentials
         let hex = { (bytes: [UInt8]) in bytes.map { String(format: "%02x", $0) }.joined() }
-        let result = try runProcess(
+        let result = try await runProcess(
             "/usr/bin/python3",
             ["-c", script, String(port), credentials.caCertificatePath, credentials.clientCertificatePath, credentials.clientKeyPath, hex(first), hex(second)])
         #expect(result.status == 0, "\(result.stderr)")
@@ -320,11 +321,11 @@ struct FeedbackServiceTests {
             let port = try #require(simulator.feedbackPort)
             simulator.addFeedback(token: Env.deviceToken(), timestamp: 1)
             await #expect(throws: (any Error).self) { _ = try await client(port: port, identity: .stranger).fetch() }
-            let python = try PythonTLSClient.exchange(port: port, [], identity: .none)
+            let python = try await PythonTLSClient.exchange(port: port, [], identity: .none)
             #expect(python.received.isEmpty)
             #expect(simulator.pendingFeedback().count == 1)
             // Python's ssl with the right certificate reads the raw tuple.
-            let raw = try PythonTLSClient.exchange(port: port, [])
+            let raw = try await PythonTLSClient.exchange(port: port, [])
             #expect(raw.closedByServer)
             #expect(raw.received.count == FeedbackTuple.headerLength + 32)
             #expect(Array(raw.received.prefix(6)) == [0, 0, 0, 1, 0, 32])

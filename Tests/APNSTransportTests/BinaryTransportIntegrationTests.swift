@@ -7,9 +7,17 @@ import APNSTransport
 import Foundation
 import Logging
 import Testing
+import TestSupport
 
 enum BinaryIntegration {
     static var credentials: GeneratedCredentials { SimulatorTestEnvironment.credentials }
+
+    /// Apple's silence is the only success signal, so the window must outlast the error
+    /// response's (or the close's) trip through the gateway and back. On CI's two oversubscribed
+    /// cores, with worker processes pushing thousands of jobs through other simulators in this
+    /// process, 1 s (the default) was once not enough: a silent close arrived after the window
+    /// and frames the gateway had discarded counted as delivered (the protocol's known risk).
+    static let holdWindow: Duration = .seconds(3)
 
     static var logger: Logger {
         var logger = Logger(label: "binary-integration-tests")
@@ -34,9 +42,7 @@ enum BinaryIntegration {
                     environment: .production, certFile: client.clientCertificatePath, keyFile: client.clientKeyPath,
                     host: "127.0.0.1", port: try #require(simulator.binaryPort))
                 configuration.trustRoots = .caFile(credentials.caCertificatePath)
-                // Apple's silence is the only success signal, so the window must outlast the error
-                // response's trip; 1 s (the default) keeps that true on a loaded CI machine.
-                configuration.holdWindow = .seconds(1)
+                configuration.holdWindow = holdWindow
                 configuration.reconnectInitialDelay = .milliseconds(10)
                 adjustTransport(&configuration)
                 return try BinaryTransport(configuration: configuration, logger: logger)
@@ -80,7 +86,7 @@ struct BinaryTransportIntegrationTests {
             let tokens = (0..<50).map { _ in SimulatorTestEnvironment.deviceToken() }
             let started = ContinuousClock.now
             let results = await BinaryIntegration.sendInOrder(tokens, through: transport)
-            #expect(started.duration(to: .now) >= .seconds(1), "results wait for the hold window")
+            #expect(started.duration(to: .now) >= BinaryIntegration.holdWindow, "results wait for the hold window")
             #expect(tokens.allSatisfy { results[$0] == .binaryAccepted })
             let counts = BinaryIntegration.acceptedCounts(simulator)
             #expect(tokens.allSatisfy { counts[$0] == 1 })
@@ -159,7 +165,7 @@ struct BinaryTransportIntegrationTests {
             let counts = BinaryIntegration.acceptedCounts(simulator)
             #expect(early.allSatisfy { counts[$0] == 1 })
             #expect(late.allSatisfy { (counts[$0] ?? 0) >= 1 })
-            #expect(simulator.counters().binaryConnections >= 2)
+            try await waitUntil("a second connection") { simulator.counters().binaryConnections >= 2 }
         }
     }
 
@@ -214,7 +220,9 @@ struct BinaryTransportIntegrationTests {
             let counts = BinaryIntegration.acceptedCounts(simulator)
             #expect(counts[tokens[0]] == 1)
             #expect(tokens.allSatisfy { (counts[$0] ?? 0) >= 1 })
-            #expect(simulator.counters().binaryConnections >= 3)
+            // The first two connections each closed after their 2nd frame; the replacement of
+            // the last one may still be on its way.
+            #expect(simulator.counters().binaryConnections >= 2)
         }
     }
 }

@@ -88,7 +88,7 @@ enum Curl {
     static func send(
         port: Int, path: String, method: String = "POST", headers: [String], body: String?,
         clientCertificate: Bool = false, host: String = "localhost"
-    ) throws -> CurlAnswer {
+    ) async throws -> CurlAnswer {
         let credentials = SimulatorTestEnvironment.credentials
         var arguments = [
             "--http2", "-sS", "-i", "--max-time", "10", "--cacert", credentials.caCertificatePath,
@@ -97,7 +97,7 @@ enum Curl {
         for header in headers { arguments += ["-H", header] }
         if let body { arguments += ["--data-binary", body] }
         if clientCertificate { arguments += ["--cert", credentials.clientCertificatePath, "--key", credentials.clientKeyPath] }
-        let result = try runProcess("/usr/bin/curl", arguments)
+        let result = try await runProcess("/usr/bin/curl", arguments)
         guard result.status == 0 else { throw TestSupportError("curl failed (\(result.status)): \(result.stderr)") }
         return try parse(result.stdout)
     }
@@ -170,7 +170,7 @@ enum PythonH2 {
     static let python = "/usr/bin/python3"
 
     /// Runs the client over one connection per element and returns what each saw.
-    static func run(port: Int, _ connections: [H2Connection], timeout: Double = 10) throws -> [H2Result] {
+    static func run(port: Int, _ connections: [H2Connection], timeout: Double = 10) async throws -> [H2Result] {
         struct Spec: Encodable {
             var port: Int
             var ca: String
@@ -184,7 +184,7 @@ enum PythonH2 {
             port: port, ca: credentials.caCertificatePath, cert: credentials.clientCertificatePath,
             key: credentials.clientKeyPath, timeout: timeout, connections: connections)
         let json = String(decoding: try JSONEncoder().encode(spec), as: UTF8.self)
-        let result = try runProcess(python, ["-c", script, json])
+        let result = try await runProcess(python, ["-c", script, json])
         guard result.status == 0 else { throw TestSupportError("h2 client failed (\(result.status)): \(result.stderr)") }
         return try JSONDecoder().decode([H2Result].self, from: Data(result.stdout.utf8))
     }

@@ -13,7 +13,9 @@ import TestSupport
 struct BinaryEndToEndTests {
     @Test func invalidTokensAmongHundredsOfJobsAreReportedOnceAndTheRestDeliveredOnce() async throws {
         var options = WorkerHarness.Options()
-        options.binaryHoldWindow = "1s"  // the default: outlasts an error response on a loaded machine
+        // Three times the default: the error response must come back within the window even on
+        // CI's two oversubscribed cores (see BinaryIntegration.holdWindow).
+        options.binaryHoldWindow = "3s"
         let h = try await WorkerHarness.start(broker: try TestBroker.require(), options: options)
         let jobCount = 300
         let badPositions: Set<Int> = [0, 150, 151, jobCount - 1]
@@ -26,13 +28,13 @@ struct BinaryEndToEndTests {
         defer { worker.kill9() }
 
         var events: [[String: Any]] = []
-        try await waitUntil("a feedback event per bad token", timeout: .seconds(60)) {
+        try await waitUntil("a feedback event per bad token", timeout: .seconds(120)) {
             for delivery in try await h.drain(h.feedbackQueue) {
                 events.append(try #require(try JSONSerialization.jsonObject(with: Data(delivery.message.body)) as? [String: Any]))
             }
             return events.count >= badPositions.count
         }
-        try await waitUntil("an empty work queue", timeout: .seconds(60)) { try await h.messageCount(h.workQueue) == 0 }
+        try await waitUntil("an empty work queue", timeout: .seconds(120)) { try await h.messageCount(h.workQueue) == 0 }
         let goodTokens = tokens.enumerated().filter { !badPositions.contains($0.offset) }.map(\.element)
         try await waitUntil("every good job delivered", timeout: .seconds(30)) {
             let counts = h.acceptedTokenCounts()

@@ -52,14 +52,14 @@ struct FeedbackPollerTests {
 
         let running = Task { try await poller.run() }
         var received: [[String: Any]] = []
-        try await waitUntil("three feedback events", timeout: .seconds(10)) {
+        try await waitUntil("three feedback events", timeout: .seconds(30)) {
             received += try await events()
             return received.count >= 3
         }
         // A tuple queued later is picked up by a later poll.
         let late = (token: String(repeating: "ee", count: 32), time: UInt32(1_800_000_000))
         simulator.addFeedback(token: late.token, timestamp: late.time)
-        try await waitUntil("the late feedback event", timeout: .seconds(10)) {
+        try await waitUntil("the late feedback event", timeout: .seconds(30)) {
             received += try await events()
             return received.count >= 4
         }

@@ -25,7 +25,9 @@ final class WorkerHarness: Sendable {
         var prefetch = 100
         var probeInterval = "500ms"
         var shutdownDeadline = "10s"
-        var requestTimeout = "5s"
+        /// Long: a job whose answer is late would be sent again, and the exactly-once counts of
+        /// these tests would see a duplicate that only a slow machine made.
+        var requestTimeout = "30s"
         var connections = 2
         /// More `key = value` lines for the bundle's section.
         var bundleLines = ""

@@ -17,8 +17,8 @@ public struct BrokerCoordinates: Sendable {
 
     /// `rabbitmqctl -n <node> args…`; throws when it exits non-zero.
     @discardableResult
-    public func ctl(_ arguments: String...) throws -> String {
-        let result = try runProcess(rabbitmqctl, ["-n", nodeName] + arguments)
+    public func ctl(_ arguments: String...) async throws -> String {
+        let result = try await runProcess(rabbitmqctl, ["-n", nodeName] + arguments)
         guard result.status == 0 else {
             throw TestSupportError("rabbitmqctl \(arguments.joined(separator: " ")) failed (\(result.status)): \(result.stderr)")
         }
@@ -26,15 +26,15 @@ public struct BrokerCoordinates: Sendable {
     }
 
     /// GET on the management API as guest; returns the body.
-    public func management(_ path: String) throws -> Data {
-        let result = try runProcess("/usr/bin/curl", ["-fsS", "-u", "guest:guest", managementURL + "/api" + path])
+    public func management(_ path: String) async throws -> Data {
+        let result = try await runProcess("/usr/bin/curl", ["-fsS", "-u", "guest:guest", managementURL + "/api" + path])
         guard result.status == 0 else { throw TestSupportError("GET \(path) failed: \(result.stderr)") }
         return Data(result.stdout.utf8)
     }
 
     /// The management API's JSON for `path`, decoded as a dictionary or an array.
-    public func managementJSON(_ path: String) throws -> Any {
-        try JSONSerialization.jsonObject(with: management(path))
+    public func managementJSON(_ path: String) async throws -> Any {
+        try JSONSerialization.jsonObject(with: await management(path))
     }
 }
 
@@ -66,7 +66,7 @@ public enum TestBroker {
 }
 
 /// A RabbitMQ node of a test's own, for tests that stop, restart or kill the broker and so must
-/// not disturb the shared one. Stopped by `stop()`; always call it (defer).
+/// not disturb the shared one. Use it through `withPrivateBroker`, which always stops it.
 public final class PrivateBroker: Sendable {
     public let coordinates: BrokerCoordinates
     public let directory: String
@@ -76,14 +76,14 @@ public final class PrivateBroker: Sendable {
         self.directory = directory
     }
 
-    public static func start() throws -> PrivateBroker {
+    public static func start() async throws -> PrivateBroker {
         let dir = NSTemporaryDirectory() + "apnsw-broker-\(UUID().uuidString.prefix(8))"
         let amqp = try freePort(), mgmt = try freePort(), dist = try freePort()
         var env = ProcessInfo.processInfo.environment
         env["APNS_BROKER_PORT"] = String(amqp)
         env["APNS_BROKER_MGMT_PORT"] = String(mgmt)
         env["APNS_BROKER_DIST_PORT"] = String(dist)
-        let result = try runProcess(repositoryRoot + "/scripts/broker.sh", ["start", dir], environment: env)
+        let result = try await runProcess(repositoryRoot + "/scripts/broker.sh", ["start", dir], environment: env)
         guard result.status == 0 else { throw TestSupportError("private broker did not start: \(result.stderr)") }
         let coordinates = BrokerCoordinates(
             amqpURL: "amqp://guest:guest@127.0.0.1:\(amqp)/%2f", amqpPort: amqp,
@@ -92,11 +92,24 @@ public final class PrivateBroker: Sendable {
         return PrivateBroker(coordinates: coordinates, directory: dir)
     }
 
-    public func stop() {
+    public func stop() async {
         var env = ProcessInfo.processInfo.environment
         env["APNS_BROKER_PORT"] = String(coordinates.amqpPort)
-        _ = try? runProcess(repositoryRoot + "/scripts/broker.sh", ["stop", directory], environment: env)
+        _ = try? await runProcess(repositoryRoot + "/scripts/broker.sh", ["stop", directory], environment: env)
         try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// Runs `body` with a private broker and stops the broker afterwards, whether `body` threw or not.
+public func withPrivateBroker<T>(_ body: (PrivateBroker) async throws -> T) async throws -> T {
+    let broker = try await PrivateBroker.start()
+    do {
+        let result = try await body(broker)
+        await broker.stop()
+        return result
+    } catch {
+        await broker.stop()
+        throw error
     }
 }
 
@@ -143,7 +156,7 @@ public struct ProcessResult: Sendable {
 /// Built on posix_spawn and waitpid rather than Foundation's `Process`: with `Process` on Linux,
 /// a child that daemonizes (rabbitmq-server under `broker.sh`) left `waitUntilExit` hanging.
 /// Output goes through temporary files, so no pipe can stay open in a grandchild.
-public func runProcess(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws -> ProcessResult {
+public func runProcess(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) async throws -> ProcessResult {
     let base = NSTemporaryDirectory() + "apnsw-run-\(UUID().uuidString.prefix(8))"
     defer {
         try? FileManager.default.removeItem(atPath: base + ".out")
@@ -151,7 +164,7 @@ public func runProcess(_ executable: String, _ arguments: [String], environment:
     }
     let pid = try spawn(executable, arguments, environment: environment ?? ProcessInfo.processInfo.environment,
                         stdoutPath: base + ".out", stderrPath: base + ".err")
-    let status = waitForChild(pid)
+    let status = await waitForChildOffThePool(pid)
     return ProcessResult(
         status: status,
         stdout: (try? String(contentsOfFile: base + ".out", encoding: .utf8)) ?? "",
@@ -181,6 +194,15 @@ func spawn(_ executable: String, _ arguments: [String], environment: [String: St
     let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)
     guard result == 0 else { throw TestSupportError("could not start \(executable): errno \(result)") }
     return pid
+}
+
+/// Waits for the child on a thread of its own. The cooperative pool has one thread per core (two
+/// on CI): a test blocked in waitpid for a Chromium run or a `rabbitmqctl` (seconds each) would
+/// stall every other test's tasks in this process and make their timing assertions fail.
+func waitForChildOffThePool(_ pid: pid_t) async -> Int32 {
+    await withCheckedContinuation { continuation in
+        Thread { continuation.resume(returning: waitForChild(pid)) }.start()
+    }
 }
 
 /// Blocks until the child exits; its exit code, or 128 + signal when a signal ended it.
