@@ -103,8 +103,8 @@ struct SimulatorCommand: AsyncParsableCommand {
 
     func run() async throws {
         LoggingSystem.bootstrap(StreamLogHandler.standardError)
-        var logger = Logger(label: "apns-worker.simulator")
-        logger.logLevel = .info
+        // APNS_WORKER_LOG_LEVEL applies here too (debug shows every request the simulator judges).
+        let logger = makeLogger("apns-worker.simulator")
 
         let generated = try SimulatorCredentials.loadOrGenerate(
             directory: credentials, teamID: teamID, keyID: keyID, serverNames: serverNames)

@@ -85,8 +85,8 @@ struct SimulatorCurlTests {
                 port: simulator.port, path: path, headers: ["apns-topic: \(Env.bundle)"], body: #"{"aps":{}}"#,
                 clientCertificate: true)
             #expect(accepted.status == 200)
-            #expect(throws: (any Error).self) {
-                try Curl.send(port: simulator.port, path: path, headers: ["apns-topic: \(Env.bundle)"], body: #"{"aps":{}}"#)
+            await #expect(throws: (any Error).self) {
+                try await Curl.send(port: simulator.port, path: path, headers: ["apns-topic: \(Env.bundle)"], body: #"{"aps":{}}"#)
             }
             #expect(simulator.counters().received == 1)
         }
