@@ -263,21 +263,24 @@ struct ReliabilityTests {
 
     @Test func brokerRestartLosesNothing() async throws {
         try await withPrivateBroker { broker in
-            // 20 in flight at 50 ms each: at most 400 jobs/s, so the 3000 take several seconds
-            // and the broker goes down (rabbitmqctl itself takes a second or two) mid-stream.
             var options = WorkerHarness.Options()
             options.prefetch = 20
             let h = try await WorkerHarness.start(broker: broker.coordinates, options: options)
-            h.simulator.setFaults(SimulatorFaults(latency: .milliseconds(50)))
+            h.simulator.setFaults(SimulatorFaults(latency: .milliseconds(20)))
             let total = 3000
             let ids = try await h.publishMany(total)
             let worker = try h.startWorker()
             defer { worker.kill9() }
             try await waitUntil("some deliveries") { h.acceptedIDs().distinct.count >= 100 }
+            // Slow APNs down to 20 jobs per 2 s, so that however long rabbitmqctl takes to stop
+            // the broker (many seconds on a loaded machine), it goes down with jobs in flight and
+            // most of them still queued.
+            h.simulator.setFaults(SimulatorFaults(latency: .seconds(2)))
             try await broker.coordinates.ctl("stop_app")
             let deliveredAtStop = h.acceptedIDs().distinct.count
             #expect(deliveredAtStop < total, "the broker stopped while jobs were still flowing")
             try await Task.sleep(for: .seconds(2))
+            h.simulator.setFaults(SimulatorFaults(latency: .milliseconds(20)))
             try await broker.coordinates.ctl("start_app")
             try await waitUntil("all \(total) delivered after the broker restart", timeout: .seconds(120)) {
                 h.acceptedIDs().distinct.count == total
