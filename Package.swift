@@ -222,7 +222,11 @@ let package = Package(
         ),
         .testTarget(
             name: "APNSWorkerTests",
-            dependencies: ["APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker", "TestSupport"],
+            dependencies: [
+                "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker", "TestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -45,12 +45,18 @@ public final class APNSSimulator: Sendable, Service {
     }
 
     /// Binds the listener and returns once it accepts connections.
-    public static func start(_ configuration: SimulatorConfiguration, logger: Logger) async throws -> APNSSimulator {
+    /// - Parameter eventLoopGroup: where its connections live; NIO's shared singleton by default.
+    ///   Tests that push thousands of requests through a simulator give it a group of its own, so
+    ///   its backlog does not delay other tests' connections in the same process.
+    public static func start(
+        _ configuration: SimulatorConfiguration, logger: Logger,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) async throws -> APNSSimulator {
         let sslContext = try NIOSSLContext(configuration: try makeTLSConfiguration(configuration.tls))
         let engine = SimulatorEngine(configuration: configuration)
         let registry = ConnectionRegistry(engine: engine)
 
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let channel = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -71,7 +77,8 @@ public final class APNSSimulator: Sendable, Service {
                 if let binaryPort = configuration.binaryPort {
                     let binaryRegistry = ConnectionRegistry(engine: engine, listener: .binary)
                     let binaryChannel = try await bindLegacyListener(
-                        host: configuration.host, port: binaryPort, sslContext: legacyContext, registry: binaryRegistry, logger: logger
+                        group: eventLoopGroup, host: configuration.host, port: binaryPort, sslContext: legacyContext,
+                        registry: binaryRegistry, logger: logger
                     ) {
                         [ByteToMessageHandler(BinaryFrameSplitter()), BinaryGatewayHandler(engine: engine, logger: logger)]
                     }
@@ -80,7 +87,8 @@ public final class APNSSimulator: Sendable, Service {
                 if let feedbackPort = configuration.feedbackPort {
                     let feedbackRegistry = ConnectionRegistry(engine: engine, listener: .feedback)
                     let feedbackChannel = try await bindLegacyListener(
-                        host: configuration.host, port: feedbackPort, sslContext: legacyContext, registry: feedbackRegistry, logger: logger
+                        group: eventLoopGroup, host: configuration.host, port: feedbackPort, sslContext: legacyContext,
+                        registry: feedbackRegistry, logger: logger
                     ) {
                         [FeedbackServiceHandler(engine: engine)]
                     }

@@ -182,10 +182,10 @@ extension APNSSimulator {
     }
 
     static func bindLegacyListener(
-        host: String, port: Int, sslContext: NIOSSLContext, registry: ConnectionRegistry, logger: Logger,
+        group: any EventLoopGroup, host: String, port: Int, sslContext: NIOSSLContext, registry: ConnectionRegistry, logger: Logger,
         handlers: @escaping @Sendable () -> [any ChannelHandler]
     ) async throws -> any Channel {
-        try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)

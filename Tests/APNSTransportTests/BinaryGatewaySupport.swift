@@ -29,6 +29,11 @@ enum ClientIdentity {
 }
 
 /// What one raw connection saw.
+/// How long an exchange waits for the gateway's answer or close. Every exchange but the ones
+/// that pass their own window ends with the gateway closing, so a long wait costs nothing when
+/// things work, and a loaded machine (a TLS refusal took over 5 s once) cannot fake a silence.
+let defaultReadWindow: Duration = .seconds(20)
+
 struct RawExchange {
     var received: [UInt8]
     /// The server closed the connection (or the handshake failed) before the read window ended.
@@ -70,7 +75,7 @@ enum RawTLSClient {
     /// Connects to 127.0.0.1:`port` with `identity`, writes `bytes`, then reads until the server
     /// closes or `readWindow` passes.
     static func exchange(
-        port: Int, _ bytes: [UInt8], identity: ClientIdentity = .simulator, readWindow: Duration = .seconds(5)
+        port: Int, _ bytes: [UInt8], identity: ClientIdentity = .simulator, readWindow: Duration = defaultReadWindow
     ) async throws -> RawExchange {
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.trustRoots = .file(SimulatorTestEnvironment.credentials.caCertificatePath)
@@ -115,7 +120,9 @@ enum RawTLSClient {
 
 /// The same exchange from Python's `ssl` module.
 enum PythonTLSClient {
-    static func exchange(port: Int, _ bytes: [UInt8], identity: ClientIdentity = .simulator, readWindow: Double = 5) async throws -> RawExchange {
+    static func exchange(
+        port: Int, _ bytes: [UInt8], identity: ClientIdentity = .simulator, readWindow: Double = defaultReadWindow.timeInterval
+    ) async throws -> RawExchange {
         let files = identity.files
         let arguments = [
             "-c", script, String(port), SimulatorTestEnvironment.credentials.caCertificatePath, files?.cert ?? "", files?.key ?? "",

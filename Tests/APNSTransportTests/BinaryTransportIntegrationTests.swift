@@ -6,6 +6,8 @@ import APNSSimulator
 import APNSTransport
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import Testing
 import TestSupport
 
@@ -32,8 +34,12 @@ enum BinaryIntegration {
         transport adjustTransport: (inout BinaryTransportConfiguration) -> Void = { _ in },
         _ body: (APNSSimulator, BinaryTransport) async throws -> T
     ) async throws -> T {
+        // A thread of their own for the gateway and the transport: on NIO's shared group, other
+        // suites' traffic in this process could delay an error response past the hold window.
+        let eventLoopGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        defer { eventLoopGroup.shutdownGracefully { _ in } }
         let simulator = try await APNSSimulator.start(
-            SimulatorTestEnvironment.configuration { $0.binaryPort = 0 }, logger: logger)
+            SimulatorTestEnvironment.configuration { $0.binaryPort = 0 }, logger: logger, eventLoopGroup: eventLoopGroup)
         return try await withRunningService(
             simulator,
             make: {
@@ -45,7 +51,7 @@ enum BinaryIntegration {
                 configuration.holdWindow = holdWindow
                 configuration.reconnectInitialDelay = .milliseconds(10)
                 adjustTransport(&configuration)
-                return try BinaryTransport(configuration: configuration, logger: logger)
+                return try BinaryTransport(configuration: configuration, logger: logger, eventLoopGroup: eventLoopGroup)
             },
             run: { try await $0.run() },
             { try await body(simulator, $0) })

@@ -3,6 +3,8 @@ import APNSCore
 import APNSSimulator
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import TestSupport
 
 /// One end-to-end setup: the shared test broker (or a private one), an in-process simulator
@@ -14,6 +16,9 @@ final class WorkerHarness: Sendable {
     let broker: BrokerCoordinates
     let credentials: GeneratedCredentials
     let simulator: APNSSimulator
+    /// The simulator's own thread: the worker pushes thousands of jobs through it, and on NIO's
+    /// shared group that backlog would delay every other test's connections in this process.
+    let simulatorGroup: MultiThreadedEventLoopGroup
     let connection: AMQPConnection
     let configPath: String
     /// A queue of the test's own bound to `apns.feedback` with the bundle's routing key.
@@ -47,7 +52,8 @@ final class WorkerHarness: Sendable {
             tls: credentials.tlsConfiguration(), bundleIDs: [bundle], tokenKeys: [credentials.tokenKey],
             environment: .production)
         if options.binaryHoldWindow != nil { simulatorConfiguration.binaryPort = 0 }
-        let simulator = try await APNSSimulator.start(simulatorConfiguration, logger: logger)
+        let simulatorGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let simulator = try await APNSSimulator.start(simulatorConfiguration, logger: logger, eventLoopGroup: simulatorGroup)
         let authenticationLines: String
         if let holdWindow = options.binaryHoldWindow {
             authenticationLines = """
@@ -109,18 +115,20 @@ final class WorkerHarness: Sendable {
         try await connection.bind(BindingDeclaration(queue: feedbackQueue, exchange: TopologyNames.feedbackExchange, routingKey: bundle))
         return WorkerHarness(
             bundle: bundle, directory: directory, broker: broker, credentials: credentials, simulator: simulator,
-            connection: connection, configPath: configPath, feedbackQueue: feedbackQueue)
+            simulatorGroup: simulatorGroup, connection: connection, configPath: configPath, feedbackQueue: feedbackQueue)
     }
 
     private init(
         bundle: String, directory: String, broker: BrokerCoordinates, credentials: GeneratedCredentials,
-        simulator: APNSSimulator, connection: AMQPConnection, configPath: String, feedbackQueue: String
+        simulator: APNSSimulator, simulatorGroup: MultiThreadedEventLoopGroup, connection: AMQPConnection, configPath: String,
+        feedbackQueue: String
     ) {
         self.bundle = bundle
         self.directory = directory
         self.broker = broker
         self.credentials = credentials
         self.simulator = simulator
+        self.simulatorGroup = simulatorGroup
         self.connection = connection
         self.configPath = configPath
         self.feedbackQueue = feedbackQueue
@@ -137,6 +145,7 @@ final class WorkerHarness: Sendable {
         _ = try? await connection.deleteQueue(feedbackQueue)
         await connection.close()
         try? await simulator.shutdown()
+        try? await simulatorGroup.shutdownGracefully()
         try? FileManager.default.removeItem(atPath: directory)
     }
 
