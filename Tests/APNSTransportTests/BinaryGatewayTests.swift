@@ -256,7 +256,7 @@ struct BinaryGatewayTests {
             port, ca, cert, key, first, second = sys.argv[1:7]
             ctx = ssl.create_default_context(cafile=ca)
             ctx.load_cert_chain(cert, key)
-            tls = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(port)), timeout=5), server_hostname="localhost")
+            tls = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(port)), timeout=20), server_hostname="localhost")
             tls.sendall(bytes.fromhex(first))
             received = b""
             while len(received) < 6:

@@ -6,8 +6,6 @@ import APNSSimulator
 import APNSTransport
 import Foundation
 import Logging
-import NIOCore
-import NIOPosix
 import Testing
 import TestSupport
 
@@ -36,25 +34,25 @@ enum BinaryIntegration {
     ) async throws -> T {
         // A thread of their own for the gateway and the transport: on NIO's shared group, other
         // suites' traffic in this process could delay an error response past the hold window.
-        let eventLoopGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        defer { eventLoopGroup.shutdownGracefully { _ in } }
-        let simulator = try await APNSSimulator.start(
-            SimulatorTestEnvironment.configuration { $0.binaryPort = 0 }, logger: logger, eventLoopGroup: eventLoopGroup)
-        return try await withRunningService(
-            simulator,
-            make: {
-                let client = clientCredentials ?? credentials
-                var configuration = BinaryTransportConfiguration(
-                    environment: .production, certFile: client.clientCertificatePath, keyFile: client.clientKeyPath,
-                    host: "127.0.0.1", port: try #require(simulator.binaryPort))
-                configuration.trustRoots = .caFile(credentials.caCertificatePath)
-                configuration.holdWindow = holdWindow
-                configuration.reconnectInitialDelay = .milliseconds(10)
-                adjustTransport(&configuration)
-                return try BinaryTransport(configuration: configuration, logger: logger, eventLoopGroup: eventLoopGroup)
-            },
-            run: { try await $0.run() },
-            { try await body(simulator, $0) })
+        try await SimulatorTestEnvironment.withOwnEventLoop { eventLoopGroup in
+            let simulator = try await APNSSimulator.start(
+                SimulatorTestEnvironment.configuration { $0.binaryPort = 0 }, logger: logger, eventLoopGroup: eventLoopGroup)
+            return try await withRunningService(
+                simulator,
+                make: {
+                    let client = clientCredentials ?? credentials
+                    var configuration = BinaryTransportConfiguration(
+                        environment: .production, certFile: client.clientCertificatePath, keyFile: client.clientKeyPath,
+                        host: "127.0.0.1", port: try #require(simulator.binaryPort))
+                    configuration.trustRoots = .caFile(credentials.caCertificatePath)
+                    configuration.holdWindow = holdWindow
+                    configuration.reconnectInitialDelay = .milliseconds(10)
+                    adjustTransport(&configuration)
+                    return try BinaryTransport(configuration: configuration, logger: logger, eventLoopGroup: eventLoopGroup)
+                },
+                run: { try await $0.run() },
+                { try await body(simulator, $0) })
+        }
     }
 
     static func notification(token: String) -> PushNotification {

@@ -30,20 +30,23 @@ enum HTTP2Integration {
         transport adjustTransport: (inout HTTP2TransportConfiguration) -> Void = { _ in },
         _ body: (APNSSimulator, HTTP2Transport) async throws -> T
     ) async throws -> T {
-        let simulator = try await APNSSimulator.start(SimulatorTestEnvironment.configuration(adjustSimulator), logger: logger)
-        return try await withRunningService(
-            simulator,
-            make: {
-                var configuration = HTTP2TransportConfiguration(
-                    environment: .production, authentication: authentication ?? .token(tokenSource()), host: "127.0.0.1",
-                    port: simulator.port)
-                configuration.trustRoots = .caFile(credentials.caCertificatePath)
-                configuration.reconnectInitialDelay = .milliseconds(10)
-                adjustTransport(&configuration)
-                return try HTTP2Transport(configuration: configuration, logger: logger)
-            },
-            run: { try await $0.run() },
-            { try await body(simulator, $0) })
+        try await SimulatorTestEnvironment.withOwnEventLoop { group in
+            let simulator = try await APNSSimulator.start(
+                SimulatorTestEnvironment.configuration(adjustSimulator), logger: logger, eventLoopGroup: group)
+            return try await withRunningService(
+                simulator,
+                make: {
+                    var configuration = HTTP2TransportConfiguration(
+                        environment: .production, authentication: authentication ?? .token(tokenSource()), host: "127.0.0.1",
+                        port: simulator.port)
+                    configuration.trustRoots = .caFile(credentials.caCertificatePath)
+                    configuration.reconnectInitialDelay = .milliseconds(10)
+                    adjustTransport(&configuration)
+                    return try HTTP2Transport(configuration: configuration, logger: logger, eventLoopGroup: group)
+                },
+                run: { try await $0.run() },
+                { try await body(simulator, $0) })
+        }
     }
 
     /// A notification for `token` (a fresh random one by default).
