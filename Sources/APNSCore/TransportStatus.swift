@@ -2,6 +2,9 @@
 /// `apns_transport_connections` gauge. Shared by both transports so the operator surface does not
 /// need to know which protocol a bundle speaks.
 public enum TransportConnectionState: String, Sendable, Hashable, CaseIterable, Codable {
+    /// Not connected because no notification has needed it yet: the transport of a bundle's
+    /// other environment connects on first use.
+    case idle
     /// TCP connect or TLS handshake under way.
     case connecting
     /// Up and able to carry notifications.

@@ -22,6 +22,7 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
     private let slots: [Slot]
     private let nextSlot = Atomic<Int>(0)
     private let shuttingDown = Atomic<Bool>(false)
+    private let firstUse: FirstUseGate
 
     private let latency: Metrics.Timer
     private let framesWritten: Counter
@@ -43,12 +44,14 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
         logger[metadataKey: "apns.transport"] = "binary"
         self.logger = logger
         self.tlsContext = try configuration.makeTLSContext()
+        self.firstUse = FirstUseGate(open: !configuration.connectOnFirstUse)
         self.slots = (0..<max(1, configuration.connections)).map { index in
             Slot(
                 index: index, eventLoop: eventLoopGroup.next(),
                 machine: BinaryReplayStateMachine(
                     capacity: configuration.bufferCapacity, holdWindow: configuration.holdWindow,
-                    maxQueueWait: configuration.maxQueueWait))
+                    maxQueueWait: configuration.maxQueueWait),
+                status: configuration.connectOnFirstUse ? .idle : .backingOff)
         }
         let env = [("environment", configuration.environment.rawValue)]
         // The same names and labels as the HTTP/2 transport's. Connection states are not a
@@ -74,6 +77,7 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
             return .binaryRejected(status: BinaryStatus.protocolError.rawValue)
         }
         if shuttingDown.load(ordering: .relaxed) { return .failed(.shutdown) }
+        firstUse.open()
         let slot = slots[nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue % slots.count]
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<TransportResult, Never>) in
             let pending = PendingFrame(frame: encoded, continuation: continuation, token: notification.token.redacted)
@@ -215,6 +219,14 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
     }
 
     private func keepConnected(_ slot: Slot) async {
+        if !firstUse.isOpen {
+            do {
+                try await cancelWhenGracefulShutdown { [firstUse] in try await firstUse.waitUntilOpen() }
+            } catch {
+                setStatus(.closed, slot)  // shut down before any notification needed this transport
+                return
+            }
+        }
         var backoff = ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay)
         while !shuttingDown.load(ordering: .relaxed) && !Task.isCancelled {
             let generation = slot.state.withLock { state -> Int in
@@ -384,7 +396,7 @@ extension BinaryTransport {
         var machine: Machine
         /// Set once the TLS handshake is done; nil while connecting or backing off.
         var channel: (any Channel)?
-        var status: TransportConnectionState = .backingOff
+        var status: TransportConnectionState
         var generation = 0
         /// The current generation's end has been handled.
         var ended = false
@@ -400,10 +412,10 @@ extension BinaryTransport {
         let eventLoop: any EventLoop
         let state: Mutex<SlotState>
 
-        init(index: Int, eventLoop: any EventLoop, machine: Machine) {
+        init(index: Int, eventLoop: any EventLoop, machine: Machine, status: TransportConnectionState) {
             self.index = index
             self.eventLoop = eventLoop
-            self.state = Mutex(SlotState(machine: machine))
+            self.state = Mutex(SlotState(machine: machine, status: status))
         }
     }
 }

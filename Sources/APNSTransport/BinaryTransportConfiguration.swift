@@ -22,6 +22,9 @@ public struct BinaryTransportConfiguration: Sendable {
     public var bufferCapacity: Int = 10_000
     /// Independent connections, each with its own buffer; sends are spread round robin.
     public var connections: Int = 1
+    /// Connect only when the first notification is sent, not at start-up: for the environment a
+    /// bundle only uses when a job asks for it. Until then the connections report `idle`.
+    public var connectOnFirstUse = false
     /// TCP connect plus TLS handshake.
     public var connectTimeout: Duration = .seconds(10)
     /// A send still waiting for a connection after this long fails with `connectFailed` at the

@@ -32,6 +32,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
         var nextWaiterID: UInt64 = 0
     }
     private let state: Mutex<State>
+    private let firstUse: FirstUseGate
 
     private let latency: Metrics.Timer
     private let inFlightMeter: Meter
@@ -52,6 +53,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
         self.eventLoopGroup = eventLoopGroup
         self.tlsContext = try configuration.makeTLSContext()
         if case .token(let source) = configuration.authentication { tokens = source } else { tokens = nil }
+        self.firstUse = FirstUseGate(open: !configuration.connectOnFirstUse)
         self.state = Mutex(
             State(
                 pool: Pool(
@@ -67,6 +69,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
 
     public func send(_ notification: PushNotification) async -> TransportResult {
         let started = ContinuousClock.now
+        firstUse.open()
         inFlightMeter.increment()
         defer {
             inFlightMeter.decrement()
@@ -219,6 +222,11 @@ public final class HTTP2Transport: NotificationTransport, Service {
     private var isShuttingDown: Bool { state.withLock { $0.pool.shuttingDown } }
 
     private func keepConnected(slot: Int) async {
+        do {
+            try await cancelWhenGracefulShutdown { [firstUse] in try await firstUse.waitUntilOpen() }
+        } catch {
+            return  // shut down before any notification needed this transport
+        }
         var backoff = ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay)
         while !isShuttingDown && !Task.isCancelled {
             let generation = mutatePool { $0.connecting(slot: slot) }
@@ -306,8 +314,13 @@ public final class HTTP2Transport: NotificationTransport, Service {
 
 extension HTTP2Transport: TransportStatusReporting {
     public func connectionStates() -> [TransportConnectionState: Int] {
-        state.withLock { s in
+        let idle = !firstUse.isOpen
+        return state.withLock { s in
             var counts = Dictionary(uniqueKeysWithValues: TransportConnectionState.allCases.map { ($0, 0) })
+            if idle {
+                counts[s.pool.shuttingDown ? .closed : .idle] = s.pool.count(.down)
+                return counts
+            }
             for slotState in Pool.SlotState.allCases {
                 let reported: TransportConnectionState
                 switch slotState {

@@ -30,6 +30,9 @@ public struct HTTP2TransportConfiguration: Sendable {
     public var authentication: Authentication
     /// Persistent connections kept open (each reused for as long as the server allows).
     public var connections: Int = 1
+    /// Connect only when the first notification is sent, not at start-up: for the environment a
+    /// bundle only uses when a job asks for it. Until then the connections report `idle`.
+    public var connectOnFirstUse = false
     /// From `send` to the answer, including any wait for a free stream; then `.timeout`.
     public var requestTimeout: Duration = .seconds(10)
     /// TCP connect plus TLS handshake plus the server's first SETTINGS.

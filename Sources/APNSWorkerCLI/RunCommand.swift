@@ -111,6 +111,7 @@ struct RunCommand: AsyncParsableCommand {
             environment: environment, authentication: authentication, host: host, port: port)
         if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
         configuration.connections = bundle.connections
+        configuration.connectOnFirstUse = environment != bundle.environment
         configuration.requestTimeout = settings.requestTimeout
         configuration.connectTimeout = settings.connectTimeout
         return try HTTP2Transport(configuration: configuration, logger: transportLogger)
@@ -129,6 +130,7 @@ struct RunCommand: AsyncParsableCommand {
             environment: environment, certFile: certFile, keyFile: keyFile, host: host, port: port)
         if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
         configuration.connections = bundle.connections
+        configuration.connectOnFirstUse = environment != bundle.environment
         configuration.holdWindow = bundle.binaryHoldWindow
         configuration.connectTimeout = settings.connectTimeout
         configuration.maxQueueWait = settings.requestTimeout

@@ -210,6 +210,21 @@ struct BinaryTransportIntegrationTests {
         }
     }
 
+    /// A transport for the environment a bundle only uses when a job asks for it (here a gateway
+    /// that would be there) stays idle until the first frame.
+    @Test func connectOnFirstUseWaitsForTheFirstFrame() async throws {
+        try await BinaryIntegration.withTransport(transport: { $0.connectOnFirstUse = true }) { simulator, transport in
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(simulator.counters().binaryConnections == 0)
+            #expect(transport.connectionStates()[.idle] == 1)
+            let token = SimulatorTestEnvironment.deviceToken()
+            #expect(await transport.send(BinaryIntegration.notification(token: token)) == .binaryAccepted)
+            #expect(BinaryIntegration.acceptedCounts(simulator)[token] == 1)
+            #expect(transport.connectionStates()[.ready] == 1)
+            #expect(simulator.counters().binaryConnections == 1)
+        }
+    }
+
     /// Every connection drops (no error packet) after its 2nd frame; frames sent one at a
     /// time: each connection is replaced, and every frame is eventually delivered.
     @Test func droppedConnectionsAreReplaced() async throws {

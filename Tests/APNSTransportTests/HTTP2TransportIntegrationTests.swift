@@ -214,6 +214,23 @@ struct HTTP2TransportIntegrationTests {
         }
     }
 
+    @Test("connectOnFirstUse: no connection until the first notification, then a persistent one")
+    func connectOnFirstUse() async throws {
+        try await Env.withTransport(transport: {
+            $0.connections = 2
+            $0.connectOnFirstUse = true
+            $0.requestTimeout = .seconds(30)
+        }) { simulator, transport in
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(simulator.counters().connections == 0)
+            #expect(transport.connectionStates()[.idle] == 2)
+            #expect(await transport.send(Env.notification()).isAccepted)
+            try await waitUntil("both connections up") { transport.connectionStates()[.ready] == 2 }
+            #expect(transport.connectionStates()[.idle] == 0)
+            #expect(simulator.counters().connections == 2)
+        }
+    }
+
     @Test("connection reuse: 1000 notifications over 1 and over 4 connections open exactly that many", arguments: [1, 4])
     func connectionReuse(connections: Int) async throws {
         // Generous deadlines: a debug build on a busy machine answers a thousand at once slowly,

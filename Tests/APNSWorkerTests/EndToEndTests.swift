@@ -24,6 +24,22 @@ struct EndToEndTests {
         await h.shutdown()
     }
 
+    /// The bundle's default environment connects at start-up; the other one only once a job asks
+    /// for it. (Both point at the simulator here, so its count of open connections tells.)
+    @Test func theOtherEnvironmentConnectsOnFirstUse() async throws {
+        let h = try await WorkerHarness.start(broker: try TestBroker.require())
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        let production = try await h.publishJob(token: WorkerHarness.token(1))
+        try await waitUntil("the production job") { h.acceptedIDs().distinct.contains(production.uuidString.lowercased()) }
+        try await Task.sleep(for: .seconds(1))
+        #expect(h.simulator.counters().openConnections == 2, "the production transport's 2 connections only")
+        let sandbox = try await h.publishJob(token: WorkerHarness.token(2), extra: #","environment":"sandbox""#)
+        try await waitUntil("the sandbox job") { h.acceptedIDs().distinct.contains(sandbox.uuidString.lowercased()) }
+        try await waitUntil("the sandbox transport's connections too") { h.simulator.counters().openConnections == 4 }
+        await h.shutdown()
+    }
+
     @Test func invalidTokensBecomeFeedbackEventsWithApplesTimestamp() async throws {
         let h = try await WorkerHarness.start(broker: try TestBroker.require())
         let worker = try h.startWorker()

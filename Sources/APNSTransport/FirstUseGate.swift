@@ -1,0 +1,65 @@
+import Synchronization
+
+/// Holds a transport's connections back until a notification first needs them.
+///
+/// A bundle keeps a transport for each environment because a job may ask for the one that is not
+/// its bundle's default (tokens of debug builds). Most bundles never get such a job. Connecting
+/// that transport at start-up would double the connections every instance keeps to Apple. For a
+/// binary bundle it would also keep retrying a sandbox gateway that Apple retired.
+final class FirstUseGate: Sendable {
+    private enum State {
+        case closed(waiters: [UInt64: CheckedContinuation<Void, any Error>], nextID: UInt64)
+        case open
+    }
+
+    private let state: Mutex<State>
+
+    /// - Parameter open: true for a transport that connects at start-up.
+    init(open: Bool) {
+        state = Mutex(open ? .open : .closed(waiters: [:], nextID: 0))
+    }
+
+    var isOpen: Bool {
+        state.withLock { if case .open = $0 { return true } else { return false } }
+    }
+
+    /// Lets every waiter through, now and later. Called by each send, so it must stay cheap.
+    func open() {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
+            guard case .closed(let waiters, _) = state else { return [] }
+            state = .open
+            return Array(waiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once the gate is open; throws `CancellationError` if the task is cancelled first.
+    func waitUntilOpen() async throws {
+        let id = state.withLock { state -> UInt64? in
+            guard case .closed(let waiters, let nextID) = state else { return nil }
+            state = .closed(waiters: waiters, nextID: nextID + 1)
+            return nextID
+        }
+        guard let id else { return }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let outcome = state.withLock { state -> Result<Void, any Error>? in
+                    guard case .closed(var waiters, let nextID) = state else { return .success(()) }
+                    // The cancellation handler may have run before this registration.
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    waiters[id] = continuation
+                    state = .closed(waiters: waiters, nextID: nextID)
+                    return nil
+                }
+                if let outcome { continuation.resume(with: outcome) }
+            }
+        } onCancel: {
+            let waiter = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+                guard case .closed(var waiters, let nextID) = state, let waiter = waiters.removeValue(forKey: id) else { return nil }
+                state = .closed(waiters: waiters, nextID: nextID)
+                return waiter
+            }
+            waiter?.resume(throwing: CancellationError())
+        }
+    }
+}
