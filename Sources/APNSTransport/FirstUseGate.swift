@@ -13,21 +13,24 @@ final class FirstUseGate: Sendable {
     }
 
     private let state: Mutex<State>
+    /// Mirrors `state == .open`, so that the sends after the first skip the lock.
+    private let opened: Atomic<Bool>
 
     /// - Parameter open: true for a transport that connects at start-up.
     init(open: Bool) {
         state = Mutex(open ? .open : .closed(waiters: [:], nextID: 0))
+        opened = Atomic(open)
     }
 
-    var isOpen: Bool {
-        state.withLock { if case .open = $0 { return true } else { return false } }
-    }
+    var isOpen: Bool { opened.load(ordering: .acquiring) }
 
     /// Lets every waiter through, now and later. Called by each send, so it must stay cheap.
     func open() {
+        guard !opened.load(ordering: .acquiring) else { return }
         let waiters = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
             guard case .closed(let waiters, _) = state else { return [] }
             state = .open
+            opened.store(true, ordering: .releasing)
             return Array(waiters.values)
         }
         for waiter in waiters { waiter.resume() }
