@@ -65,7 +65,7 @@ struct AdminRoutes: Sendable {
                         return Self.error(.badRequest, "purge drops jobs for good: add confirm=yes")
                     }
                     let filter = try QueryOptions.bulkFilter(request.uri.queryParameters, allowing: ["confirm"])
-                    return Self.json(PurgeReport(purged: try await queues.purge(kind, .all(filter))))
+                    return Self.json(try await queues.purge(kind, .all(filter)))
                 }
             }
             // The page's requeue buttons: a plain form POST, then back to the page.
@@ -217,10 +217,6 @@ struct JobList: Codable {
     var kind: String
     var count: Int
     var jobs: [QueuedJob]
-}
-
-struct PurgeReport: Codable {
-    var purged: Int
 }
 
 /// Ready messages of one bundle's queues by role (all retry queues together).

@@ -126,3 +126,15 @@ public struct MoveReport: Sendable, Codable, Hashable {
         self.notFound = notFound
     }
 }
+
+public struct PurgeReport: Sendable, Codable, Hashable {
+    /// Messages acked (dropped) in their queues.
+    public var purged: Int
+    /// Job ids asked for by id that were in none of the queues searched.
+    public var notFound: [String]
+
+    public init(purged: Int, notFound: [String]) {
+        self.purged = purged
+        self.notFound = notFound
+    }
+}

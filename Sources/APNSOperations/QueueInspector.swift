@@ -145,9 +145,10 @@ public final class QueueInspector: Sendable {
         return MoveReport(moved: count, notFound: notFound)
     }
 
-    /// Drops the selected jobs; returns how many. `.all` without criteria beyond the bundle
-    /// purges whole queues; otherwise exactly the selected messages are acked.
-    public func purge(_ kind: JobQueueKind, _ selection: JobSelection) async throws -> Int {
+    /// Drops the selected jobs; reports how many, and the ids asked for that were not found.
+    /// `.all` without criteria beyond the bundle purges whole queues; otherwise exactly the
+    /// selected messages are acked.
+    public func purge(_ kind: JobQueueKind, _ selection: JobSelection) async throws -> PurgeReport {
         if case .all(let filter) = selection, filter.selectsWholeQueues {
             let purged = try await withConnection("purge") { connection in
                 var purged = 0
@@ -158,11 +159,13 @@ public final class QueueInspector: Sendable {
                 return purged
             }
             logger.info("purged queues", metadata: ["operations.kind": "\(kind.rawValue)", "operations.purged": "\(purged)"])
-            return purged
+            return PurgeReport(purged: purged, notFound: [])
         }
-        let (count, _) = try await settleSelected(kind, selection, purpose: "purge") { _, _, _ in }
-        logger.info("purged jobs", metadata: ["operations.kind": "\(kind.rawValue)", "operations.purged": "\(count)"])
-        return count
+        let (count, notFound) = try await settleSelected(kind, selection, purpose: "purge") { _, _, _ in }
+        logger.info(
+            "purged jobs",
+            metadata: ["operations.kind": "\(kind.rawValue)", "operations.purged": "\(count)", "operations.not_found": "\(notFound.count)"])
+        return PurgeReport(purged: count, notFound: notFound)
     }
 
     // MARK: - Plumbing

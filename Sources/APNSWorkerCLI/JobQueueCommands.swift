@@ -215,12 +215,15 @@ struct PurgeJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
         }
         let inspector = try scope.inspector(Choice.kind)
         let selection: JobSelection = all ? .all(filters.filter(bundle: scope.bundle)) : .jobIDs(jobIDs)
-        let purged = try await operatorCall { try await inspector.purge(Choice.kind, selection) }
+        let report = try await operatorCall { try await inspector.purge(Choice.kind, selection) }
         if json {
-            printJSON(["purged": purged])
+            printJSON(report)
         } else {
-            print("purged \(purged) \(Choice.kind.rawValue) job(s)")
+            print("purged \(report.purged) \(Choice.kind.rawValue) job(s)")
+            for id in report.notFound { print("not found: \(id)") }
         }
+        // As `requeue`: a script learns that an id it named was not there.
+        if !report.notFound.isEmpty { throw ExitCode.failure }
     }
 }
 

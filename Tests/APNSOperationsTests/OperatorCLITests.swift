@@ -110,6 +110,8 @@ struct OperatorCLITests {
 
         let one = try await cli(["dead", "purge", "job-00000", "--json"] + scope)
         #expect(try jsonObject(one.stdout)["purged"] as? Int == 1)
+        let missing = try await cli(["dead", "purge", "gone"] + scope)
+        #expect(missing.status == 1 && missing.stdout == "purged 0 dead job(s)\nnot found: gone\n", "as requeue does")
         let filtered = try await cli(["dead", "requeue", "--all", "--reason", "BadDeviceToken"] + scope)
         #expect(filtered.status == 0 && filtered.stdout == "requeued 4 dead job(s) to their work queue\n")
         #expect(Set(try await bundle.drain(bundle.work).compactMap(\.jobID)) == ["job-00003", "job-00004", "job-00005", "job-00007"])
