@@ -6,6 +6,9 @@ import Synchronization
 /// its bundle's default (tokens of debug builds). Most bundles never get such a job. Connecting
 /// that transport at start-up would double the connections every instance keeps to Apple. For a
 /// binary bundle it would also keep retrying a sandbox gateway that Apple retired.
+///
+/// Once open, the gate stays open for the life of the process: after one such job the transport
+/// is kept up like any other, so a binary bundle that got one retries its gateway from then on.
 final class FirstUseGate: Sendable {
     private enum State {
         case closed(waiters: [UInt64: CheckedContinuation<Void, any Error>], nextID: UInt64)
@@ -23,6 +26,11 @@ final class FirstUseGate: Sendable {
     }
 
     var isOpen: Bool { opened.load(ordering: .acquiring) }
+
+    /// Tasks waiting right now (for tests: to know the waiters are registered).
+    var waiterCount: Int {
+        state.withLock { if case .closed(let waiters, _) = $0 { return waiters.count } else { return 0 } }
+    }
 
     /// Lets every waiter through, now and later. Called by each send, so it must stay cheap.
     func open() {

@@ -222,10 +222,12 @@ public final class HTTP2Transport: NotificationTransport, Service {
     private var isShuttingDown: Bool { state.withLock { $0.pool.shuttingDown } }
 
     private func keepConnected(slot: Int) async {
-        do {
-            try await cancelWhenGracefulShutdown { [firstUse] in try await firstUse.waitUntilOpen() }
-        } catch {
-            return  // shut down before any notification needed this transport
+        if !firstUse.isOpen {
+            do {
+                try await cancelWhenGracefulShutdown { [firstUse] in try await firstUse.waitUntilOpen() }
+            } catch {
+                return  // shut down before any notification needed this transport
+            }
         }
         var backoff = ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay)
         while !isShuttingDown && !Task.isCancelled {

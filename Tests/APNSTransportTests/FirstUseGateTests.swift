@@ -3,6 +3,7 @@
 @testable import APNSTransport
 import Synchronization
 import Testing
+import TestSupport
 
 @Suite struct FirstUseGateTests {
     @Test func anOpenGateLetsThroughAtOnce() async throws {
@@ -21,7 +22,7 @@ import Testing
                     passed.count.withLock { $0 += 1 }
                 }
             }
-            try await Task.sleep(for: .milliseconds(100))
+            try await waitUntil("three registered waiters") { gate.waiterCount == 3 }
             #expect(passed.count.withLock { $0 } == 0, "nobody passes a closed gate")
             #expect(!gate.isOpen)
             gate.open()
@@ -29,22 +30,29 @@ import Testing
             try await group.waitForAll()
         }
         #expect(passed.count.withLock { $0 } == 3)
+        #expect(gate.waiterCount == 0)
         try await gate.waitUntilOpen()
     }
 
-    @Test func cancellingAWaitThrowsAndLeavesTheGateClosed() async throws {
+    @Test func aCancelledWaiterThrowsAndTheOthersStillPass() async throws {
         let gate = FirstUseGate(open: false)
-        let waiter = Task { try await gate.waitUntilOpen() }
-        try await Task.sleep(for: .milliseconds(50))
-        waiter.cancel()
-        await #expect(throws: CancellationError.self) { try await waiter.value }
+        let cancelled = Task { try await gate.waitUntilOpen() }
+        let other = Task { try await gate.waitUntilOpen() }
+        try await waitUntil("two registered waiters") { gate.waiterCount == 2 }
+        cancelled.cancel()
+        await #expect(throws: CancellationError.self) { try await cancelled.value }
+        #expect(gate.waiterCount == 1, "the cancelled waiter is gone, the other still waits")
         #expect(!gate.isOpen)
-        // A wait from an already cancelled task ends at once too.
+        gate.open()
+        try await other.value
+        // A wait from an already cancelled task on a closed gate ends at once too.
+        let closed = FirstUseGate(open: false)
         let late = Task {
             withUnsafeCurrentTask { $0?.cancel() }
-            try await gate.waitUntilOpen()
+            try await closed.waitUntilOpen()
         }
         await #expect(throws: CancellationError.self) { try await late.value }
+        #expect(closed.waiterCount == 0)
     }
 }
 

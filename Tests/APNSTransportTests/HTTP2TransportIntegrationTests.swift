@@ -221,13 +221,22 @@ struct HTTP2TransportIntegrationTests {
             $0.connectOnFirstUse = true
             $0.requestTimeout = .seconds(30)
         }) { simulator, transport in
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(simulator.counters().connections == 0)
+            // A control transport without the flag, started after this one: once it is
+            // connected, this one has had every chance to connect too, had it not waited.
+            var control = HTTP2TransportConfiguration(
+                environment: .production, authentication: .token(Env.tokenSource()), host: "127.0.0.1", port: simulator.port)
+            control.trustRoots = .caFile(Env.credentials.caCertificatePath)
+            let controlTransport = try HTTP2Transport(configuration: control, logger: Env.logger)
+            let controlRun = Task { try await controlTransport.run() }
+            defer { controlRun.cancel() }
+            try await waitUntil("the control transport connected") { controlTransport.connectionStates()[.ready] == 1 }
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(simulator.counters().openConnections == 1, "only the control's")
             #expect(transport.connectionStates()[.idle] == 2)
             #expect(await transport.send(Env.notification()).isAccepted)
             try await waitUntil("both connections up") { transport.connectionStates()[.ready] == 2 }
             #expect(transport.connectionStates()[.idle] == 0)
-            #expect(simulator.counters().connections == 2)
+            #expect(simulator.counters().openConnections == 3)
         }
     }
 

@@ -32,6 +32,7 @@ struct EndToEndTests {
         defer { worker.kill9() }
         let production = try await h.publishJob(token: WorkerHarness.token(1))
         try await waitUntil("the production job") { h.acceptedIDs().distinct.contains(production.uuidString.lowercased()) }
+        try await waitUntil("the production transport's 2 connections") { h.simulator.counters().openConnections == 2 }
         try await Task.sleep(for: .seconds(1))
         #expect(h.simulator.counters().openConnections == 2, "the production transport's 2 connections only")
         let sandbox = try await h.publishJob(token: WorkerHarness.token(2), extra: #","environment":"sandbox""#)
