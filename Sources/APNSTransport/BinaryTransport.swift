@@ -219,13 +219,9 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
     }
 
     private func keepConnected(_ slot: Slot) async {
-        if !firstUse.isOpen {
-            do {
-                try await cancelWhenGracefulShutdown { [firstUse] in try await firstUse.waitUntilOpen() }
-            } catch {
-                setStatus(.closed, slot)  // shut down before any notification needed this transport
-                return
-            }
+        guard await firstUse.waitUntilOpenOrShutdown() else {
+            setStatus(.closed, slot)  // shut down before any notification needed this transport
+            return
         }
         var backoff = ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay)
         while !shuttingDown.load(ordering: .relaxed) && !Task.isCancelled {

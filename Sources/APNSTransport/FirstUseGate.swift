@@ -1,3 +1,4 @@
+import ServiceLifecycle
 import Synchronization
 
 /// Holds a transport's connections back until a notification first needs them.
@@ -42,6 +43,18 @@ final class FirstUseGate: Sendable {
             return Array(waiters.values)
         }
         for waiter in waiters { waiter.resume() }
+    }
+
+    /// For a transport's connection loop: true once the gate is open (at once if it already is),
+    /// false if the task is cancelled or graceful shutdown begins first.
+    func waitUntilOpenOrShutdown() async -> Bool {
+        if isOpen { return true }
+        do {
+            try await cancelWhenGracefulShutdown { try await self.waitUntilOpen() }
+            return true
+        } catch {
+            return false
+        }
     }
 
     /// Returns once the gate is open; throws `CancellationError` if the task is cancelled first.

@@ -222,12 +222,8 @@ public final class HTTP2Transport: NotificationTransport, Service {
     private var isShuttingDown: Bool { state.withLock { $0.pool.shuttingDown } }
 
     private func keepConnected(slot: Int) async {
-        if !firstUse.isOpen {
-            do {
-                try await cancelWhenGracefulShutdown { [firstUse] in try await firstUse.waitUntilOpen() }
-            } catch {
-                return  // shut down before any notification needed this transport
-            }
+        guard await firstUse.waitUntilOpenOrShutdown() else {
+            return  // shut down before any notification needed this transport
         }
         var backoff = ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay)
         while !isShuttingDown && !Task.isCancelled {
