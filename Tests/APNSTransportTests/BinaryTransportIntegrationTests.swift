@@ -25,6 +25,16 @@ enum BinaryIntegration {
         return logger
     }
 
+    /// A transport configuration for the gateway on `port` with `client`'s certificate, trusting
+    /// the simulator's CA.
+    static func configuration(port: Int, client: GeneratedCredentials = credentials) -> BinaryTransportConfiguration {
+        var configuration = BinaryTransportConfiguration(
+            environment: .production, certFile: client.clientCertificatePath, keyFile: client.clientKeyPath,
+            host: "127.0.0.1", port: port)
+        configuration.trustRoots = .caFile(credentials.caCertificatePath)
+        return configuration
+    }
+
     /// Starts a simulator with its binary gateway and a transport trusting its CA, runs the
     /// transport as a service, calls `body`, then cancels it and shuts the simulator down.
     static func withTransport<T: Sendable>(
@@ -40,11 +50,7 @@ enum BinaryIntegration {
             return try await withRunningService(
                 simulator,
                 make: {
-                    let client = clientCredentials ?? credentials
-                    var configuration = BinaryTransportConfiguration(
-                        environment: .production, certFile: client.clientCertificatePath, keyFile: client.clientKeyPath,
-                        host: "127.0.0.1", port: try #require(simulator.binaryPort))
-                    configuration.trustRoots = .caFile(credentials.caCertificatePath)
+                    var configuration = configuration(port: try #require(simulator.binaryPort), client: clientCredentials ?? credentials)
                     configuration.holdWindow = holdWindow
                     configuration.reconnectInitialDelay = .milliseconds(10)
                     adjustTransport(&configuration)
@@ -216,11 +222,8 @@ struct BinaryTransportIntegrationTests {
         try await BinaryIntegration.withTransport(transport: { $0.connectOnFirstUse = true }) { simulator, transport in
             // A control transport without the flag, started after this one: once it is
             // connected, this one has had every chance to connect too, had it not waited.
-            var control = BinaryTransportConfiguration(
-                environment: .production, certFile: BinaryIntegration.credentials.clientCertificatePath,
-                keyFile: BinaryIntegration.credentials.clientKeyPath, host: "127.0.0.1", port: try #require(simulator.binaryPort))
-            control.trustRoots = .caFile(BinaryIntegration.credentials.caCertificatePath)
-            let controlTransport = try BinaryTransport(configuration: control, logger: BinaryIntegration.logger)
+            let controlTransport = try BinaryTransport(
+                configuration: BinaryIntegration.configuration(port: try #require(simulator.binaryPort)), logger: BinaryIntegration.logger)
             let controlRun = Task { try await controlTransport.run() }
             defer { controlRun.cancel() }
             try await waitUntil("the control transport connected") { controlTransport.connectionStates()[.ready] == 1 }

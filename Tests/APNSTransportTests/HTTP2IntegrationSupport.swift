@@ -22,6 +22,16 @@ enum HTTP2Integration {
         ProviderTokenSource(teamID: credentials.teamID, keyID: credentials.keyID, key: credentials.tokenPrivateKey, now: now)
     }
 
+    /// A transport configuration for the simulator on `port`, trusting its CA (token auth by default).
+    static func configuration(
+        port: Int, authentication: HTTP2TransportConfiguration.Authentication? = nil
+    ) -> HTTP2TransportConfiguration {
+        var configuration = HTTP2TransportConfiguration(
+            environment: .production, authentication: authentication ?? .token(tokenSource()), host: "127.0.0.1", port: port)
+        configuration.trustRoots = .caFile(credentials.caCertificatePath)
+        return configuration
+    }
+
     /// Starts a simulator and a transport trusting its CA, runs the transport as a service in a
     /// task group, calls `body`, then cancels the group and shuts the simulator down.
     static func withTransport<T: Sendable>(
@@ -36,10 +46,7 @@ enum HTTP2Integration {
             return try await withRunningService(
                 simulator,
                 make: {
-                    var configuration = HTTP2TransportConfiguration(
-                        environment: .production, authentication: authentication ?? .token(tokenSource()), host: "127.0.0.1",
-                        port: simulator.port)
-                    configuration.trustRoots = .caFile(credentials.caCertificatePath)
+                    var configuration = configuration(port: simulator.port, authentication: authentication)
                     configuration.reconnectInitialDelay = .milliseconds(10)
                     adjustTransport(&configuration)
                     return try HTTP2Transport(configuration: configuration, logger: logger, eventLoopGroup: group)

@@ -223,10 +223,7 @@ struct HTTP2TransportIntegrationTests {
         }) { simulator, transport in
             // A control transport without the flag, started after this one: once it is
             // connected, this one has had every chance to connect too, had it not waited.
-            var control = HTTP2TransportConfiguration(
-                environment: .production, authentication: .token(Env.tokenSource()), host: "127.0.0.1", port: simulator.port)
-            control.trustRoots = .caFile(Env.credentials.caCertificatePath)
-            let controlTransport = try HTTP2Transport(configuration: control, logger: Env.logger)
+            let controlTransport = try HTTP2Transport(configuration: Env.configuration(port: simulator.port), logger: Env.logger)
             let controlRun = Task { try await controlTransport.run() }
             defer { controlRun.cancel() }
             try await waitUntil("the control transport connected") { controlTransport.connectionStates()[.ready] == 1 }
