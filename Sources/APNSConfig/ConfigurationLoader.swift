@@ -30,7 +30,7 @@ public enum ConfigurationLoader {
         ("amqp", ["url", "prefetch", "heartbeat", "queueType", "caFile"]),
         ("retry", ["delays", "maxAttempts"]),
         ("admin", ["listen", "token"]),
-        ("worker", ["shutdownDeadline", "requestTimeout", "connectTimeout", "probeInterval", "providerTokenRefresh"]),
+        ("worker", ["shutdownDeadline", "requestTimeout", "connectTimeout", "probeInterval", "providerTokenRefresh", "maxDeliveries"]),
     ]
     /// The keys of an `[apns "bundle.id"]` section.
     public static let bundleKeys = [
@@ -303,6 +303,11 @@ public enum ConfigurationLoader {
         if let d = try duration("probeInterval", .milliseconds(100) ... .seconds(3600), "100ms to 1h") { worker.probeInterval = d }
         if let d = try duration("providerTokenRefresh", .seconds(20 * 60) ... .seconds(60 * 60), "20m to 60m, as Apple asks") {
             worker.providerTokenRefresh = d
+        }
+        if let setting = settings.string("worker", "maxDeliveries") {
+            worker.maxDeliveries = try settings.parse(setting, "worker", "maxDeliveries") { v throws(ValueProblem) in
+                try ValueSyntax.int(v, in: 1...10000)
+            }
         }
         return worker
     }

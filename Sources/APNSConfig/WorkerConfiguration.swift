@@ -148,7 +148,11 @@ public struct WorkerSettings: Sendable, Hashable {
     /// `providerTokenRefresh`: age at which a provider JWT is renewed; Apple wants 20 to 60
     /// minutes. Default 50m.
     public var providerTokenRefresh: Duration
+    /// `maxDeliveries`: a job delivered more often than this without reaching an end is a
+    /// poison job and goes to the dead queue (`DeliveryLimitExceeded`). Default 20.
+    public var maxDeliveries: Int
 
+    public static let defaultMaxDeliveries = 20
     public static let defaultShutdownDeadline: Duration = .seconds(30)
     public static let defaultRequestTimeout: Duration = .seconds(10)
     public static let defaultConnectTimeout: Duration = .seconds(10)
@@ -158,8 +162,9 @@ public struct WorkerSettings: Sendable, Hashable {
     public init(
         shutdownDeadline: Duration = defaultShutdownDeadline, requestTimeout: Duration = defaultRequestTimeout,
         connectTimeout: Duration = defaultConnectTimeout, probeInterval: Duration = defaultProbeInterval,
-        providerTokenRefresh: Duration = defaultProviderTokenRefresh
+        providerTokenRefresh: Duration = defaultProviderTokenRefresh, maxDeliveries: Int = defaultMaxDeliveries
     ) {
+        self.maxDeliveries = maxDeliveries
         self.shutdownDeadline = shutdownDeadline
         self.requestTimeout = requestTimeout
         self.connectTimeout = connectTimeout

@@ -54,17 +54,20 @@ public struct ProviderToken: Sendable, Hashable {
 /// Apple rejects a token older than one hour (`ExpiredProviderToken`) and one refreshed more
 /// often than every 20 minutes (`TooManyProviderTokenUpdates`). The policy:
 /// - a token is renewed once it is `maximumAge` old (20 to 60 minutes; default 50);
-/// - no two tokens are ever signed less than `minimumRenewalInterval` (20 minutes) apart, for
-///   any reason, so `TooManyProviderTokenUpdates` cannot come from this process;
-/// - `ExpiredProviderToken` renews at once if the rejected token is still the current one and
-///   at least 20 minutes old. A younger token cannot really be an hour old: the answer means the
-///   clocks disagree, and a new token would not help, so the current one is kept (and the
-///   caller's retry reports Apple's second answer). An answer about an older token that has
-///   already been replaced just uses the current one.
+/// - on its own schedule, no two tokens are signed less than `minimumRenewalInterval` (20
+///   minutes) apart, so `TooManyProviderTokenUpdates` cannot come from this process's routine;
+/// - `ExpiredProviderToken` for the current token renews it at once, whatever its age (contract
+///   §4): Apple says the token is stale (a skewed clock, a key rotated on Apple's side), and
+///   resending it could only be refused again. If the renewed token is refused too, the caller
+///   reports the answer and the bundle is held; so that a held bundle's probes cannot sign a
+///   token every few seconds, renewals for `ExpiredProviderToken` are at least
+///   `expiryRenewalSpacing` apart. An answer about an older token that has already been replaced
+///   just uses the current one.
 public struct ProviderTokenManager: Sendable {
     public static let minimumRenewalInterval: Duration = .seconds(20 * 60)
     public static let defaultMaximumAge: Duration = .seconds(50 * 60)
     public static let allowedMaximumAge: ClosedRange<Duration> = .seconds(20 * 60) ... .seconds(60 * 60)
+    public static let expiryRenewalSpacing: Duration = .seconds(60)
 
     public let teamID: String
     public let keyID: String
@@ -74,6 +77,8 @@ public struct ProviderTokenManager: Sendable {
     /// When `current` was signed, untruncated: ages are measured from here so that the whole
     /// seconds of `iat` never shorten the 20-minute spacing.
     private var signedAt: Date?
+    /// When a token was last signed because Apple called the current one expired.
+    private var lastExpiryRenewalAt: Date?
     /// How many tokens were signed so far.
     public private(set) var renewals: Int = 0
 
@@ -99,9 +104,11 @@ public struct ProviderTokenManager: Sendable {
         _ rejected: ProviderToken, now: Date
     ) throws -> (token: ProviderToken, renewed: Bool) {
         guard let current else { return (try renew(now: now), true) }
-        if current != rejected || age(now: now) < Self.minimumRenewalInterval {
+        if current != rejected { return (current, false) }
+        if let last = lastExpiryRenewalAt, Duration.seconds(now.timeIntervalSince(last)) < Self.expiryRenewalSpacing {
             return (current, false)
         }
+        lastExpiryRenewalAt = now
         return (try renew(now: now), true)
     }
 

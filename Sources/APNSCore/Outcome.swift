@@ -12,7 +12,7 @@ public enum Outcome: Sendable, Hashable {
     /// Will never succeed without a person: dead-letter with these headers.
     case dead(reason: String, status: Int, detail: String)
     /// The provider's own credentials or topic are wrong: pause the bundle, keep the job.
+    /// `ExpiredProviderToken` ends here too: the transport has already renewed the token and
+    /// sent again, so a second refusal is the provider's fault (contract §4).
     case held(reason: String, status: Int)
-    /// `ExpiredProviderToken`: renew the JWT and send again at once.
-    case renewTokenAndRetry
 }

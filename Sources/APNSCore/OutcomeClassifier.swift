@@ -17,6 +17,9 @@
 ///   none of them is at fault (the contract dead-letters only what "the job itself causes").
 /// - `IdleTimeout` → retry: the connection was idle, the notification was fine.
 /// - `Forbidden`, `UnrelatedKeyIdInToken`, `BadEnvironmentKeyInToken` → held: credentials.
+/// - `ExpiredProviderToken` → held. The HTTP/2 transport renews the token and sends once more
+///   by itself; an answer that still reaches here means the renewed token was refused as well
+///   (a skewed clock, a revoked key): contract §4 holds the bundle, never a requeue loop.
 /// - A 410 with any reason → invalid token (410 only ever means the token is gone), reason
 ///   `Unregistered` when Apple gave none.
 ///
@@ -73,10 +76,8 @@ public enum OutcomeClassifier {
         case .badTopic, .topicDisallowed, .missingTopic, .duplicateHeaders, .badPath, .methodNotAllowed,
             .badCertificate, .badCertificateEnvironment, .forbidden, .invalidProviderToken,
             .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyInToken,
-            .tooManyProviderTokenUpdates:
+            .tooManyProviderTokenUpdates, .expiredProviderToken:
             return .held(reason: name, status: status)
-        case .expiredProviderToken:
-            return .renewTokenAndRetry
         case .idleTimeout, .tooManyRequests, .internalServerError, .serviceUnavailable, .shutdown:
             return .retry(reason: name, status: status)
         case .unknown:

@@ -49,6 +49,9 @@ public enum JobHeaders {
     public static let error = "x-apns-error"
     /// On a job requeued by an operator: the `x-apns-reason` it had when it was dead.
     public static let lastReason = "x-apns-last-reason"
+    /// Written by RabbitMQ on a quorum queue's redeliveries: how many times it was delivered
+    /// before. Never forwarded, so that a count always belongs to the delivery it came with.
+    public static let deliveryCount = "x-delivery-count"
 }
 
 /// A value in an AMQP argument table, reduced to what topology needs.

@@ -21,7 +21,7 @@ public enum JobInspection {
     /// starts afresh without them, so a later listing never shows a stale failure.
     public static let headersClearedOnRequeue: Set<String> = [
         JobHeaders.attempt, JobHeaders.reason, JobHeaders.status, JobHeaders.attempts,
-        JobHeaders.failedAt, JobHeaders.error, "x-delivery-count",
+        JobHeaders.failedAt, JobHeaders.error, JobHeaders.deliveryCount,
     ]
 
     /// Decodes a message of `queue` (a dead or retry queue of `bundleID`).

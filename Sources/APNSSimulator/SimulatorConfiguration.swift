@@ -166,14 +166,19 @@ public struct SimulatorFaults: Sendable, Hashable {
     /// `setFaults`, over all connections, gets an error response with this status (bad tokens at
     /// chosen positions). Frames discarded after an error are not processed and not counted.
     public var binaryStatusAtFrame: [Int: UInt8]
+    /// How far the simulator's clock runs ahead of the provider's when it judges provider tokens:
+    /// with an hour or more, every token it is sent is already expired (`ExpiredProviderToken`),
+    /// as when a provider's clock is behind Apple's.
+    public var clockSkew: Duration
 
     public init(
         rate429: Double = 0, rate500: Double = 0, rate503: Double = 0, seed: UInt64 = 1,
         latency: Duration = .zero, goawayAfterStreams: Int? = nil, dropAfterStreams: Int? = nil,
         maxConcurrentStreams: Int? = nil, rejectAllTokens: APNSReason? = nil,
         binaryShutdownAfterFrames: Int? = nil, binaryCloseSilentlyAfterFrames: Int? = nil,
-        binaryStatusAtFrame: [Int: UInt8] = [:]
+        binaryStatusAtFrame: [Int: UInt8] = [:], clockSkew: Duration = .zero
     ) {
+        self.clockSkew = clockSkew
         self.rate429 = rate429
         self.rate500 = rate500
         self.rate503 = rate503

@@ -132,7 +132,7 @@ final class SimulatorEngine: Sendable {
 
         let credential: RequestCredential
         var raiseStreamLimit: Int?
-        switch authenticate(request, connection: connection, now: now) {
+        switch authenticate(request, connection: connection, now: now.addingTimeInterval(faults.clockSkew.timeInterval)) {
         case .success(let (value, raise)):
             credential = value
             raiseStreamLimit = raise

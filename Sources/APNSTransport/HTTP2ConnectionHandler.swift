@@ -33,6 +33,9 @@ enum HTTP2ConnectionEvent: Sendable, Hashable {
     case settings(maxConcurrentStreams: Int?)
     /// The server will take no new streams on this connection.
     case goaway(lastStreamID: Int, errorCode: UInt32)
+    /// This side used its last stream id (`HTTP2ConnectionHandler.lastStreamIDToUse`): the
+    /// connection takes no new streams, finishes the ones it has and closes, as after a GOAWAY.
+    case retiring(lastStreamID: Int)
 }
 
 final class HTTP2ConnectionHandler: ChannelDuplexHandler {
@@ -49,11 +52,18 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         var body: ByteBuffer?
     }
 
+    /// The last client stream id a connection opens before it retires. Stream ids are 31 bits
+    /// and never reused (RFC 9113 §5.1.1), so a long-lived connection would run out after about
+    /// 2^30 requests; it is retired with room to spare, the way a GOAWAY retires it, and the
+    /// pool opens a new one.
+    static let lastStreamIDToUse = HTTP2StreamID(Int32.max - (1 << 20))
+
     private let pingInterval: TimeAmount
+    private let lastStreamIDToUse: HTTP2StreamID
     private let onEvent: @Sendable (HTTP2ConnectionEvent) -> Void
     private var context: ChannelHandlerContext?
     private var streams: [HTTP2StreamID: InFlight] = [:]
-    private var nextStreamID = HTTP2StreamID(1)
+    private var nextStreamID: HTTP2StreamID
     private var goawayLastStreamID: HTTP2StreamID?
     private var closed = false
     private var lastReadAt = NIODeadline.uptimeNanoseconds(0)
@@ -64,8 +74,15 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     /// How many streams are open; for tests and logs.
     var openStreams: Int { streams.count }
 
-    init(pingInterval: TimeAmount, onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void) {
+    /// `firstStreamID` and `lastStreamIDToUse` are for tests that start near the end of the
+    /// stream-id space.
+    init(
+        pingInterval: TimeAmount, firstStreamID: HTTP2StreamID = 1, lastStreamIDToUse: HTTP2StreamID = lastStreamIDToUse,
+        onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
+    ) {
         self.pingInterval = pingInterval
+        self.nextStreamID = firstStreamID
+        self.lastStreamIDToUse = lastStreamIDToUse
         self.onEvent = onEvent
     }
 
@@ -124,7 +141,13 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             return
         }
         let streamID = nextStreamID
-        nextStreamID = HTTP2StreamID(Int32(streamID) + 2)
+        if streamID >= lastStreamIDToUse {
+            // The last stream this connection opens: no later request may be written here.
+            goawayLastStreamID = streamID
+            onEvent(.retiring(lastStreamID: Int(streamID)))
+        } else {
+            nextStreamID = HTTP2StreamID(Int32(streamID) + 2)
+        }
 
         var timeout: Scheduled<Void>?
         if request.deadline != .distantFuture {

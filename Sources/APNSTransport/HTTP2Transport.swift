@@ -117,12 +117,16 @@ public final class HTTP2Transport: NotificationTransport, Service {
                 if NIODeadline.now() >= deadline { return .failed(.goaway) }
                 continue
             case .answer(let answer)
-            where answer.reason == .expiredProviderToken && !renewedAfterExpiry && token != nil:
-                renewedAfterExpiry = true
-                do { token = try tokens?.expired(token!) } catch {
+            where answer.reason == .expiredProviderToken && !renewedAfterExpiry:
+                // Once, with a newer token (renewed now or by another request meanwhile);
+                // resending the refused one could only be refused again, and then the worker
+                // holds the bundle (contract §4).
+                guard let tokens, let rejected = token, let newer = try? tokens.expired(rejected), newer != rejected else {
                     return .http(answer)
                 }
-                logger.info("APNs reported ExpiredProviderToken; retrying with the current token")
+                renewedAfterExpiry = true
+                token = newer
+                logger.info("APNs reported ExpiredProviderToken; sending again with a renewed token")
                 continue
             case .answer(let answer):
                 return .http(answer)
@@ -305,6 +309,11 @@ public final class HTTP2Transport: NotificationTransport, Service {
                     "apns.slot": .stringConvertible(slot), "http2.last_stream_id": .stringConvertible(lastStreamID),
                     "http2.error_code": .stringConvertible(errorCode),
                 ])
+            mutatePool { $0.draining(slot: slot, generation: generation) }
+        case .retiring(let lastStreamID):
+            logger.info(
+                "connection retired before its stream ids run out; a new one replaces it",
+                metadata: ["apns.slot": .stringConvertible(slot), "http2.last_stream_id": .stringConvertible(lastStreamID)])
             mutatePool { $0.draining(slot: slot, generation: generation) }
         }
     }

@@ -26,12 +26,15 @@ public final class BundlePipeline: Sendable {
         public var probeInterval: Duration
         /// On graceful shutdown, how long jobs in flight may take to finish.
         public var shutdownDeadline: Duration
+        /// Deliveries after which a job is a poison job (`DeliveryLimit`).
+        public var maxDeliveries: Int
 
         public init(
             bundleID: String, defaultEnvironment: APNSEnvironment = .production, transportKind: TransportKind = .http2,
             prefetch: UInt16 = 500, retryPolicy: RetryPolicy = .standard, probeInterval: Duration = .seconds(5),
-            shutdownDeadline: Duration = .seconds(30)
+            shutdownDeadline: Duration = .seconds(30), maxDeliveries: Int = 20
         ) {
+            self.maxDeliveries = maxDeliveries
             self.bundleID = bundleID
             self.defaultEnvironment = defaultEnvironment
             self.transportKind = transportKind
@@ -51,6 +54,7 @@ public final class BundlePipeline: Sendable {
     /// The rule of the rollout gate; replaced at run time by `updateRollout(_:)` (config reload).
     private let rollout: Mutex<RolloutRule>
     private let breaker: Mutex<HoldBreaker>
+    private let deliveryLimit: Mutex<DeliveryLimit>
     /// Jobs this pipeline brought to each end, for the line it logs when it stops.
     private let ends: Mutex<[OutcomeRouter.End: Int]> = Mutex([:])
 
@@ -65,6 +69,7 @@ public final class BundlePipeline: Sendable {
         self.statistics = statistics
         self.rollout = Mutex(rollout)
         self.breaker = Mutex(HoldBreaker(probeInterval: settings.probeInterval))
+        self.deliveryLimit = Mutex(DeliveryLimit(maxDeliveries: settings.maxDeliveries))
         var logger = logger
         logger[metadataKey: "apns.bundle"] = "\(settings.bundleID)"
         self.logger = logger
@@ -183,6 +188,27 @@ public final class BundlePipeline: Sendable {
         defer { statistics.jobFinished(bundle: settings.bundleID) }
         let started = ContinuousClock.now
         let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
+        // A first delivery cannot be one too many; only redeliveries are counted.
+        if delivery.message.redelivered {
+            let deliveries = deliveryLimit.withLock { $0.deliveries(of: delivery.message) }
+            if deliveries > settings.maxDeliveries {
+                let context = OutcomeRouter.JobContext(
+                    message: delivery.message, jobID: delivery.message.properties.messageID, token: nil,
+                    previousAttempts: previousAttempts)
+                logger.error(
+                    "poison job: delivered too often without reaching an end; dead-lettered unread",
+                    metadata: [
+                        "job.id": "\(context.jobID ?? "-")", "amqp.deliveries": "\(deliveries)",
+                        "worker.max_deliveries": "\(settings.maxDeliveries)",
+                    ])
+                await settle(
+                    delivery,
+                    router.routeDeliveryLimitExceeded(
+                        job: context, deliveries: deliveries, maxDeliveries: settings.maxDeliveries, now: Date()))
+                count(.dead, since: started)
+                return
+            }
+        }
         let job: Job
         switch parse(delivery) {
         case .failure(let error):
@@ -242,6 +268,7 @@ public final class BundlePipeline: Sendable {
 
     func routeOutcome(_ outcome: Outcome, delivery: AMQPDelivery, context: OutcomeRouter.JobContext, started: ContinuousClock.Instant) async {
         let now = ContinuousClock.now
+        // Every outcome is named: a new one must decide here whether it holds the bundle.
         switch outcome {
         case .held(let reason, let status):
             let action = breaker.withLock { $0.heldOutcome(reason: reason, now: now) }
@@ -251,7 +278,7 @@ public final class BundlePipeline: Sendable {
                     "APNs rejects this bundle's credentials or topic: bundle HELD, jobs stay in the broker until a probe succeeds",
                     metadata: ["apns.reason": "\(reason)", "apns.status": "\(status)"])
             }
-        default:
+        case .delivered, .invalidToken, .retry, .dead:
             if case .resume(let heldFor) = breaker.withLock({ $0.healthyOutcome(now: now) }) {
                 statistics.bundleHeld(bundle: settings.bundleID, false)
                 logger.notice("bundle resumed: APNs accepts its credentials again", metadata: ["held.seconds": "\(heldFor)"])
@@ -259,22 +286,26 @@ public final class BundlePipeline: Sendable {
         }
         let route = router.route(outcome, job: context, now: Date())
         await settle(delivery, route)
-        count(Self.end(of: route, outcome: outcome), since: started)
+        let end = Self.end(of: route)
+        count(end, since: started)
+        let jobID = context.jobID ?? "-"
         switch outcome {
         case .delivered:
-            logger.info("job delivered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.token": "\(context.token?.redacted ?? "-")"])
+            logger.info("job delivered", metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")"])
         case .invalidToken(let reason, _):
             logger.info(
                 "device token invalid; feedback event published",
-                metadata: ["job.id": "\(context.jobID ?? "-")", "apns.token": "\(context.token?.redacted ?? "-")", "apns.reason": "\(reason)"])
-        default:
-            break
-        }
-        if case .retry(let reason, let status) = outcome {
+                metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")", "apns.reason": "\(reason)"])
+        case .retry(let reason, let status) where end == .retry:
             statistics.retryScheduled(bundle: settings.bundleID, attempt: context.previousAttempts + 1)
-            logger.info("job will be retried", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
-        } else if case .dead(let reason, let status, _) = outcome {
-            logger.warning("job dead-lettered", metadata: ["job.id": "\(context.jobID ?? "-")", "apns.reason": "\(reason)", "apns.status": "\(status)"])
+            logger.info("job will be retried", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
+        case .retry(let reason, let status):
+            logger.warning(
+                "job dead-lettered: retries exhausted", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
+        case .dead(let reason, let status, _):
+            logger.warning("job dead-lettered", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
+        case .held:
+            break  // logged once by the breaker above
         }
     }
 
@@ -284,10 +315,9 @@ public final class BundlePipeline: Sendable {
         statistics.jobEnded(bundle: settings.bundleID, end: end, after: started.duration(to: .now))
     }
 
-    static func end(of route: OutcomeRouter.Route, outcome: Outcome) -> OutcomeRouter.End {
+    static func end(of route: OutcomeRouter.Route) -> OutcomeRouter.End {
         switch route {
         case .ack: return .delivered
-        case .requeue: return .held
         case .publishThenAck(_, let end): return end
         }
     }
@@ -298,8 +328,6 @@ public final class BundlePipeline: Sendable {
         switch route {
         case .ack:
             await broker.ack(delivery)
-        case .requeue:
-            await broker.nack(delivery, requeue: true)
         case .publishThenAck(let message, _):
             do {
                 try await broker.publish(message)

@@ -20,8 +20,6 @@ public struct OutcomeRouter: Sendable {
         case ack
         /// Publish this, wait for the broker's confirm, then ack.
         case publishThenAck(AMQPOutboundMessage, end: End)
-        /// Give the job back to the broker untouched (nack with requeue): held bundles.
-        case requeue
     }
 
     /// The end a job reached, for logs and metrics (a fixed, small label set).
@@ -78,13 +76,21 @@ public struct OutcomeRouter: Sendable {
             return .publishThenAck(
                 deadLetter(job: job, reason: reason, status: status, attempts: attemptsMade, detail: detail, now: now), end: .dead)
         case .held:
-            return .requeue
-        case .renewTokenAndRetry:
-            // The transport renews and resends once itself; a second ExpiredProviderToken means
-            // the clock or the key is wrong, which is the provider's fault like any other.
-            return .requeue
+            return .publishThenAck(heldMessage(job: job), end: .held)
         }
     }
+
+    /// A job delivered more than `maxDeliveries` times (contract §4): dead before anything else
+    /// is done with it; its body was never parsed, so attempts are those of its headers.
+    public func routeDeliveryLimitExceeded(job: JobContext, deliveries: Int, maxDeliveries: Int, now: Date) -> Route {
+        let detail = "delivered \(deliveries) times (maxDeliveries \(maxDeliveries)) without reaching an end: it may crash or stall workers"
+        return .publishThenAck(
+            deadLetter(
+                job: job, reason: Self.deliveryLimitExceeded, status: 0, attempts: job.previousAttempts, detail: detail, now: now),
+            end: .dead)
+    }
+
+    public static let deliveryLimitExceeded = "DeliveryLimitExceeded"
 
     /// A job that never reached APNs because it is malformed (contract §2): dead, status 0.
     public func routeMalformed(job: JobContext, reason: String, detail: String, now: Date) -> Route {
@@ -123,8 +129,27 @@ public struct OutcomeRouter: Sendable {
             exchange: TopologyNames.feedbackExchange, routingKey: event.bundleId, body: event.jsonBytes(), properties: properties)
     }
 
-    func retryMessage(job: JobContext, attemptsMade: Int, delay: Duration) -> AMQPOutboundMessage {
+    /// The job's properties for a message that carries it on: its job id as `message_id`, so a
+    /// generated id stays the same for every attempt (contract §2), and no broker delivery count.
+    func forwardedProperties(_ job: JobContext) -> AMQPProperties {
         var properties = job.message.properties
+        if let jobID = job.jobID { properties.messageID = jobID }
+        if properties.headers?[JobHeaders.deliveryCount] != nil {
+            properties.headers?[JobHeaders.deliveryCount] = nil
+        }
+        return properties
+    }
+
+    /// A held job goes back to the end of its work queue as a new message, rather than with a
+    /// nack: a nack counts as a delivery on quorum queues, and a job waiting out a provider fault
+    /// is no poison job (`DeliveryLimit`).
+    func heldMessage(job: JobContext) -> AMQPOutboundMessage {
+        AMQPOutboundMessage(
+            exchange: "", routingKey: TopologyNames.workQueue(bundleID), body: job.message.body, properties: forwardedProperties(job))
+    }
+
+    func retryMessage(job: JobContext, attemptsMade: Int, delay: Duration) -> AMQPOutboundMessage {
+        var properties = forwardedProperties(job)
         var headers = properties.headers ?? [:]
         headers[JobHeaders.attempt] = .int32(Int32(clamping: attemptsMade))
         properties.headers = headers
@@ -134,7 +159,7 @@ public struct OutcomeRouter: Sendable {
     }
 
     func deadLetter(job: JobContext, reason: String, status: Int, attempts: Int, detail: String, now: Date) -> AMQPOutboundMessage {
-        var properties = job.message.properties
+        var properties = forwardedProperties(job)
         var headers = properties.headers ?? [:]
         headers[JobHeaders.reason] = .string(reason)
         headers[JobHeaders.status] = .int32(Int32(clamping: status))

@@ -51,7 +51,7 @@ struct RunCommand: AsyncParsableCommand {
                 prefetch: UInt16(clamping: configuration.amqp.prefetch),
                 retryPolicy: RetryPolicy(delays: configuration.retry.delays, maxAttempts: configuration.retry.maxAttempts),
                 probeInterval: configuration.worker.probeInterval,
-                shutdownDeadline: configuration.worker.shutdownDeadline)
+                shutdownDeadline: configuration.worker.shutdownDeadline, maxDeliveries: configuration.worker.maxDeliveries)
             pipelines.append(
                 BundlePipeline(
                     settings: settings, broker: broker, transport: EnvironmentRouter(transports),

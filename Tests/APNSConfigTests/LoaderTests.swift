@@ -72,6 +72,7 @@ struct LoaderTests {
             connectTimeout = 2s
             probeInterval = 1m
             providerTokenRefresh = 30m
+            maxDeliveries = 5
 
             [apns "com.example.token"]
             transport = http2
@@ -112,7 +113,7 @@ struct LoaderTests {
             configuration.worker
                 == WorkerSettings(
                     shutdownDeadline: .seconds(5), requestTimeout: .seconds(3), connectTimeout: .seconds(2),
-                    probeInterval: .seconds(60), providerTokenRefresh: .seconds(1800)))
+                    probeInterval: .seconds(60), providerTokenRefresh: .seconds(1800), maxDeliveries: 5))
         #expect(configuration.bundles.count == 2)
         let token = configuration.bundles[0]
         #expect(
@@ -124,7 +125,7 @@ struct LoaderTests {
                     rollout: RolloutGate(
                         allowSyncServers: ["sync1.example.com", "sync2.example.com"], denySyncServers: ["bad.example.com"],
                         percentage: 25),
-                    line: 24))
+                    line: 25))
         #expect(token.endpoint(for: .production) == ("simulator.local", 8443))
         let legacy = configuration.bundles[1]
         #expect(
@@ -132,7 +133,7 @@ struct LoaderTests {
                 == BundleConfiguration(
                     bundleID: "com.example.legacy", transport: .binary, environment: .sandbox,
                     auth: .certificate(certFile: base + "/client.pem", keyFile: base + "/client.key"),
-                    binaryHoldWindow: .milliseconds(250), feedbackInterval: .seconds(600), feedbackPort: 12196, line: 38))
+                    binaryHoldWindow: .milliseconds(250), feedbackInterval: .seconds(600), feedbackPort: 12196, line: 39))
         #expect(legacy.connections == 1)
         #expect(try #require(legacy.feedbackEndpoint(for: .sandbox)) == ("feedback.sandbox.push.apple.com", 12196))
         #expect(try #require(legacy.feedbackEndpoint(for: .production)) == ("feedback.push.apple.com", 12196))
@@ -252,6 +253,7 @@ struct LoaderTests {
         ErrorCase("\n[worker]\nconnectTimeout = 10ms", 10, "[worker]", "connectTimeout", .badValue, "out of range (100ms to 5m)"),
         ErrorCase("\n[worker]\nprobeInterval = 2h", 10, "[worker]", "probeInterval", .badValue, "out of range (100ms to 1h)"),
         ErrorCase("\n[worker]\nproviderTokenRefresh = 10m", 10, "[worker]", "providerTokenRefresh", .badValue, "\"10m\" is out of range (20m to 60m, as Apple asks)"),
+        ErrorCase("\n[worker]\nmaxDeliveries = 0", 10, "[worker]", "maxDeliveries", .badValue, "out of range"),
         ErrorCase("\n[worker]\nprobeInterval", 10, "[worker]", "probeInterval", .badValue, "needs a value (probeInterval = …)"),
         ErrorCase("\nteamId = TEAM654321", 9, "[apns \"com.example.app\"]", "teamId", .duplicate, "set again (first at line 5); only url in [amqp] may repeat"),
         ErrorCase("\ntransport = http3", 9, "[apns \"com.example.app\"]", "transport", .badValue, "\"http3\" is not a transport (http2 or binary)"),

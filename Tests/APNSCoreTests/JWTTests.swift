@@ -86,32 +86,56 @@ import Testing
         #expect(m.renewals == 2)
     }
 
-    @Test func expiredTokenNeverRenewsWithinTwentyMinutes() throws {
+    /// Apple calling a young token expired means the clocks disagree or the key changed on
+    /// Apple's side: the token is renewed at once, not resent until it is 20 minutes old.
+    @Test func expiredTokenRenewsAtOnceWhateverItsAge() throws {
         var m = manager()
         let first = try m.token(now: t0).token
-        for minute in stride(from: 0.0, to: 20.0, by: 0.5) {
-            let answer = try m.expiredTokenReported(first, now: minutes(minute))
-            #expect(!answer.renewed && answer.token == first)
-        }
-        #expect(m.renewals == 1)
+        let renewed = try m.expiredTokenReported(first, now: minutes(0.5))
+        #expect(renewed.renewed && renewed.token != first)
+        #expect(renewed.token.issuedAt == minutes(0.5))
+        // The routine schedule starts again from the renewed token.
+        #expect(try m.token(now: minutes(49)).token == renewed.token)
     }
 
-    /// Whatever mix of requests and ExpiredProviderToken answers arrives, no two tokens are ever
-    /// signed less than 20 minutes apart: the condition for TooManyProviderTokenUpdates.
+    /// A renewed token refused as well (the bundle is then held and probed): renewals for
+    /// ExpiredProviderToken are spaced, so probes cannot sign a token every few seconds.
+    @Test func expiryRenewalsAreSpaced() throws {
+        var m = manager()
+        var current = try m.token(now: t0).token
+        var signedAt: [Double] = []
+        for second in stride(from: 1.0, through: 300.0, by: 5.0) {
+            let answer = try m.expiredTokenReported(current, now: t0.addingTimeInterval(second))
+            if answer.renewed { signedAt.append(second) }
+            current = answer.token
+        }
+        #expect(signedAt == [1, 61, 121, 181, 241])
+        #expect(m.renewals == 6)
+    }
+
+    /// Whatever mix of requests and answers about tokens already replaced arrives, no two tokens
+    /// are signed less than 20 minutes apart on the routine schedule: the condition for
+    /// TooManyProviderTokenUpdates. (Only Apple calling the current token expired renews sooner.)
     @Test func renewalsAreAlwaysAtLeastTwentyMinutesApart() throws {
         var m = manager(maximumAge: .seconds(20 * 60))
         var signedAt: [Date] = []
         var generator = SystemRandomNumberGenerator()
         var now = t0
+        var current: ProviderToken?
+        var previous: ProviderToken?
         for _ in 0..<5000 {
             now = now.addingTimeInterval(Double(generator.next() % 30))
             let result: (token: ProviderToken, renewed: Bool)
-            if generator.next() % 3 == 0, let current = m.current {
-                result = try m.expiredTokenReported(current, now: now)
+            if generator.next() % 3 == 0, let stale = previous {
+                result = try m.expiredTokenReported(stale, now: now)
             } else {
                 result = try m.token(now: now)
             }
-            if result.renewed { signedAt.append(now) }
+            if result.renewed {
+                signedAt.append(now)
+                previous = current
+            }
+            current = result.token
         }
         #expect(signedAt.count > 3)
         for (a, b) in zip(signedAt, signedAt.dropFirst()) {

@@ -24,7 +24,7 @@ import Testing
         (.topicDisallowed, 400, .held(reason: "TopicDisallowed", status: 400)),
         (.badCertificate, 403, .held(reason: "BadCertificate", status: 403)),
         (.badCertificateEnvironment, 403, .held(reason: "BadCertificateEnvironment", status: 403)),
-        (.expiredProviderToken, 403, .renewTokenAndRetry),
+        (.expiredProviderToken, 403, .held(reason: "ExpiredProviderToken", status: 403)),
         (.forbidden, 403, .held(reason: "Forbidden", status: 403)),
         (.invalidProviderToken, 403, .held(reason: "InvalidProviderToken", status: 403)),
         (.missingProviderToken, 403, .held(reason: "MissingProviderToken", status: 403)),
@@ -55,7 +55,7 @@ import Testing
 
     @Test func reasonDecidesEvenOnAnUnexpectedStatus() {
         let answer = HTTPAnswer(status: 400, reason: .expiredProviderToken)
-        #expect(OutcomeClassifier.classify(.http(answer)) == .renewTokenAndRetry)
+        #expect(OutcomeClassifier.classify(.http(answer)) == .held(reason: "ExpiredProviderToken", status: 400))
         let bad = HTTPAnswer(status: 400, reason: .badDeviceToken, timestamp: 5)
         #expect(OutcomeClassifier.classify(.http(bad)) == .invalidToken(reason: "BadDeviceToken", timestamp: 5))
     }

@@ -22,11 +22,11 @@ struct HandlerHarness {
     let channel: EmbeddedChannel
     let events = EventLog()
 
-    init(pingInterval: TimeAmount = .seconds(60)) throws {
+    init(pingInterval: TimeAmount = .seconds(60), firstStreamID: HTTP2StreamID = 1) throws {
         let events = self.events
         channel = EmbeddedChannel(loop: loop)
         try channel.pipeline.syncOperations.addHandler(
-            HTTP2ConnectionHandler(pingInterval: pingInterval) { events.append($0) })
+            HTTP2ConnectionHandler(pingInterval: pingInterval, firstStreamID: firstStreamID) { events.append($0) })
         channel.connect(to: try SocketAddress(ipAddress: "127.0.0.1", port: 443), promise: nil)
     }
 
@@ -146,6 +146,32 @@ struct HandlerHarness {
         try h.answer(1, status: 200)
         guard case .answer(let a) = try h.value(first) else { Issue.record("no answer for stream 1"); return }
         #expect(a.status == 200)
+        #expect(!h.channel.isActive)
+    }
+
+    @Test func retiresBeforeStreamIDsRunOutWithNothingLost() throws {
+        // Two stream ids left before the retirement mark, the last one near the 31-bit limit.
+        let last = HTTP2ConnectionHandler.lastStreamIDToUse
+        let h = try HandlerHarness(firstStreamID: HTTP2StreamID(Int32(last) - 2))
+        let first = try h.send(), second = try h.send(), third = try h.send()
+        var opened: [HTTP2StreamID] = []
+        while let frame = try h.outbound() {
+            if case .headers = frame.payload { opened.append(frame.streamID) }
+        }
+        #expect(opened == [HTTP2StreamID(Int32(last) - 2), last])
+        // The request that found no stream id left goes back to the pool for another connection.
+        #expect(try h.value(third) == .notProcessed)
+        #expect(h.events.all == [.retiring(lastStreamID: Int(last))])
+        #expect(try h.value(try h.send()) == .notProcessed)
+        // The open streams still get their answers; then the connection closes.
+        try h.answer(Int(last) - 2, status: 200)
+        #expect(h.channel.isActive)
+        try h.answer(Int(last), status: 200)
+        guard case .answer(let a) = try h.value(first), case .answer(let b) = try h.value(second) else {
+            Issue.record("the open streams were not answered")
+            return
+        }
+        #expect(a.status == 200 && b.status == 200)
         #expect(!h.channel.isActive)
     }
 

@@ -77,7 +77,9 @@ import Testing
         #expect(message.routingKey == queue)
         #expect(message.properties.headers?[JobHeaders.attempt] == .int32(attempt))
         #expect(message.body == job().message.body)
-        #expect(message.properties.messageID == "m-1")
+        // The job's id, generated when the publisher gave none that is a UUID, stays the same
+        // for every attempt: it travels as the retry message's message_id.
+        #expect(message.properties.messageID == "5E2D0C8B-7E4B-4C8A-9A51-6C0E8C7B7D11")
         #expect(message.properties.appID == "sync")
     }
 
@@ -101,6 +103,7 @@ import Testing
         #expect(message.body == original.message.body)
         var expected = original.message.properties
         expected.headers = message.properties.headers
+        expected.messageID = original.jobID
         #expect(message.properties == expected)
         let headers = message.properties.headers ?? [:]
         #expect(headers["trace"] == .string("t-1"))
@@ -118,9 +121,42 @@ import Testing
         #expect(message.properties.headers?[JobHeaders.reason] == .string("MalformedJob"))
     }
 
-    @Test func heldAndUnrenewableTokensGoBackToTheBroker() {
-        #expect(router.route(.held(reason: "InvalidProviderToken", status: 403), job: job(), now: now) == .requeue)
-        #expect(router.route(.renewTokenAndRetry, job: job(), now: now) == .requeue)
+    /// A held job goes back to the end of its work queue as a new message (a nack would count as
+    /// a delivery towards maxDeliveries on quorum queues), unchanged but for its job id and
+    /// without the broker's delivery count.
+    @Test(arguments: ["InvalidProviderToken", "ExpiredProviderToken"])
+    func heldJobsGoBackToTheirWorkQueue(reason: String) {
+        let original = job(attempt: 2, extraHeaders: [JobHeaders.deliveryCount: .int64(3), "trace": .string("t-1")])
+        let route = router.route(.held(reason: reason, status: 403), job: original, now: now)
+        guard case .publishThenAck(let message, let end) = route else { Issue.record("expected a publish"); return }
+        #expect(end == .held)
+        #expect(message.exchange == "" && message.routingKey == "apns.com.example.app")
+        #expect(message.body == original.message.body)
+        #expect(message.properties.headers == [JobHeaders.attempt: .int32(2), "trace": .string("t-1")])
+        #expect(message.properties.messageID == original.jobID)
+    }
+
+    @Test func retryAndDeadMessagesCarryNoDeliveryCount() {
+        let original = job(extraHeaders: [JobHeaders.deliveryCount: .int64(7)])
+        for outcome in [Outcome.retry(reason: "InternalServerError", status: 500), .dead(reason: "BadPriority", status: 400, detail: "x")] {
+            guard case .publishThenAck(let message, _) = router.route(outcome, job: original, now: now) else {
+                Issue.record("expected a publish"); return
+            }
+            #expect(message.properties.headers?[JobHeaders.deliveryCount] == nil)
+        }
+    }
+
+    @Test func deliveryLimitExceededIsDeadUnread() {
+        let route = router.routeDeliveryLimitExceeded(job: job(attempt: 1), deliveries: 21, maxDeliveries: 20, now: now)
+        guard case .publishThenAck(let message, let end) = route else { Issue.record("expected a publish"); return }
+        #expect(end == .dead)
+        #expect(message.routingKey == "apns.com.example.app.dead")
+        let headers = message.properties.headers ?? [:]
+        #expect(headers[JobHeaders.reason] == .string("DeliveryLimitExceeded"))
+        #expect(headers[JobHeaders.status] == .int32(0))
+        #expect(headers[JobHeaders.attempts] == .int32(1))
+        #expect(headers[JobHeaders.error]?.stringValue?.contains("delivered 21 times") == true)
+        #expect(message.body == job().message.body)
     }
 
     @Test func gatedJobsWaitInTheFirstRetryQueueWithoutSpendingAnAttempt() {

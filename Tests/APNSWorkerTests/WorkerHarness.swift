@@ -36,6 +36,8 @@ final class WorkerHarness: Sendable {
         var connections = 2
         /// More `key = value` lines for the bundle's section.
         var bundleLines = ""
+        /// More `key = value` lines for the `[worker]` section.
+        var workerLines = ""
         /// Set: the bundle uses `transport = binary` with the simulator's client certificate
         /// against its binary gateway, with this `binaryHoldWindow`.
         var binaryHoldWindow: String?
@@ -93,6 +95,7 @@ final class WorkerHarness: Sendable {
             shutdownDeadline = \(options.shutdownDeadline)
             requestTimeout = \(options.requestTimeout)
             probeInterval = \(options.probeInterval)
+            \(options.workerLines)
 
             [apns "\(bundle)"]
             \(authenticationLines)
