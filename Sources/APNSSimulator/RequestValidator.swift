@@ -60,7 +60,7 @@ enum RequestCredential: Sendable, Hashable {
 struct ValidatedNotification: Sendable {
     var tokenHex: String
     var topic: String
-    var pushType: PushType
+    var pushType: AppleRules.PushType
     var priority: Int
     var apnsID: String?
     var expiration: Int?
@@ -169,12 +169,12 @@ struct RequestValidator: Sendable {
         guard let topic = header("apns-topic"), !topic.isEmpty else { return .failure(Rejection(400, .missingTopic)) }
         guard Self.isWellFormedTopic(topic) else { return .failure(Rejection(400, .badTopic)) }
 
-        let pushType: PushType
+        let pushType: AppleRules.PushType
         if let raw = header("apns-push-type") {
-            guard let parsed = PushType(rawValue: raw) else { return .failure(Rejection(400, .invalidPushType)) }
+            guard let parsed = AppleRules.pushType(named: raw) else { return .failure(Rejection(400, .invalidPushType)) }
             pushType = parsed
         } else {
-            pushType = inferredPushType(topic: topic) ?? .alert
+            pushType = inferredPushType(topic: topic) ?? AppleRules.alert
         }
         let suffix = pushType.topicSuffix
         if !suffix.isEmpty, !topic.hasSuffix(suffix) {
@@ -193,10 +193,10 @@ struct RequestValidator: Sendable {
         let priority: Int
         if let raw = header("apns-priority") {
             guard let value = Int(raw), [10, 5, 1].contains(value) else { return .failure(Rejection(400, .badPriority)) }
-            if pushType == .background, value == 10 { return .failure(Rejection(400, .badPriority)) }
+            if pushType == AppleRules.background, value == 10 { return .failure(Rejection(400, .badPriority)) }
             priority = value
         } else {
-            priority = pushType == .background ? 5 : 10
+            priority = pushType == AppleRules.background ? 5 : 10
         }
 
         let apnsID = header("apns-id")
@@ -216,7 +216,7 @@ struct RequestValidator: Sendable {
         }
 
         if request.bodyLength == 0 { return .failure(Rejection(400, .payloadEmpty)) }
-        if request.bodyLength > JobParser.payloadLimit(pushType: pushType, transport: .http2) { return .failure(Rejection(413, .payloadTooLarge)) }
+        if request.bodyLength > pushType.maximumPayloadBytes { return .failure(Rejection(413, .payloadTooLarge)) }
         guard (try? JSONSerialization.jsonObject(with: Data(request.body))) is [String: Any] else {
             return .failure(Rejection(400, Rejection.badPayload))
         }
@@ -228,8 +228,8 @@ struct RequestValidator: Sendable {
     }
 
     /// The push type whose suffix a topic carries, when it carries one of a configured bundle.
-    private func inferredPushType(topic: String) -> PushType? {
-        for type in PushType.allCases {
+    private func inferredPushType(topic: String) -> AppleRules.PushType? {
+        for type in AppleRules.pushTypes {
             let suffix = type.topicSuffix
             if !suffix.isEmpty, topic.hasSuffix(suffix), bundleIDs.contains(String(topic.dropLast(suffix.count))) {
                 return type

@@ -268,8 +268,9 @@ public struct AcceptedNotification: Sendable, Hashable {
     /// The `apns-id` answered (the request's, or the one the simulator assigned); empty for
     /// binary frames, which have no such thing.
     public var apnsID: String
-    /// Binary: always `.alert`, the protocol has no push type (see `transport`).
-    public var pushType: PushType
+    /// The `apns-push-type` Apple would have applied (the header's, or the one the topic
+    /// implies). Binary: always `alert`, the protocol has no push type (see `transport`).
+    public var pushType: String
     /// Binary: the frame's priority item, 10 when absent (Apple's default).
     public var priority: Int
     public var expiration: Int?

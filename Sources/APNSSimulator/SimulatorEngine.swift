@@ -188,7 +188,7 @@ final class SimulatorEngine: Sendable {
         case .accept:
             let record = AcceptedNotification(
                 token: notification.tokenHex, topic: notification.topic, apnsID: answerID,
-                pushType: notification.pushType, priority: notification.priority,
+                pushType: notification.pushType.name, priority: notification.priority,
                 expiration: notification.expiration, collapseID: notification.collapseID,
                 payload: request.body, authentication: credential.acceptedAuthentication, receivedAt: now)
             state.withLock { s in
@@ -250,7 +250,7 @@ final class SimulatorEngine: Sendable {
                 s.counters.binaryAccepted += 1
                 self.keep(
                     AcceptedNotification(
-                        token: tokenHex, topic: topic, apnsID: "", pushType: .alert, priority: Int(frame.priority ?? 10),
+                        token: tokenHex, topic: topic, apnsID: "", pushType: AppleRules.alert.name, priority: Int(frame.priority ?? 10),
                         expiration: frame.expiration.map { Int($0) }, collapseID: nil, payload: frame.payload,
                         authentication: .certificate, receivedAt: now, transport: .binary, binaryIdentifier: frame.identifier),
                     in: &s)

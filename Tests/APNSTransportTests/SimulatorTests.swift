@@ -35,7 +35,7 @@ struct SimulatorCurlTests {
             #expect(record.token == device)
             #expect(record.topic == Env.bundle)
             #expect(record.apnsID == id)
-            #expect(record.pushType == .alert)
+            #expect(record.pushType == "alert")
             #expect(record.priority == 10)
             #expect(record.expiration == 0)
             #expect(record.collapseID == "news")
