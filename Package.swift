@@ -27,8 +27,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
-        .package(url: "https://github.com/apple/swift-async-algorithms.git", from: "1.1.4"),
-        .package(url: "https://github.com/apple/swift-atomics.git", from: "1.3.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
@@ -52,7 +50,6 @@ let package = Package(
             name: "APNSCore",
             dependencies: [
                 .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),
@@ -74,7 +71,6 @@ let package = Package(
             dependencies: [
                 "APNSCore", "CRabbitMQ", "CRabbitMQShim",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Atomics", package: "swift-atomics"),
             ],
             swiftSettings: strictSettings
         ),
@@ -119,12 +115,11 @@ let package = Package(
         .target(
             name: "APNSWorker",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport",
+                "APNSCore", "AMQPClient", "APNSTransport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-                .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
             ],
             swiftSettings: strictSettings
         ),
@@ -141,7 +136,7 @@ let package = Package(
         .target(
             name: "APNSAdmin",
             dependencies: [
-                "APNSCore", "APNSConfig", "APNSWorker", "APNSOperations", "AMQPClient",
+                "APNSCore", "APNSConfig", "APNSWorker", "APNSOperations",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -174,7 +169,7 @@ let package = Package(
         .executableTarget(
             name: "APNSWorkerBench",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker",
+                "APNSCore", "AMQPClient", "APNSTransport", "APNSSimulator",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -192,7 +187,7 @@ let package = Package(
         .testTarget(
             name: "APNSConfigTests",
             dependencies: [
-                "APNSConfig", "APNSCore", "APNSSimulator",
+                "APNSConfig", "APNSCore",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -200,7 +195,11 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        .testTarget(name: "AMQPClientTests", dependencies: ["AMQPClient", "APNSCore", "TestSupport"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "AMQPClientTests",
+            dependencies: ["AMQPClient", "APNSCore", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "APNSTransportTests",
             dependencies: [
@@ -211,6 +210,7 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
@@ -223,9 +223,10 @@ let package = Package(
         .testTarget(
             name: "APNSWorkerTests",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker", "TestSupport",
+                "APNSCore", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker", "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),

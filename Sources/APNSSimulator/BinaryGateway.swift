@@ -20,12 +20,13 @@ import X509
 
 /// What the frame decoder hands the gateway handler.
 enum BinaryGatewayInput {
-    case frame(BinaryNotificationFrame)
-    case invalid(BinaryFrameDecodingError)
+    case frame(AppleBinaryProtocol.Frame)
+    case invalid(AppleBinaryProtocol.Refusal)
 }
 
-/// Splits the byte stream into frames with the strict APNSCore decoder. After the first frame it
-/// refuses, every later byte is dropped: Apple answers the first fault and reads no further.
+/// Splits the byte stream into frames with the simulator's own strict reader. After the first
+/// frame it refuses, every later byte is dropped: Apple answers the first fault and reads no
+/// further.
 final class BinaryFrameSplitter: ByteToMessageDecoder {
     typealias InboundOut = BinaryGatewayInput
 
@@ -36,14 +37,13 @@ final class BinaryFrameSplitter: ByteToMessageDecoder {
             buffer.moveReaderIndex(to: buffer.writerIndex)
             return .needMoreData
         }
-        switch buffer.withUnsafeReadableBytes({ BinaryNotificationFrame.decode($0) }) {
+        switch AppleBinaryProtocol.readFrame(from: &buffer) {
         case .needMoreData:
             return .needMoreData
-        case .frame(let frame, let consumed):
-            buffer.moveReaderIndex(forwardBy: consumed)
+        case .frame(let frame):
             context.fireChannelRead(wrapInboundOut(.frame(frame)))
             return .continue
-        case .invalid(let error):
+        case .refused(let error):
             refused = true
             buffer.moveReaderIndex(to: buffer.writerIndex)
             context.fireChannelRead(wrapInboundOut(.invalid(error)))
@@ -79,10 +79,10 @@ final class BinaryGatewayHandler: ChannelInboundHandler {
         guard !closing else { return }
         framesProcessed += 1
         switch unwrapInboundIn(data) {
-        case .invalid(let error):
-            engine.binaryFrameRefused(error)
-            logger.debug("binary gateway refused a frame", metadata: ["binary.status": "\(error.status)", "error": "\(error.message)"])
-            closeAfter(error.response, context: context)
+        case .invalid(let refusal):
+            engine.binaryFrameRefused(refusal)
+            logger.debug("binary gateway refused a frame", metadata: ["binary.status": "\(refusal.status)", "error": "\(refusal.reason)"])
+            closeAfter(status: refusal.status, identifier: refusal.identifier, context: context)
         case .frame(let frame):
             let topic = self.topic ?? peerTopic(context: context)
             self.topic = topic
@@ -91,12 +91,12 @@ final class BinaryGatewayHandler: ChannelInboundHandler {
             case .accept:
                 break
             case .acceptAndShutdown:
-                closeAfter(BinaryErrorResponse(status: .shutdown, identifier: identifier), context: context)
+                closeAfter(status: AppleBinaryProtocol.Status.shutdown, identifier: identifier, context: context)
             case .acceptAndCloseSilently:
                 closing = true
                 context.close(promise: nil)
             case .reject(let status):
-                closeAfter(BinaryErrorResponse(status: status, identifier: identifier), context: context)
+                closeAfter(status: status, identifier: identifier, context: context)
             }
         }
     }
@@ -105,10 +105,12 @@ final class BinaryGatewayHandler: ChannelInboundHandler {
         context.close(promise: nil)
     }
 
-    private func closeAfter(_ response: BinaryErrorResponse, context: ChannelHandlerContext) {
+    private func closeAfter(status: UInt8, identifier: UInt32, context: ChannelHandlerContext) {
         closing = true
         let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(bytes: response.encoded()))).whenComplete { _ in
+        var response = channel.allocator.buffer(capacity: 6)
+        AppleBinaryProtocol.writeErrorResponse(status: status, identifier: identifier, into: &response)
+        context.writeAndFlush(wrapOutboundOut(response)).whenComplete { _ in
             channel.close(promise: nil)
         }
     }
@@ -140,11 +142,13 @@ final class FeedbackServiceHandler: ChannelInboundHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted = tlsEvent {
             let tuples = engine.takeFeedback()
-            var bytes: [UInt8] = []
-            for tuple in tuples { tuple.encode(into: &bytes) }
             let channel = context.channel
+            var bytes = channel.allocator.buffer(capacity: tuples.count * 38)
+            for tuple in tuples {
+                AppleBinaryProtocol.writeFeedbackTuple(timestamp: tuple.timestamp, token: tuple.deviceToken, into: &bytes)
+            }
             let engine = self.engine
-            context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(bytes: bytes))).whenComplete { result in
+            context.writeAndFlush(wrapOutboundOut(bytes)).whenComplete { result in
                 // Unsent tuples stay queued for the next poll.
                 if case .failure = result { engine.returnFeedback(tuples) }
                 channel.close(promise: nil)

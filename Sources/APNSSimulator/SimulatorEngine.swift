@@ -219,8 +219,8 @@ final class SimulatorEngine: Sendable {
     /// What to do with a frame the strict decoder accepted, the `ordinal`-th processed on its
     /// connection. Order: the fault at this global position, random faults, the token's script,
     /// then the per-connection shutdown and silent-close faults.
-    func decideBinary(_ frame: BinaryNotificationFrame, ordinal: Int, topic: String, now: Date = Date()) -> BinaryFrameDecision {
-        let tokenHex = DeviceToken(bytes: frame.deviceToken).hex
+    func decideBinary(_ frame: AppleBinaryProtocol.Frame, ordinal: Int, topic: String, now: Date = Date()) -> BinaryFrameDecision {
+        let tokenHex = DeviceToken(bytes: frame.token).hex
         return state.withLock { s in
             s.counters.binaryReceived += 1
             s.binaryFrameIndex += 1
@@ -228,15 +228,15 @@ final class SimulatorEngine: Sendable {
             var decision = BinaryFrameDecision.accept
             let roll = Double(s.random.next() >> 11) / Double(1 << 53)
             if let raw = faults.binaryStatusAtFrame[s.binaryFrameIndex] {
-                decision = .injected(BinaryStatus(rawValue: raw))
+                decision = .injected(raw)
             } else if roll < faults.rate429 + faults.rate500 + faults.rate503 {
-                decision = .reject(.processingError)
+                decision = .reject(AppleBinaryProtocol.Status.processingError)
             } else if var entry = s.scripts[tokenHex] {
                 entry.requests += 1
                 s.scripts[tokenHex] = entry
                 if let status = entry.outcome.binaryAnswer(requestNumber: entry.requests) { decision = .injected(status) }
             } else if frame.priority.map({ $0 != 10 && $0 != 5 }) ?? false {
-                decision = .reject(.protocolError)
+                decision = .reject(AppleBinaryProtocol.Status.protocolError)
             }
             if decision == .accept {
                 if let limit = faults.binaryShutdownAfterFrames, ordinal >= limit {
@@ -254,21 +254,21 @@ final class SimulatorEngine: Sendable {
                         expiration: frame.expiration.map { Int($0) }, collapseID: nil, payload: frame.payload,
                         authentication: .certificate, receivedAt: now, transport: .binary, binaryIdentifier: frame.identifier),
                     in: &s)
-                if decision == .acceptAndShutdown { s.counters.binaryByStatus[BinaryStatus.shutdown.rawValue, default: 0] += 1 }
+                if decision == .acceptAndShutdown { s.counters.binaryByStatus[AppleBinaryProtocol.Status.shutdown, default: 0] += 1 }
                 if decision == .acceptAndCloseSilently { s.counters.binarySilentCloses += 1 }
             case .reject(let status):
-                s.counters.binaryByStatus[status.rawValue, default: 0] += 1
+                s.counters.binaryByStatus[status, default: 0] += 1
             }
             return decision
         }
     }
 
     /// A frame the strict decoder refused: counted, answered with the decoder's status.
-    func binaryFrameRefused(_ error: BinaryFrameDecodingError) {
+    func binaryFrameRefused(_ refusal: AppleBinaryProtocol.Refusal) {
         state.withLock { s in
             s.counters.binaryReceived += 1
             s.binaryFrameIndex += 1
-            s.counters.binaryByStatus[error.status.rawValue, default: 0] += 1
+            s.counters.binaryByStatus[refusal.status, default: 0] += 1
         }
     }
 
@@ -358,11 +358,11 @@ enum BinaryFrameDecision: Sendable, Hashable {
     /// Accepted, then close without an error response.
     case acceptAndCloseSilently
     /// Not accepted: an error response with this status naming the frame, then close.
-    case reject(BinaryStatus)
+    case reject(UInt8)
 
     /// An injected status: 10 is Apple's shutdown, which names the last frame it processed.
-    static func injected(_ status: BinaryStatus) -> BinaryFrameDecision {
-        status == .shutdown ? .acceptAndShutdown : .reject(status)
+    static func injected(_ status: UInt8) -> BinaryFrameDecision {
+        status == AppleBinaryProtocol.Status.shutdown ? .acceptAndShutdown : .reject(status)
     }
 }
 
@@ -370,23 +370,23 @@ extension ScriptedOutcome {
     /// The binary status for the `requestNumber`-th frame of a scripted token, nil to accept it.
     /// HTTP/2 outcomes map to what the binary API said for the same fault: a dead token is 8,
     /// an oversized payload 7, a server-side failure 1 (processing error), anything else 255.
-    func binaryAnswer(requestNumber: Int) -> BinaryStatus? {
+    func binaryAnswer(requestNumber: Int) -> UInt8? {
         switch self {
         case .accept, .neverAnswer: return nil
-        case .unregistered, .expiredToken, .badDeviceToken, .deviceTokenNotForTopic: return .invalidToken
-        case .binaryStatus(let raw): return BinaryStatus(rawValue: raw)
+        case .unregistered, .expiredToken, .badDeviceToken, .deviceTokenNotForTopic: return AppleBinaryProtocol.Status.invalidToken
+        case .binaryStatus(let raw): return raw
         case .failFirst(let count, let status, let reason):
             return requestNumber <= count ? Self.binaryAnswer(httpStatus: status, reason: reason) : nil
         case .always(let status, let reason): return Self.binaryAnswer(httpStatus: status, reason: reason)
         }
     }
 
-    static func binaryAnswer(httpStatus: Int, reason: APNSReason) -> BinaryStatus {
+    static func binaryAnswer(httpStatus: Int, reason: APNSReason) -> UInt8 {
         switch (httpStatus, reason) {
-        case (410, _), (400, .badDeviceToken), (400, .deviceTokenNotForTopic): return .invalidToken
-        case (413, _), (400, .payloadTooLarge): return .invalidPayloadSize
-        case (429, _), (500, _), (503, _): return .processingError
-        default: return .unknown
+        case (410, _), (400, .badDeviceToken), (400, .deviceTokenNotForTopic): return AppleBinaryProtocol.Status.invalidToken
+        case (413, _), (400, .payloadTooLarge): return AppleBinaryProtocol.Status.invalidPayloadSize
+        case (429, _), (500, _), (503, _): return AppleBinaryProtocol.Status.processingError
+        default: return AppleBinaryProtocol.Status.unknown
         }
     }
 }

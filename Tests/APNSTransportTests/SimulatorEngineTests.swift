@@ -126,8 +126,8 @@ struct SimulatorEngineTests {
 
     // MARK: Binary gateway decisions
 
-    private func binaryFrame(_ token: [UInt8], identifier: UInt32, priority: UInt8? = 10) -> BinaryNotificationFrame {
-        BinaryNotificationFrame(deviceToken: token, payload: Array(#"{"aps":{}}"#.utf8), identifier: identifier, expiration: nil, priority: priority)
+    private func binaryFrame(_ token: [UInt8], identifier: UInt32, priority: UInt8? = 10) -> AppleBinaryProtocol.Frame {
+        AppleBinaryProtocol.Frame(token: token, payload: Array(#"{"aps":{}}"#.utf8), identifier: identifier, expiration: nil, priority: priority)
     }
 
     @Test("binary decisions: the global position beats the token's script; status 10 accepts the frame it names")
@@ -137,11 +137,11 @@ struct SimulatorEngineTests {
         engine.script(token: DeviceToken(bytes: scripted).hex, .binaryStatus(8))
         engine.setFaults(SimulatorFaults(binaryStatusAtFrame: [1: 10, 2: 1]))
         #expect(engine.decideBinary(binaryFrame(scripted, identifier: 1), ordinal: 1, topic: "t") == .acceptAndShutdown)
-        #expect(engine.decideBinary(binaryFrame(scripted, identifier: 2), ordinal: 1, topic: "t") == .reject(.processingError))
-        #expect(engine.decideBinary(binaryFrame(scripted, identifier: 3), ordinal: 1, topic: "t") == .reject(.invalidToken))
+        #expect(engine.decideBinary(binaryFrame(scripted, identifier: 2), ordinal: 1, topic: "t") == .reject(BinaryStatus.processingError.rawValue))
+        #expect(engine.decideBinary(binaryFrame(scripted, identifier: 3), ordinal: 1, topic: "t") == .reject(BinaryStatus.invalidToken.rawValue))
         let other = [UInt8](repeating: 1, count: 32)
         #expect(engine.decideBinary(binaryFrame(other, identifier: 4, priority: nil), ordinal: 1, topic: "t") == .accept)
-        #expect(engine.decideBinary(binaryFrame(other, identifier: 5, priority: 1), ordinal: 2, topic: "t") == .reject(.protocolError))
+        #expect(engine.decideBinary(binaryFrame(other, identifier: 5, priority: 1), ordinal: 2, topic: "t") == .reject(BinaryStatus.protocolError.rawValue))
         #expect(engine.accepted().map(\.binaryIdentifier) == [1, 4])
         #expect(engine.accepted().last?.priority == 10)
         let counters = engine.counters()
@@ -151,7 +151,7 @@ struct SimulatorEngineTests {
 
         // setFaults restarts the count: position 1 is the next frame again.
         engine.setFaults(SimulatorFaults(binaryStatusAtFrame: [1: 8]))
-        #expect(engine.decideBinary(binaryFrame(other, identifier: 6), ordinal: 1, topic: "t") == .reject(.invalidToken))
+        #expect(engine.decideBinary(binaryFrame(other, identifier: 6), ordinal: 1, topic: "t") == .reject(BinaryStatus.invalidToken.rawValue))
     }
 
     @Test("per-connection faults count the connection's own frames; shutdown wins over a silent close at the same frame")
@@ -173,8 +173,8 @@ struct SimulatorEngineTests {
         (503, .serviceUnavailable, .processingError), (400, .badTopic, .unknown), (403, .invalidProviderToken, .unknown),
     ])
     func httpToBinaryStatus(_ status: Int, _ reason: APNSReason, _ binary: BinaryStatus) {
-        #expect(ScriptedOutcome.binaryAnswer(httpStatus: status, reason: reason) == binary)
-        #expect(ScriptedOutcome.failFirst(1, status: status, reason: reason).binaryAnswer(requestNumber: 1) == binary)
+        #expect(ScriptedOutcome.binaryAnswer(httpStatus: status, reason: reason) == binary.rawValue)
+        #expect(ScriptedOutcome.failFirst(1, status: status, reason: reason).binaryAnswer(requestNumber: 1) == binary.rawValue)
         #expect(ScriptedOutcome.failFirst(1, status: status, reason: reason).binaryAnswer(requestNumber: 2) == nil)
     }
 
