@@ -95,6 +95,10 @@ final class ConnectionDriver: @unchecked Sendable {
     }
     private var assemblies: [amqp_channel_t: Assembly] = [:]
 
+    /// Acks of consumer channels waiting to go out as multiple acks, per channel and the
+    /// generation they belong to (a coalescer of a generation no longer open is dropped).
+    private var ackCoalescers: [amqp_channel_t: (generation: UInt64, acks: AckCoalescer)] = [:]
+
     private struct InFlight {
         var continuation: CheckedContinuation<Void, any Error>
         /// Kept for mandatory messages only, to match a `basic.return` to its publish.
@@ -321,6 +325,7 @@ final class ConnectionDriver: @unchecked Sendable {
         publishesWhileBlocked.removeAll()
         channelGenerations.removeAll()
         assemblies.removeAll()
+        ackCoalescers.removeAll()
         consumerByChannel.removeAll()
         for id in consumers.keys { consumers[id]?.channel = nil }
         blocked = false
@@ -337,6 +342,7 @@ final class ConnectionDriver: @unchecked Sendable {
             }
             let commands = takeCommands()
             for command in commands { try handle(command) }
+            try flushAcks()
             if stopRequested { continue }
             var handled = 0
             while handled < 256, let state = conn {
@@ -352,7 +358,7 @@ final class ConnectionDriver: @unchecked Sendable {
                 handled += 1
             }
             if handled == 0 && commands.isEmpty {
-                sleep(upTo: configuration.pollInterval, socket: socketFD)
+                sleep(upTo: untilNextAckDeadline(atMost: configuration.pollInterval), socket: socketFD)
             }
         }
     }
@@ -381,6 +387,7 @@ final class ConnectionDriver: @unchecked Sendable {
 
     private func closeGracefully() {
         guard let state = conn else { return }
+        try? flushAcks(force: true)
         for (id, consumer) in consumers where !consumer.cancelled {
             if let channel = consumer.channel {
                 _ = amqp_basic_cancel(state, channel, arena.bytes(consumer.request.tag))
@@ -440,8 +447,13 @@ final class ConnectionDriver: @unchecked Sendable {
                 logger.debug("AMQP settlement of a stale delivery dropped", metadata: ["amqp.delivery_tag": "\(tag)"])
                 return
             }
+            let coalesced = tag.channel >= Self.firstConsumerChannel
             let status: Int32
             switch kind {
+            case .ack where coalesced:
+                let now = Self.monotonicNanoseconds()
+                coalescing(tag.channel, tag.generation) { $0.ack(tag.value, now: now) }
+                return
             case .ack: status = amqp_basic_ack(state, tag.channel, tag.value, 0)
             case .nack(let requeue): status = amqp_basic_nack(state, tag.channel, tag.value, 0, requeue ? 1 : 0)
             case .reject(let requeue): status = amqp_basic_reject(state, tag.channel, tag.value, requeue ? 1 : 0)
@@ -449,6 +461,7 @@ final class ConnectionDriver: @unchecked Sendable {
             guard status == AMQP_STATUS_OK.rawValue else {
                 throw ConnectionFailure(error: AMQPError(.connectionLost, "sending an ack failed", libraryStatus: Self.statusString(status)))
             }
+            if coalesced { coalescing(tag.channel, tag.generation) { $0.settledElsewhere(tag.value) } }
         case .rpc(let request, let continuation):
             do {
                 continuation.resume(returning: try perform(request))
@@ -494,6 +507,55 @@ final class ConnectionDriver: @unchecked Sendable {
             stopRequested = true
             closeWaiters.append(continuation)
         }
+    }
+
+    // MARK: Coalesced acks
+
+    /// Sends what the coalescers of open consumer channels have ready (everything with
+    /// `force`); coalescers of channels closed since are dropped, unsent: the broker has
+    /// requeued their deliveries.
+    private func flushAcks(force: Bool = false) throws(ConnectionFailure) {
+        guard !ackCoalescers.isEmpty, let state = conn else { return }
+        let now = Self.monotonicNanoseconds()
+        for channel in Array(ackCoalescers.keys) {
+            guard let generation = ackCoalescers[channel]?.generation, channelGenerations[channel] == generation else {
+                ackCoalescers[channel] = nil
+                continue
+            }
+            guard ackCoalescers[channel]!.acks.waitingCount > 0 else { continue }
+            let frames = ackCoalescers[channel]!.acks.flush(now: now, force: force)
+            for frame in frames {
+                let status: Int32
+                switch frame {
+                case .ackThrough(let tag): status = amqp_basic_ack(state, channel, tag, 1)
+                case .ackOne(let tag): status = amqp_basic_ack(state, channel, tag, 0)
+                }
+                guard status == AMQP_STATUS_OK.rawValue else {
+                    throw ConnectionFailure(error: AMQPError(.connectionLost, "sending an ack failed", libraryStatus: Self.statusString(status)))
+                }
+            }
+        }
+    }
+
+    /// The coalescer of a consumer channel's current generation, made on first use.
+    private func coalescing(_ channel: amqp_channel_t, _ generation: UInt64, _ change: (inout AckCoalescer) -> Void) {
+        if ackCoalescers[channel]?.generation != generation { ackCoalescers[channel] = (generation, AckCoalescer()) }
+        change(&ackCoalescers[channel]!.acks)
+    }
+
+    /// How long the thread may sleep before a held ack is due, at most `limit`.
+    private func untilNextAckDeadline(atMost limit: Duration) -> Duration {
+        let deadlines = ackCoalescers.values.compactMap { $0.acks.nextDeadline() }
+        guard let next = deadlines.min() else { return limit }
+        let now = Self.monotonicNanoseconds()
+        let remaining = next > now ? Duration.nanoseconds(Int64(clamping: next - now)) : .zero
+        return min(limit, remaining)
+    }
+
+    static func monotonicNanoseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
     }
 
     // MARK: Publishing
@@ -679,6 +741,7 @@ final class ConnectionDriver: @unchecked Sendable {
                 // sequence has ended, so nobody would ever settle it and it would sit unacked
                 // on this still-open channel until the connection closed. Hand it back now.
                 _ = amqp_basic_reject(state, channel, tag, 1)
+                coalescing(channel, generation) { $0.settledElsewhere(tag) }
             }
         case .returned(let replyCode, let replyText):
             matchReturn(assembly, replyCode: replyCode, replyText: replyText)

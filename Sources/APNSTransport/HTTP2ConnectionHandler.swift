@@ -46,7 +46,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
 
     private struct InFlight {
         var promise: EventLoopPromise<StreamResult>
-        var timeout: Scheduled<Void>?
+        var deadline: NIODeadline
         var status: Int?
         var headers: [HTTP2HeaderField] = []
         var body: ByteBuffer?
@@ -70,6 +70,11 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private var pingOutstanding = false
     private var pingTask: Scheduled<Void>?
     private var pinging = false
+    /// Expires streams past their deadline; runs every `deadlineResolution` while any stream
+    /// has one, instead of a timer per request (a scheduled task per notification showed on
+    /// the profile).
+    private var deadlineSweep: Scheduled<Void>?
+    static let deadlineResolution = TimeAmount.milliseconds(50)
 
     /// How many streams are open; for tests and logs.
     var openStreams: Int { streams.count }
@@ -134,8 +139,23 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     // MARK: outbound: one request → HEADERS + DATA on a new stream
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        let request = unwrapOutboundIn(data)
         promise?.succeed(())
+        open(unwrapOutboundIn(data), context: context)
+    }
+
+    /// Opens a stream for each request and flushes once for all of them (`HTTP2Connection`
+    /// batches requests from other threads). On a closed connection every request ends
+    /// `.notProcessed`: nothing of it was sent.
+    func send(_ requests: [StreamRequest]) {
+        guard let context else {
+            for request in requests { request.promise.succeed(.notProcessed) }
+            return
+        }
+        for request in requests { open(request, context: context) }
+        context.flush()
+    }
+
+    private func open(_ request: StreamRequest, context: ChannelHandlerContext) {
         guard !closed, goawayLastStreamID == nil else {
             request.promise.succeed(.notProcessed)
             return
@@ -149,13 +169,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             nextStreamID = HTTP2StreamID(Int32(streamID) + 2)
         }
 
-        var timeout: Scheduled<Void>?
-        if request.deadline != .distantFuture {
-            timeout = context.eventLoop.assumeIsolated().scheduleTask(deadline: request.deadline) { [weak self] in
-                self?.deadlinePassed(streamID)
-            }
-        }
-        streams[streamID] = InFlight(promise: request.promise, timeout: timeout)
+        streams[streamID] = InFlight(promise: request.promise, deadline: request.deadline)
+        if request.deadline != .distantFuture { scheduleDeadlineSweep(context: context) }
 
         let headers = HPACKHeaders(request.request.headers.map { ($0.name, $0.value) })
         let body = request.request.body
@@ -167,6 +182,20 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             context.write(
                 wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(buffer), endStream: true)))),
                 promise: nil)
+        }
+    }
+
+    private func scheduleDeadlineSweep(context: ChannelHandlerContext) {
+        guard deadlineSweep == nil, !closed else { return }
+        deadlineSweep = context.eventLoop.assumeIsolated().scheduleTask(in: Self.deadlineResolution) { [weak self] in
+            guard let self, let context = self.context else { return }
+            self.deadlineSweep = nil
+            let now = context.eventLoop.now
+            var pending = false
+            for (id, stream) in self.streams where stream.deadline != .distantFuture {
+                if stream.deadline <= now { self.deadlinePassed(id) } else { pending = true }
+            }
+            if pending { self.scheduleDeadlineSweep(context: context) }
         }
     }
 
@@ -279,7 +308,6 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
 
     private func finish(_ streamID: HTTP2StreamID, with result: StreamResult) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
-        stream.timeout?.cancel()
         stream.promise.succeed(result)
         closeIfDrained()
     }
@@ -288,10 +316,11 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         closed = true
         pingTask?.cancel()
         pingTask = nil
+        deadlineSweep?.cancel()
+        deadlineSweep = nil
         let all = streams
         streams = [:]
         for (_, stream) in all {
-            stream.timeout?.cancel()
             stream.promise.succeed(result)
         }
     }

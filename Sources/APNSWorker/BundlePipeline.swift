@@ -50,13 +50,13 @@ public final class BundlePipeline: Sendable {
     let transport: any NotificationTransport
     let router: OutcomeRouter
     let statistics: WorkerStatistics
+    /// This bundle's counters and timers, made once.
+    let bundleStatistics: BundleStatistics
     let logger: Logger
     /// The rule of the rollout gate; replaced at run time by `updateRollout(_:)` (config reload).
     private let rollout: Mutex<RolloutRule>
     private let breaker: Mutex<HoldBreaker>
     private let deliveryLimit: Mutex<DeliveryLimit>
-    /// Jobs this pipeline brought to each end, for the line it logs when it stops.
-    private let ends: Mutex<[OutcomeRouter.End: Int]> = Mutex([:])
 
     public init(
         settings: Settings, broker: AMQPConnection, transport: any NotificationTransport,
@@ -67,6 +67,7 @@ public final class BundlePipeline: Sendable {
         self.transport = transport
         self.router = OutcomeRouter(bundleID: settings.bundleID, retryPolicy: settings.retryPolicy)
         self.statistics = statistics
+        self.bundleStatistics = statistics.bundle(settings.bundleID)
         self.rollout = Mutex(rollout)
         self.breaker = Mutex(HoldBreaker(probeInterval: settings.probeInterval))
         self.deliveryLimit = Mutex(DeliveryLimit(maxDeliveries: settings.maxDeliveries))
@@ -101,9 +102,9 @@ public final class BundlePipeline: Sendable {
                 try await consumeUntilHeldOrShutdown()
             }
         }
-        let ends = self.ends.withLock { $0 }
+        let jobs = statistics.activity(bundle: settings.bundleID).jobs
         var metadata: Logger.Metadata = [:]
-        for end in OutcomeRouter.End.allCases { metadata["jobs.\(end.rawValue)"] = "\(ends[end] ?? 0)" }
+        for end in OutcomeRouter.End.allCases { metadata["jobs.\(end.rawValue)"] = "\(jobs[end.rawValue] ?? 0)" }
         logger.info("pipeline stopped", metadata: metadata)
     }
 
@@ -184,8 +185,8 @@ public final class BundlePipeline: Sendable {
 
     /// One job through every stage to exactly one end.
     func process(_ delivery: AMQPDelivery) async {
-        statistics.jobStarted(bundle: settings.bundleID)
-        defer { statistics.jobFinished(bundle: settings.bundleID) }
+        bundleStatistics.jobStarted()
+        defer { bundleStatistics.jobFinished() }
         let started = ContinuousClock.now
         let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
         // A first delivery cannot be one too many; only redeliveries are counted.
@@ -225,7 +226,7 @@ public final class BundlePipeline: Sendable {
         let context = OutcomeRouter.JobContext(
             message: delivery.message, jobID: job.id.uuidString, token: job.token, previousAttempts: previousAttempts)
         log(job, attempt: previousAttempts + 1, redelivered: delivery.message.redelivered)
-        statistics.jobReceived(bundle: settings.bundleID)
+        bundleStatistics.jobReceived()
         if case .hold(let why) = gate(job) {
             logger.debug("rollout gate holds job", metadata: ["job.id": "\(job.id)", "gate.why": "\(why)"])
             await settle(delivery, router.routeGated(job: context))
@@ -262,7 +263,7 @@ public final class BundlePipeline: Sendable {
     func send(_ job: Job) async -> Outcome {
         let start = ContinuousClock.now
         let result = await transport.send(job.notification)
-        statistics.apnsAnswered(bundle: settings.bundleID, after: start.duration(to: .now))
+        bundleStatistics.apnsAnswered(after: start.duration(to: .now))
         return OutcomeClassifier.classify(result)
     }
 
@@ -273,14 +274,14 @@ public final class BundlePipeline: Sendable {
         case .held(let reason, let status):
             let action = breaker.withLock { $0.heldOutcome(reason: reason, now: now) }
             if case .pauseAndAlert = action {
-                statistics.bundleHeld(bundle: settings.bundleID, true)
+                bundleStatistics.held(true)
                 logger.error(
                     "APNs rejects this bundle's credentials or topic: bundle HELD, jobs stay in the broker until a probe succeeds",
                     metadata: ["apns.reason": "\(reason)", "apns.status": "\(status)"])
             }
         case .delivered, .invalidToken, .retry, .dead:
             if case .resume(let heldFor) = breaker.withLock({ $0.healthyOutcome(now: now) }) {
-                statistics.bundleHeld(bundle: settings.bundleID, false)
+                bundleStatistics.held(false)
                 logger.notice("bundle resumed: APNs accepts its credentials again", metadata: ["held.seconds": "\(heldFor)"])
             }
         }
@@ -291,13 +292,15 @@ public final class BundlePipeline: Sendable {
         let jobID = context.jobID ?? "-"
         switch outcome {
         case .delivered:
-            logger.info("job delivered", metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")"])
+            // Debug, not info: at thousands of jobs a second one line each costs more than the
+            // job's own work; APNS_WORKER_LOG_LEVEL=debug turns it on.
+            logger.debug("job delivered", metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")"])
         case .invalidToken(let reason, _):
             logger.info(
                 "device token invalid; feedback event published",
                 metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")", "apns.reason": "\(reason)"])
         case .retry(let reason, let status) where end == .retry:
-            statistics.retryScheduled(bundle: settings.bundleID, attempt: context.previousAttempts + 1)
+            bundleStatistics.retryScheduled(attempt: context.previousAttempts + 1)
             logger.info("job will be retried", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
         case .retry(let reason, let status):
             logger.warning(
@@ -311,8 +314,7 @@ public final class BundlePipeline: Sendable {
 
     /// One job reached `end`: for the stop line, the metrics and the admin page.
     func count(_ end: OutcomeRouter.End, since started: ContinuousClock.Instant) {
-        ends.withLock { $0[end, default: 0] += 1 }
-        statistics.jobEnded(bundle: settings.bundleID, end: end, after: started.duration(to: .now))
+        bundleStatistics.jobEnded(end, after: started.duration(to: .now))
     }
 
     static func end(of route: OutcomeRouter.Route) -> OutcomeRouter.End {

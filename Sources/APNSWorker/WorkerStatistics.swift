@@ -6,6 +6,10 @@ import Synchronization
 /// end, attempt bucket), created through swift-metrics so any backend (Prometheus in
 /// `APNSAdmin`) can read them; and the same counts kept in process, with per-minute rates, for
 /// the admin page and `/api/status` (`snapshot`).
+///
+/// Each bundle records through its own `BundleStatistics`, made once with every metric handle
+/// it needs: asking the metrics factory for a handle on every job (a lookup under a lock and a
+/// label check) cost more than the counting itself.
 public final class WorkerStatistics: Sendable {
     /// What one bundle has done since the process started.
     public struct BundleActivity: Sendable, Hashable, Codable {
@@ -20,8 +24,8 @@ public final class WorkerStatistics: Sendable {
             var jobs: [String: Int] = [:]
             var perMinute: [String: Int] = [:]
             for end in OutcomeRouter.End.allCases {
-                jobs[end.rawValue] = tally.ended[end, default: 0]
-                perMinute[end.rawValue] = tally.rates[end, default: MinuteRate()].perMinute(atSecond: second)
+                jobs[end.rawValue] = tally.ended[end.index]
+                perMinute[end.rawValue] = tally.rates[end.index].perMinute(atSecond: second)
             }
             self.jobs = jobs
             self.perMinute = perMinute
@@ -30,8 +34,8 @@ public final class WorkerStatistics: Sendable {
     }
 
     struct Tally: Sendable {
-        var ended: [OutcomeRouter.End: Int] = [:]
-        var rates: [OutcomeRouter.End: MinuteRate] = [:]
+        var ended = [Int](repeating: 0, count: OutcomeRouter.End.allCases.count)
+        var rates = [MinuteRate](repeating: MinuteRate(), count: OutcomeRouter.End.allCases.count)
         var inFlight = 0
     }
 
@@ -39,9 +43,9 @@ public final class WorkerStatistics: Sendable {
     /// whatever `[retry] maxAttempts` says.
     static let attemptBuckets = 5
 
-    private let tallies: Mutex<[String: Tally]> = Mutex([:])
-    private let origin: ContinuousClock.Instant
-    private let now: @Sendable () -> ContinuousClock.Instant
+    private let bundles: Mutex<[String: BundleStatistics]> = Mutex([:])
+    fileprivate let origin: ContinuousClock.Instant
+    fileprivate let now: @Sendable () -> ContinuousClock.Instant
 
     /// - Parameter now: the clock of the per-minute rates; tests move it forward.
     public init(now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
@@ -49,59 +53,116 @@ public final class WorkerStatistics: Sendable {
         self.origin = now()
     }
 
+    /// The recorder of one bundle, made on first use with all of its metric handles.
+    public func bundle(_ bundleID: String) -> BundleStatistics {
+        bundles.withLock { bundles in
+            if let existing = bundles[bundleID] { return existing }
+            let made = BundleStatistics(bundleID: bundleID, statistics: self)
+            bundles[bundleID] = made
+            return made
+        }
+    }
+
     /// Every bundle's activity so far, by bundle ID; bundles that saw no job yet are absent.
     public func snapshot() -> [String: BundleActivity] {
         let second = currentSecond()
-        return tallies.withLock { $0.mapValues { BundleActivity($0, atSecond: second) } }
+        let all = bundles.withLock { $0 }
+        var activity: [String: BundleActivity] = [:]
+        for (bundleID, recorder) in all {
+            guard let tally = recorder.tallyIfUsed() else { continue }
+            activity[bundleID] = BundleActivity(tally, atSecond: second)
+        }
+        return activity
     }
 
     /// One bundle's activity; all zeros when it has seen no job yet.
     public func activity(bundle: String) -> BundleActivity {
-        let second = currentSecond()
-        return tallies.withLock { BundleActivity($0[bundle] ?? Tally(), atSecond: second) }
+        let recorder = bundles.withLock { $0[bundle] }
+        return BundleActivity(recorder?.tallyIfUsed() ?? Tally(), atSecond: currentSecond())
     }
 
-    private func currentSecond() -> Int64 {
+    fileprivate func currentSecond() -> Int64 {
         origin.duration(to: now()).components.seconds
-    }
-
-    func jobStarted(bundle: String) {
-        tallies.withLock { $0[bundle, default: Tally()].inFlight += 1 }
-        Meter(label: "apns_worker_jobs_in_flight", dimensions: [("bundle", bundle)]).increment()
-    }
-
-    func jobFinished(bundle: String) {
-        tallies.withLock { $0[bundle, default: Tally()].inFlight -= 1 }
-        Meter(label: "apns_worker_jobs_in_flight", dimensions: [("bundle", bundle)]).decrement()
-    }
-
-    func jobReceived(bundle: String) {
-        Counter(label: "apns_worker_jobs_received_total", dimensions: [("bundle", bundle)]).increment()
-    }
-
-    func jobEnded(bundle: String, end: OutcomeRouter.End, after: Duration) {
-        let second = currentSecond()
-        tallies.withLock {
-            $0[bundle, default: Tally()].ended[end, default: 0] += 1
-            $0[bundle, default: Tally()].rates[end, default: MinuteRate()].record(atSecond: second)
-        }
-        Counter(label: "apns_worker_jobs_total", dimensions: [("bundle", bundle), ("outcome", end.rawValue)]).increment()
-        Timer(label: "apns_worker_job_duration_seconds", dimensions: [("bundle", bundle)]).recordNanoseconds(after.nanoseconds)
-    }
-
-    /// A send to APNs ended in a retry; `attempt` counts that send (1 for the first).
-    func retryScheduled(bundle: String, attempt: Int) {
-        let bucket = attempt >= Self.attemptBuckets ? "\(Self.attemptBuckets)+" : "\(max(attempt, 1))"
-        Counter(label: "apns_worker_retries_total", dimensions: [("bundle", bundle), ("attempt", bucket)]).increment()
-    }
-
-    func apnsAnswered(bundle: String, after: Duration) {
-        Timer(label: "apns_worker_apns_latency_seconds", dimensions: [("bundle", bundle)]).recordNanoseconds(after.nanoseconds)
-    }
-
-    /// 1 while a provider fault holds the bundle and its consumer is paused, 0 otherwise.
-    func bundleHeld(bundle: String, _ held: Bool) {
-        Gauge(label: "apns_worker_consumer_paused", dimensions: [("bundle", bundle)]).record(held ? 1 : 0)
     }
 }
 
+/// What one bundle's pipeline records, through handles made once.
+public final class BundleStatistics: Sendable {
+    private let statistics: WorkerStatistics
+    private let tally = Mutex<(WorkerStatistics.Tally, used: Bool)>((WorkerStatistics.Tally(), false))
+    private let inFlight: Meter
+    private let received: Counter
+    private let ended: [Counter]
+    private let duration: Metrics.Timer
+    private let apnsLatency: Metrics.Timer
+    private let retries: [Counter]
+    private let paused: Gauge
+
+    fileprivate init(bundleID bundle: String, statistics: WorkerStatistics) {
+        self.statistics = statistics
+        let label = [("bundle", bundle)]
+        inFlight = Meter(label: "apns_worker_jobs_in_flight", dimensions: label)
+        received = Counter(label: "apns_worker_jobs_received_total", dimensions: label)
+        ended = OutcomeRouter.End.allCases.map {
+            Counter(label: "apns_worker_jobs_total", dimensions: [("bundle", bundle), ("outcome", $0.rawValue)])
+        }
+        duration = Metrics.Timer(label: "apns_worker_job_duration_seconds", dimensions: label)
+        apnsLatency = Metrics.Timer(label: "apns_worker_apns_latency_seconds", dimensions: label)
+        retries = (1...WorkerStatistics.attemptBuckets).map { attempt in
+            let bucket = attempt == WorkerStatistics.attemptBuckets ? "\(attempt)+" : "\(attempt)"
+            return Counter(label: "apns_worker_retries_total", dimensions: [("bundle", bundle), ("attempt", bucket)])
+        }
+        paused = Gauge(label: "apns_worker_consumer_paused", dimensions: label)
+    }
+
+    fileprivate func tallyIfUsed() -> WorkerStatistics.Tally? {
+        tally.withLock { $0.used ? $0.0 : nil }
+    }
+
+    func jobStarted() {
+        tally.withLock {
+            $0.0.inFlight += 1
+            $0.used = true
+        }
+        inFlight.increment()
+    }
+
+    func jobFinished() {
+        tally.withLock { $0.0.inFlight -= 1 }
+        inFlight.decrement()
+    }
+
+    func jobReceived() {
+        received.increment()
+    }
+
+    func jobEnded(_ end: OutcomeRouter.End, after elapsed: Duration) {
+        let second = statistics.currentSecond()
+        tally.withLock {
+            $0.0.ended[end.index] += 1
+            $0.0.rates[end.index].record(atSecond: second)
+            $0.used = true
+        }
+        ended[end.index].increment()
+        duration.recordNanoseconds(elapsed.nanoseconds)
+    }
+
+    /// A send to APNs ended in a retry; `attempt` counts that send (1 for the first).
+    func retryScheduled(attempt: Int) {
+        retries[min(max(attempt, 1), WorkerStatistics.attemptBuckets) - 1].increment()
+    }
+
+    func apnsAnswered(after elapsed: Duration) {
+        apnsLatency.recordNanoseconds(elapsed.nanoseconds)
+    }
+
+    /// 1 while a provider fault holds the bundle and its consumer is paused, 0 otherwise.
+    func held(_ held: Bool) {
+        paused.record(held ? 1 : 0)
+    }
+}
+
+extension OutcomeRouter.End {
+    /// Position in `allCases`, for per-end arrays.
+    var index: Int { Self.allCases.firstIndex(of: self)! }
+}

@@ -15,12 +15,12 @@ import Testing
     @Test func countsSinceStartAndRatesOverTheLastMinute() {
         let clock = TestClock()
         let statistics = WorkerStatistics(now: { clock.now })
-        statistics.jobEnded(bundle: "a", end: .delivered, after: .milliseconds(5))
-        statistics.jobEnded(bundle: "a", end: .delivered, after: .milliseconds(5))
-        statistics.jobEnded(bundle: "a", end: .dead, after: .milliseconds(5))
+        statistics.bundle("a").jobEnded(.delivered, after: .milliseconds(5))
+        statistics.bundle("a").jobEnded(.delivered, after: .milliseconds(5))
+        statistics.bundle("a").jobEnded(.dead, after: .milliseconds(5))
         clock.advance(.seconds(30))
-        statistics.jobEnded(bundle: "a", end: .delivered, after: .milliseconds(5))
-        statistics.jobEnded(bundle: "b", end: .retry, after: .milliseconds(5))
+        statistics.bundle("a").jobEnded(.delivered, after: .milliseconds(5))
+        statistics.bundle("b").jobEnded(.retry, after: .milliseconds(5))
 
         let a = statistics.activity(bundle: "a")
         #expect(a.jobs == ["delivered": 3, "invalid_token": 0, "retry": 0, "dead": 1, "held": 0, "gated": 0])
@@ -38,11 +38,20 @@ import Testing
 
     @Test func inFlightFollowsStartedAndFinishedJobs() {
         let statistics = WorkerStatistics()
-        statistics.jobStarted(bundle: "a")
-        statistics.jobStarted(bundle: "a")
-        statistics.jobFinished(bundle: "a")
+        statistics.bundle("a").jobStarted()
+        statistics.bundle("a").jobStarted()
+        statistics.bundle("a").jobFinished()
         #expect(statistics.activity(bundle: "a").inFlight == 1)
         #expect(statistics.activity(bundle: "unseen") == statistics.activity(bundle: "other"))
         #expect(statistics.activity(bundle: "unseen").jobs.values.allSatisfy { $0 == 0 })
+    }
+
+    @Test func aBundleWithNoJobYetIsNotInTheSnapshot() {
+        let statistics = WorkerStatistics()
+        let recorder = statistics.bundle("a")
+        #expect(statistics.snapshot().isEmpty)
+        #expect(statistics.bundle("a") === recorder)
+        recorder.jobStarted()
+        #expect(Set(statistics.snapshot().keys) == ["a"])
     }
 }

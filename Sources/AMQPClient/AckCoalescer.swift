@@ -1,0 +1,113 @@
+// Which acks the owner thread sends for one consumer channel, and when: completed deliveries
+// are acknowledged with `multiple = true` up to the lowest one still unfinished, so one frame
+// (and one write) settles many jobs. Pure: no librabbitmq, time passed in.
+
+/// Coalesces the acks of one channel into `basic.ack(multiple: true)` frames.
+///
+/// Jobs finish out of order, and `multiple = true` acknowledges *every* outstanding tag up to
+/// the one it names, so a multiple ack may only name a tag when every lower tag of the channel
+/// is settled. The coalescer keeps the acks it was asked for (`ack`) and, at each `flush`,
+/// sends one multiple ack for the longest settled prefix. Acks stuck behind an unfinished job
+/// (a slow APNs answer) are not held for long: they count against the consumer's prefetch, so
+/// once the oldest has waited `maxDelay`, or `maxHeld` of them wait, they go out one by one.
+///
+/// Delivery tags of a channel start at 1 and grow by one per delivery (AMQP 0-9-1 §1.8.3.13);
+/// a channel opened again starts a new coalescer.
+struct AckCoalescer: Sendable {
+    /// What to send, in this order.
+    enum Frame: Sendable, Hashable {
+        /// `basic.ack(tag, multiple: true)`: every outstanding tag up to `tag`.
+        case ackThrough(UInt64)
+        /// `basic.ack(tag, multiple: false)`.
+        case ackOne(UInt64)
+    }
+
+    /// Longest an ack waits behind an unfinished lower tag, in nanoseconds.
+    let maxDelay: UInt64
+    /// Most acks that wait behind an unfinished lower tag.
+    let maxHeld: Int
+
+    /// Every tag up to here is settled on the wire (acked, nacked or rejected).
+    private(set) var settledThrough: UInt64 = 0
+    /// Acks asked for and not yet sent, by tag, with when they were asked for.
+    private var waiting: [UInt64: UInt64] = [:]
+    /// Tags above `settledThrough` already settled on the wire (a nack, a reject, an ack sent
+    /// on its own): the prefix may pass over them, but a multiple ack must not name them.
+    private var settledAbove: Set<UInt64> = []
+    /// When the oldest waiting ack was asked for.
+    private var oldestWaitingSince: UInt64?
+
+    init(maxDelay: UInt64 = 20_000_000, maxHeld: Int = 64) {
+        self.maxDelay = maxDelay
+        self.maxHeld = max(1, maxHeld)
+    }
+
+    /// Acks asked for and not sent yet.
+    var waitingCount: Int { waiting.count }
+
+    /// The application acknowledged `tag` at `now` (nanoseconds of any monotonic clock).
+    mutating func ack(_ tag: UInt64, now: UInt64) {
+        guard tag > settledThrough, !settledAbove.contains(tag), waiting[tag] == nil else { return }
+        waiting[tag] = now
+        if oldestWaitingSince == nil { oldestWaitingSince = now }
+    }
+
+    /// `tag` was settled on the wire by other means (nack, reject): sent at once by the
+    /// caller, it no longer blocks the prefix.
+    mutating func settledElsewhere(_ tag: UInt64) {
+        guard tag > settledThrough else { return }
+        waiting[tag] = nil
+        settledAbove.insert(tag)
+        advance(passingWaiting: false)
+    }
+
+    /// The frames to send now. `force` sends every waiting ack (before a graceful close).
+    mutating func flush(now: UInt64, force: Bool = false) -> [Frame] {
+        guard !waiting.isEmpty else { return [] }
+        var frames: [Frame] = []
+        if let named = advance(passingWaiting: true) { frames.append(.ackThrough(named)) }
+        guard !waiting.isEmpty else {
+            oldestWaitingSince = nil
+            return frames
+        }
+        let oldest = oldestWaitingSince ?? now
+        if force || waiting.count >= maxHeld || now &- oldest >= maxDelay {
+            for tag in waiting.keys.sorted() {
+                frames.append(.ackOne(tag))
+                settledAbove.insert(tag)
+            }
+            waiting.removeAll(keepingCapacity: true)
+            oldestWaitingSince = nil
+            advance(passingWaiting: false)
+        } else {
+            oldestWaitingSince = waiting.values.min()
+        }
+        return frames
+    }
+
+    /// When the next `flush` may have something to send on its own (the oldest waiting ack
+    /// reaches `maxDelay`); nil when nothing waits.
+    func nextDeadline() -> UInt64? {
+        oldestWaitingSince.map { $0 &+ maxDelay }
+    }
+
+    /// Moves `settledThrough` over every settled or waiting tag right above it, and returns the
+    /// highest waiting tag it passed: the tag a multiple ack must name (a tag settled elsewhere
+    /// is not outstanding any more, so it is never named). `passingWaiting: false` passes
+    /// settled tags only.
+    @discardableResult
+    private mutating func advance(passingWaiting includeWaiting: Bool) -> UInt64? {
+        var named: UInt64?
+        while true {
+            let next = settledThrough + 1
+            if settledAbove.remove(next) != nil {
+                settledThrough = next
+            } else if includeWaiting, waiting.removeValue(forKey: next) != nil {
+                settledThrough = next
+                named = next
+            } else {
+                return named
+            }
+        }
+    }
+}

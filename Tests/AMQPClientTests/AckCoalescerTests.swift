@@ -1,0 +1,125 @@
+// The ack coalescer decides which acks go out as `multiple = true`; no broker needed.
+import APNSCore
+import Testing
+
+@testable import AMQPClient
+
+@Suite struct AckCoalescerTests {
+    @Test func inOrderAcksGoOutAsOneMultipleAck() {
+        var acks = AckCoalescer()
+        for tag in 1...50 as ClosedRange<UInt64> { acks.ack(tag, now: 0) }
+        #expect(acks.flush(now: 0) == [.ackThrough(50)])
+        #expect(acks.settledThrough == 50)
+        #expect(acks.flush(now: 1) == [])
+    }
+
+    @Test func anUnfinishedTagStopsTheMultipleAckBelowIt() {
+        var acks = AckCoalescer()
+        for tag: UInt64 in [1, 2, 4, 5] { acks.ack(tag, now: 0) }
+        #expect(acks.flush(now: 0) == [.ackThrough(2)])
+        #expect(acks.waitingCount == 2)
+        acks.ack(3, now: 1)
+        #expect(acks.flush(now: 1) == [.ackThrough(5)])
+        #expect(acks.waitingCount == 0)
+    }
+
+    @Test func acksStuckBehindASlowJobGoOutOneByOneAfterTheDelay() {
+        var acks = AckCoalescer(maxDelay: 100, maxHeld: 1000)
+        for tag: UInt64 in [2, 3, 4] { acks.ack(tag, now: 10) }
+        #expect(acks.flush(now: 10) == [])
+        #expect(acks.nextDeadline() == 110)
+        #expect(acks.flush(now: 109) == [])
+        #expect(acks.flush(now: 110) == [.ackOne(2), .ackOne(3), .ackOne(4)])
+        #expect(acks.nextDeadline() == nil)
+        // The slow job ends: its ack names it, passing over the tags acked one by one.
+        acks.ack(1, now: 200)
+        #expect(acks.flush(now: 200) == [.ackThrough(1)])
+        #expect(acks.settledThrough == 4)
+        acks.ack(5, now: 200)
+        #expect(acks.flush(now: 200) == [.ackThrough(5)])
+    }
+
+    @Test func tooManyHeldAcksGoOutAtOnce() {
+        var acks = AckCoalescer(maxDelay: .max, maxHeld: 3)
+        acks.ack(2, now: 0)
+        acks.ack(3, now: 0)
+        #expect(acks.flush(now: 0) == [])
+        acks.ack(4, now: 0)
+        #expect(acks.flush(now: 0) == [.ackOne(2), .ackOne(3), .ackOne(4)])
+    }
+
+    @Test func aMultipleAckNeverNamesATagSettledElsewhere() {
+        var acks = AckCoalescer()
+        acks.ack(1, now: 0)
+        acks.settledElsewhere(2)  // nacked: no longer outstanding on the broker
+        acks.ack(3, now: 0)
+        acks.settledElsewhere(4)
+        #expect(acks.flush(now: 0) == [.ackThrough(3)])
+        #expect(acks.settledThrough == 4)
+        // Nothing waits, so nothing to send.
+        acks.settledElsewhere(5)
+        #expect(acks.flush(now: 0) == [])
+        #expect(acks.settledThrough == 5)
+    }
+
+    @Test func forcedFlushSendsEverythingBeforeAClose() {
+        var acks = AckCoalescer(maxDelay: .max, maxHeld: 1000)
+        for tag: UInt64 in [1, 3, 6] { acks.ack(tag, now: 0) }
+        #expect(acks.flush(now: 0, force: true) == [.ackThrough(1), .ackOne(3), .ackOne(6)])
+        #expect(acks.waitingCount == 0)
+    }
+
+    @Test func repeatedAndStaleAcksAreIgnored() {
+        var acks = AckCoalescer()
+        acks.ack(1, now: 0)
+        acks.ack(1, now: 0)
+        #expect(acks.flush(now: 0) == [.ackThrough(1)])
+        acks.ack(1, now: 0)
+        #expect(acks.flush(now: 0) == [])
+    }
+
+    /// Random completion orders: whatever the order and the flush points, every tag ends up
+    /// acknowledged exactly once, and no multiple ack ever covers an unfinished tag.
+    @Test(arguments: 1...40 as ClosedRange<UInt64>)
+    func randomOrdersSettleEveryTagOnceAndNeverAnUnfinishedOne(seed: UInt64) {
+        var random = SeededGenerator(seed: seed)
+        let count: UInt64 = 300
+        var order = Array(1...count)
+        for i in order.indices.reversed() { order.swapAt(i, Int(random.next() % UInt64(i + 1))) }
+        var acks = AckCoalescer(maxDelay: 50, maxHeld: 16)
+        var finished = Set<UInt64>()
+        var brokerOutstanding = Set(1...count)
+        var now: UInt64 = 0
+        for tag in order {
+            now += random.next() % 10
+            finished.insert(tag)
+            if random.next() % 7 == 0 {
+                acks.settledElsewhere(tag)
+                brokerOutstanding.remove(tag)
+            } else {
+                acks.ack(tag, now: now)
+            }
+            guard random.next() % 3 == 0 else { continue }
+            apply(acks.flush(now: now), finished: finished, outstanding: &brokerOutstanding)
+        }
+        apply(acks.flush(now: now, force: true), finished: finished, outstanding: &brokerOutstanding)
+        #expect(brokerOutstanding.isEmpty)
+        #expect(acks.settledThrough == count)
+    }
+
+    private func apply(_ frames: [AckCoalescer.Frame], finished: Set<UInt64>, outstanding: inout Set<UInt64>) {
+        for frame in frames {
+            switch frame {
+            case .ackThrough(let tag):
+                #expect(outstanding.contains(tag), "a multiple ack names an outstanding tag")
+                for covered in outstanding where covered <= tag {
+                    #expect(finished.contains(covered), "tag \(covered) acked before its job finished")
+                    outstanding.remove(covered)
+                }
+            case .ackOne(let tag):
+                #expect(outstanding.remove(tag) != nil, "tag \(tag) acked twice")
+                #expect(finished.contains(tag))
+            }
+        }
+    }
+}
