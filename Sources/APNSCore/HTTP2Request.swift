@@ -37,7 +37,7 @@ public struct HTTP2Request: Sendable, Hashable {
             .init(":scheme", "https"),
             .init(":path", "/3/device/" + n.token.hex),
             .init(":authority", authority),
-            .init("apns-id", n.id.uuidString.lowercased()),
+            .init("apns-id", LowercaseHex.string(n.id)),
             .init("apns-topic", n.topic),
             .init("apns-push-type", n.pushType.rawValue),
             .init("apns-priority", String(n.priority)),

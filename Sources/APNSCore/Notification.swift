@@ -44,16 +44,7 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Lower-case hexadecimal, as Apple expects it in the request path.
-    public var hex: String {
-        let digits = Array("0123456789abcdef".utf8)
-        var chars = [UInt8]()
-        chars.reserveCapacity(bytes.count * 2)
-        for b in bytes {
-            chars.append(digits[Int(b >> 4)])
-            chars.append(digits[Int(b & 0x0f)])
-        }
-        return String(decoding: chars, as: UTF8.self)
-    }
+    public var hex: String { LowercaseHex.string(bytes) }
 
     /// The first and last four hex digits only: enough to correlate log lines, useless to an attacker.
     public var redacted: String {

@@ -172,7 +172,11 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         streams[streamID] = InFlight(promise: request.promise, deadline: request.deadline)
         if request.deadline != .distantFuture { scheduleDeadlineSweep(context: context) }
 
-        let headers = HPACKHeaders(request.request.headers.map { ($0.name, $0.value) })
+        var headers = HPACKHeaders()
+        headers.reserveCapacity(request.request.headers.count)
+        for field in request.request.headers {
+            headers.add(name: field.name, value: field.value, indexing: Self.indexing(of: field.name))
+        }
         let body = request.request.body
         context.write(
             wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: body.isEmpty)))),
@@ -196,6 +200,16 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
                 if stream.deadline <= now { self.deadlinePassed(id) } else { pending = true }
             }
             if pending { self.scheduleDeadlineSweep(context: context) }
+        }
+    }
+
+    /// Values that change with every notification are not added to the HPACK dynamic table:
+    /// each would evict entries that repeat (the provider token, the topic), which would then
+    /// be sent in full again and re-indexed, for nothing.
+    static func indexing(of name: String) -> HPACKIndexing {
+        switch name {
+        case "apns-id", ":path", "content-length", "apns-expiration", "apns-collapse-id": return .nonIndexable
+        default: return .indexable
         }
     }
 

@@ -17,6 +17,16 @@ final class EventLog: Sendable {
     var all: [HTTP2ConnectionEvent] { events.withLock { $0 } }
 }
 
+/// Counts the flushes that reach the socket side of the pipeline.
+final class FlushCounter: ChannelOutboundHandler {
+    typealias OutboundIn = Any
+    private(set) var count = 0
+    func flush(context: ChannelHandlerContext) {
+        count += 1
+        context.flush()
+    }
+}
+
 struct HandlerHarness {
     let loop = EmbeddedEventLoop()
     let channel: EmbeddedChannel
@@ -85,6 +95,48 @@ struct HandlerHarness {
         }
         #expect(d.endStream && String(buffer: bytes) == #"{"aps":{"alert":"hi"}}"#)
         #expect(try h.outbound()?.streamID == 3)
+    }
+
+    @Test func perNotificationHeadersStayOutOfTheHPACKTable() throws {
+        let h = try HandlerHarness()
+        _ = try h.send()
+        let frame = try #require(try h.outbound())
+        guard case .headers(let hs) = frame.payload else { Issue.record("not HEADERS"); return }
+        var indexing: [String: HPACKIndexing] = [:]
+        for (name, _, index) in hs.headers { indexing[name] = index }
+        #expect(indexing["apns-id"] == .nonIndexable)
+        #expect(indexing[":path"] == .nonIndexable)
+        #expect(indexing["content-length"] == .nonIndexable)
+        #expect(indexing["apns-topic"] == .indexable)
+        #expect(indexing["apns-push-type"] == .indexable)
+    }
+
+    @Test func aBatchOpensAStreamPerRequestAndFlushesOnce() throws {
+        let h = try HandlerHarness()
+        let flushes = FlushCounter()
+        try h.channel.pipeline.syncOperations.addHandler(flushes, position: .first)
+        let handler = try h.channel.pipeline.syncOperations.handler(type: HTTP2ConnectionHandler.self)
+        let promises = (0..<3).map { _ in h.loop.makePromise(of: StreamResult.self) }
+        let request = HTTP2Request(notification: HandlerHarness.notification, authority: "api.push.apple.com", authorization: nil)
+        handler.send(promises.map { StreamRequest(request: request, deadline: .distantFuture, promise: $0) })
+        var streams: [HTTP2StreamID] = []
+        while let frame = try h.outbound() {
+            if case .headers = frame.payload { streams.append(frame.streamID) }
+        }
+        #expect(streams == [1, 3, 5])
+        #expect(flushes.count == 1)
+        try h.answer(3, status: 200)
+        #expect(try h.value(promises[1].futureResult) == .answer(HTTPAnswer(status: 200, apnsID: UUID(uuidString: "e621e1f8-c36c-495a-93fc-0c247a3e6e5f"))))
+    }
+
+    @Test func aBatchForAClosedConnectionIsNotProcessed() throws {
+        let h = try HandlerHarness()
+        let handler = try h.channel.pipeline.syncOperations.handler(type: HTTP2ConnectionHandler.self)
+        try h.channel.close().wait()
+        let promise = h.loop.makePromise(of: StreamResult.self)
+        let request = HTTP2Request(notification: HandlerHarness.notification, authority: "api.push.apple.com", authorization: nil)
+        handler.send([StreamRequest(request: request, deadline: .distantFuture, promise: promise)])
+        #expect(try h.value(promise.futureResult) == .notProcessed)
     }
 
     @Test func successAnswer() throws {

@@ -1,0 +1,44 @@
+import Foundation
+
+/// Lower-case hexadecimal text written straight into a string's storage: device tokens on every
+/// request path and job ids in every `apns-id`, once per notification on the hot path, where
+/// building an array first (or Foundation's `uuidString` plus `lowercased()`) showed on the profile.
+public enum LowercaseHex {
+    private static let digits: StaticString = "0123456789abcdef"
+
+    /// `bytes` as lower-case hex digits, two per byte.
+    public static func string(_ bytes: some Collection<UInt8>) -> String {
+        String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+            digits.withUTF8Buffer { digits in
+                var i = 0
+                for byte in bytes {
+                    out[i] = digits[Int(byte >> 4)]
+                    out[i + 1] = digits[Int(byte & 0x0f)]
+                    i += 2
+                }
+                return i
+            }
+        }
+    }
+
+    /// The canonical lower-case form of a UUID (8-4-4-4-12), as `apns-id` carries it.
+    public static func string(_ uuid: UUID) -> String {
+        withUnsafeBytes(of: uuid.uuid) { bytes in
+            String(unsafeUninitializedCapacity: 36) { out in
+                digits.withUTF8Buffer { digits in
+                    var i = 0
+                    for (position, byte) in bytes.enumerated() {
+                        if position == 4 || position == 6 || position == 8 || position == 10 {
+                            out[i] = UInt8(ascii: "-")
+                            i += 1
+                        }
+                        out[i] = digits[Int(byte >> 4)]
+                        out[i + 1] = digits[Int(byte & 0x0f)]
+                        i += 2
+                    }
+                    return i
+                }
+            }
+        }
+    }
+}
