@@ -41,6 +41,12 @@ final class WorkerHarness: Sendable {
         /// Set: the bundle uses `transport = binary` with the simulator's client certificate
         /// against its binary gateway, with this `binaryHoldWindow`.
         var binaryHoldWindow: String?
+        /// The worker's `[amqp] url` lines (a failover list); nil: the broker's own URL.
+        var workerURLs: [String]?
+        /// More `key = value` lines for the `[amqp]` section.
+        var amqpLines = ""
+        /// The failover list of the harness's own connection; nil: the broker's own URL.
+        var clientURLs: [String]?
     }
 
     static func start(broker: BrokerCoordinates, options: Options = Options()) async throws -> WorkerHarness {
@@ -80,9 +86,10 @@ final class WorkerHarness: Sendable {
         let configPath = directory + "/worker.conf"
         let config = """
             [amqp]
-            url = \(broker.amqpURL)
+            \((options.workerURLs ?? [broker.amqpURL]).map { "url = \($0)" }.joined(separator: "\n"))
             prefetch = \(options.prefetch)
             heartbeat = 5s
+            \(options.amqpLines)
 
             [retry]
             delays = \(options.retryDelays)
@@ -108,7 +115,7 @@ final class WorkerHarness: Sendable {
         var clientLogger = Logger(label: "e2e.amqp")
         clientLogger.logLevel = .warning
         let connection = try await AMQPConnection.connect(
-            configuration: AMQPConfiguration(urlStrings: [broker.amqpURL], connectionName: "e2e-test"), logger: clientLogger)
+            configuration: AMQPConfiguration(urlStrings: options.clientURLs ?? [broker.amqpURL], connectionName: "e2e-test"), logger: clientLogger)
         // The worker declares the same plan; declaring it here first lets the test bind its
         // feedback queue and publish before any worker runs.
         try await connection.declare(

@@ -1,6 +1,7 @@
 // libFuzzer target: the binary provider API's notification frame decoder and error-response
-// decoder on arbitrary bytes. A decoded frame must encode back to the bytes it consumed... or at
-// least decode again to itself (item order may differ), and never claim more bytes than it got.
+// decoder on arbitrary bytes, read as a stream of frames. A decoded frame never claims more bytes
+// than it got, and its encoding decodes to the same frame (the items' order may differ from the
+// input's, so the bytes need not be the same); an error response encodes to the bytes it came from.
 import APNSCore
 import FuzzDriver
 
