@@ -164,8 +164,9 @@ struct KillNineSoakTests {
     @Test func twentyKillsLoseNothing() async throws {
         var options = WorkerHarness.Options()
         options.prefetch = 50
+        options.recordLimit = 100_000
         let h = try await WorkerHarness.start(broker: try TestBroker.require(), options: options)
-        h.simulator.setFaults(SimulatorFaults(latency: .milliseconds(10)))
+        h.simulator.setFaults(SimulatorFaults(latency: .milliseconds(20)))
         let total = 20_000, kills = 20
         let ids = try await h.publishMany(total)
         var pool = [try h.startWorker("w0"), try h.startWorker("w1"), try h.startWorker("w2")]

@@ -47,6 +47,9 @@ final class WorkerHarness: Sendable {
         var amqpLines = ""
         /// The failover list of the harness's own connection; nil: the broker's own URL.
         var clientURLs: [String]?
+        /// How many accepted notifications the simulator keeps for `acceptedIDs()` (its default
+        /// keeps 10,000): at least the jobs and their duplicates, or the oldest are forgotten.
+        var recordLimit: Int?
     }
 
     static func start(broker: BrokerCoordinates, options: Options = Options()) async throws -> WorkerHarness {
@@ -60,6 +63,7 @@ final class WorkerHarness: Sendable {
             tls: credentials.tlsConfiguration(), bundleIDs: [bundle], tokenKeys: [credentials.tokenKey],
             environment: .production)
         if options.binaryHoldWindow != nil { simulatorConfiguration.binaryPort = 0 }
+        if let recordLimit = options.recordLimit { simulatorConfiguration.recordLimit = recordLimit }
         let simulatorGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let simulator = try await APNSSimulator.start(simulatorConfiguration, logger: logger, eventLoopGroup: simulatorGroup)
         let authenticationLines: String
