@@ -143,11 +143,12 @@ struct ClusterFailoverTests {
                 }
             }
             try await waitUntil("all \(total) delivered", timeout: .seconds(600)) { h.acceptedIDs().distinct.count == total }
-            #expect(h.acceptedIDs().distinct == Set(ids.map { $0.uuidString.lowercased() }))
+            let expected = Set(ids.map { $0.uuidString.lowercased() })
+            #expect(h.acceptedIDs().distinct == expected)
             for worker in workers { #expect(worker.isRunning, "the workers reconnected by themselves") }
             let duplicates = h.acceptedIDs().total - total
             for line in report { print("cluster failover: \(line)") }
-            print("cluster failover: \(total) jobs, 0 lost, \(duplicates) sent twice (prefetch \(options.prefetch), 2 workers, 2 kills)")
+            print("cluster failover: \(total) jobs, \(expected.subtracting(h.acceptedIDs().distinct).count) lost, \(duplicates) sent twice (prefetch \(options.prefetch), 2 workers, 2 kills)")
             #expect(duplicates <= 2 * workers.count * options.prefetch, "at most the prefetch per worker per kill")
             try await waitUntil("an empty work queue", timeout: .seconds(60)) { try await h.messageCount(h.workQueue) == 0 }
             #expect(try await h.messageCount(h.deadQueue) == 0)
@@ -173,7 +174,7 @@ struct KillNineSoakTests {
         defer { pool.forEach { $0.kill9() } }
         var generator = SystemRandomNumberGenerator()
         let killPoints = (0..<kills).map { _ in Int.random(in: 500..<(total - 1000), using: &generator) }.sorted()
-        var killedAt: [Int] = []
+        var killedAt: [String] = []
         for (n, point) in killPoints.enumerated() {
             try await waitUntil("\(point) delivered before kill \(n + 1)", timeout: .seconds(600)) {
                 h.acceptedIDs().distinct.count >= point
@@ -181,14 +182,17 @@ struct KillNineSoakTests {
             let victim = Int.random(in: 0..<pool.count, using: &generator)
             pool[victim].signal(SIGKILL)
             _ = await pool[victim].waitForExit(timeout: .seconds(10))
-            killedAt.append(h.acceptedIDs().distinct.count)
+            let now = h.acceptedIDs()
+            killedAt.append("\(now.distinct.count) (\(now.total - now.distinct.count) dup.)")
             pool[victim] = try h.startWorker("w\(victim)-\(n + 1)")
         }
         try await waitUntil("all \(total) delivered", timeout: .seconds(900)) { h.acceptedIDs().distinct.count == total }
         let (distinct, sent) = h.acceptedIDs()
-        #expect(distinct == Set(ids.map { $0.uuidString.lowercased() }), "none lost")
-        let duplicates = sent - total
-        print("kill -9 soak: \(total) jobs, \(kills) kills at \(killedAt.map(String.init).joined(separator: ", ")) delivered; 0 lost, \(duplicates) sent twice (prefetch \(options.prefetch))")
+        let expected = Set(ids.map { $0.uuidString.lowercased() })
+        #expect(distinct == expected, "none lost")
+        let duplicates = sent - distinct.count
+        print("kill -9 soak: kills when this many jobs were delivered (duplicates so far): \(killedAt.joined(separator: ", "))")
+        print("kill -9 soak: \(total) jobs, \(kills) kills, \(expected.subtracting(distinct).count) lost, \(duplicates) sent twice (prefetch \(options.prefetch))")
         #expect(duplicates <= kills * options.prefetch, "at most the killed worker's prefetch per kill")
         try await waitUntil("an empty work queue") { try await h.messageCount(h.workQueue) == 0 }
         #expect(try await h.messageCount(h.deadQueue) == 0)
