@@ -15,6 +15,9 @@ let package = Package(
         .executable(name: "apns-worker", targets: ["APNSWorkerCLI"]),
         .executable(name: "apns-worker-bench", targets: ["APNSWorkerBench"]),
         .executable(name: "amqp-c-loop", targets: ["AMQPCLoop"]),
+        // For the libFuzzer package in Fuzz/, which depends on this one by path.
+        .library(name: "APNSCore", targets: ["APNSCore"]),
+        .library(name: "APNSConfig", targets: ["APNSConfig"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),

@@ -8,6 +8,10 @@
 # rabbitmq user, which fails in containers and CI sandboxes. Ports come from the environment
 # (APNS_BROKER_PORT, APNS_BROKER_MGMT_PORT, APNS_BROKER_DIST_PORT) or defaults that stay clear of
 # a system broker on 5672/15672.
+#
+# With APNS_BROKER_TLS_PORT set, the node also listens for amqps on that port, with a CA and a
+# server certificate for the host name `localhost` (not 127.0.0.1) made here with openssl in
+# DIR/tls; the exports name the port and the CA file.
 set -euo pipefail
 
 cmd=${1:-}
@@ -19,6 +23,7 @@ amqp_port=${APNS_BROKER_PORT:-5682}
 mgmt_port=${APNS_BROKER_MGMT_PORT:-15682}
 dist_port=${APNS_BROKER_DIST_PORT:-25682}
 node=${APNS_BROKER_NODENAME:-apnsw-$amqp_port@localhost}
+tls_port=${APNS_BROKER_TLS_PORT:-}
 
 node_env() {
   export RABBITMQ_NODENAME=$node
@@ -51,6 +56,28 @@ loopback_users = none
 log.console = false
 log.file.level = info
 CONF
+  if [ -n "$tls_port" ]; then
+    tls=$dir/tls
+    mkdir -p "$tls"
+    if [ ! -f "$tls/server.pem" ]; then
+      {
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=apns-worker test broker CA" \
+          -keyout "$tls/ca.key" -out "$tls/ca.pem"
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$tls/server.key" -out "$tls/server.csr"
+        printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$tls/server.ext"
+        openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial -days 3650 \
+          -extfile "$tls/server.ext" -out "$tls/server.pem"
+      } > "$dir/log/openssl.log" 2>&1 || { echo "broker.sh: openssl failed:" >&2; cat "$dir/log/openssl.log" >&2; exit 1; }
+    fi
+    cat >> "$dir/rabbitmq.conf" <<CONF
+listeners.ssl.default = 127.0.0.1:$tls_port
+ssl_options.cacertfile = $tls/ca.pem
+ssl_options.certfile = $tls/server.pem
+ssl_options.keyfile = $tls/server.key
+ssl_options.verify = verify_none
+ssl_options.fail_if_no_peer_cert = false
+CONF
+  fi
   # The node must not inherit the caller's descriptors: Foundation's Process (TestSupport's
   # PrivateBroker) learns that this script exited when the last holder of a socket it passes
   # down closes it, so a server keeping that socket would make the caller wait forever.
@@ -81,6 +108,10 @@ export APNS_TEST_RABBITMQ_NODE=$node
 export APNS_TEST_RABBITMQCTL=$RMQ_BIN/rabbitmqctl
 export APNS_TEST_BROKER_DIR=$dir
 OUT
+  if [ -n "$tls_port" ]; then
+    echo "export APNS_TEST_AMQPS_PORT=$tls_port"
+    echo "export APNS_TEST_AMQPS_CA=$dir/tls/ca.pem"
+  fi
   ;;
 stop)
   [ -d "$dir" ] || exit 0

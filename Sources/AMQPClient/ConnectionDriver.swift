@@ -239,7 +239,9 @@ final class ConnectionDriver: @unchecked Sendable {
         guard let socket else { throw fail("cannot create a socket") }
         var connectTimeout = Self.timeout(configuration.connectTimeout)
         let openStatus = amqp_socket_open_noblock(socket, url.host, Int32(url.port), &connectTimeout)
-        guard openStatus == AMQP_STATUS_OK.rawValue else { throw fail("cannot connect", status: openStatus) }
+        guard openStatus == AMQP_STATUS_OK.rawValue else {
+            throw fail("cannot connect" + Self.tlsVerificationFailure(openStatus, url: url, tls: configuration.tls), status: openStatus)
+        }
         _ = amqp_set_handshake_timeout(state, &connectTimeout)
         var rpcTimeout = Self.timeout(configuration.rpcTimeout)
         _ = amqp_set_rpc_timeout(state, &rpcTimeout)
@@ -1014,6 +1016,18 @@ final class ConnectionDriver: @unchecked Sendable {
             return (m.reply_code, FieldDecoder.string(m.reply_text))
         default:
             return (0, "unexpected method 0x\(String(method.id, radix: 16))")
+        }
+    }
+
+    /// Why verification refused the broker, in the operator's terms; empty for other failures.
+    static func tlsVerificationFailure(_ status: Int32, url: AMQPURL, tls: AMQPTLSConfiguration) -> String {
+        switch status {
+        case AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED.rawValue:
+            ": the broker's TLS certificate is not for the host name '\(url.host)' (use a name the certificate lists in the url)"
+        case AMQP_STATUS_SSL_PEER_VERIFY_FAILED.rawValue:
+            ": the broker's TLS certificate is not trusted (not signed by a CA in \(tls.caFile ?? AMQPTLSConfiguration.systemBundle); see [amqp] caFile)"
+        default:
+            ""
         }
     }
 

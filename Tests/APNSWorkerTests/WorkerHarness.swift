@@ -41,6 +41,15 @@ final class WorkerHarness: Sendable {
         /// Set: the bundle uses `transport = binary` with the simulator's client certificate
         /// against its binary gateway, with this `binaryHoldWindow`.
         var binaryHoldWindow: String?
+        /// The worker's `[amqp] url` lines (a failover list); nil: the broker's own URL.
+        var workerURLs: [String]?
+        /// More `key = value` lines for the `[amqp]` section.
+        var amqpLines = ""
+        /// The failover list of the harness's own connection; nil: the broker's own URL.
+        var clientURLs: [String]?
+        /// How many accepted notifications the simulator keeps for `acceptedIDs()` (its default
+        /// keeps 10,000): at least the jobs and their duplicates, or the oldest are forgotten.
+        var recordLimit: Int?
     }
 
     static func start(broker: BrokerCoordinates, options: Options = Options()) async throws -> WorkerHarness {
@@ -54,6 +63,7 @@ final class WorkerHarness: Sendable {
             tls: credentials.tlsConfiguration(), bundleIDs: [bundle], tokenKeys: [credentials.tokenKey],
             environment: .production)
         if options.binaryHoldWindow != nil { simulatorConfiguration.binaryPort = 0 }
+        if let recordLimit = options.recordLimit { simulatorConfiguration.recordLimit = recordLimit }
         let simulatorGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let simulator = try await APNSSimulator.start(simulatorConfiguration, logger: logger, eventLoopGroup: simulatorGroup)
         let authenticationLines: String
@@ -80,9 +90,10 @@ final class WorkerHarness: Sendable {
         let configPath = directory + "/worker.conf"
         let config = """
             [amqp]
-            url = \(broker.amqpURL)
+            \((options.workerURLs ?? [broker.amqpURL]).map { "url = \($0)" }.joined(separator: "\n"))
             prefetch = \(options.prefetch)
             heartbeat = 5s
+            \(options.amqpLines)
 
             [retry]
             delays = \(options.retryDelays)
@@ -108,7 +119,7 @@ final class WorkerHarness: Sendable {
         var clientLogger = Logger(label: "e2e.amqp")
         clientLogger.logLevel = .warning
         let connection = try await AMQPConnection.connect(
-            configuration: AMQPConfiguration(urlStrings: [broker.amqpURL], connectionName: "e2e-test"), logger: clientLogger)
+            configuration: AMQPConfiguration(urlStrings: options.clientURLs ?? [broker.amqpURL], connectionName: "e2e-test"), logger: clientLogger)
         // The worker declares the same plan; declaring it here first lets the test bind its
         // feedback queue and publish before any worker runs.
         try await connection.declare(

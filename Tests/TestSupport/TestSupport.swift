@@ -15,6 +15,14 @@ public struct BrokerCoordinates: Sendable {
     public var nodeName: String
     public var rabbitmqctl: String
 
+    public init(amqpURL: String, amqpPort: Int, managementURL: String, nodeName: String, rabbitmqctl: String) {
+        self.amqpURL = amqpURL
+        self.amqpPort = amqpPort
+        self.managementURL = managementURL
+        self.nodeName = nodeName
+        self.rabbitmqctl = rabbitmqctl
+    }
+
     /// `rabbitmqctl -n <node> args…`; throws when it exits non-zero.
     @discardableResult
     public func ctl(_ arguments: String...) async throws -> String {
@@ -57,6 +65,14 @@ public enum TestBroker {
     }()
 
     public static var isAvailable: Bool { shared != nil }
+
+    /// The shared broker's amqps listener (scripts/broker.sh with APNS_BROKER_TLS_PORT): its
+    /// port and the CA that signed its certificate, made for the host name `localhost`.
+    public static let tls: (port: Int, caFile: String)? = {
+        let env = ProcessInfo.processInfo.environment
+        guard let port = env["APNS_TEST_AMQPS_PORT"].flatMap(Int.init), let caFile = env["APNS_TEST_AMQPS_CA"] else { return nil }
+        return (port, caFile)
+    }()
 
     /// The shared broker, or a thrown error naming the command that provides one.
     public static func require() throws -> BrokerCoordinates {

@@ -1,0 +1,36 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+// libFuzzer targets for the parsers that read bytes from outside: one executable per parser,
+// each exporting LLVMFuzzerTestOneInput. SwiftPM links an executable's `main` to
+// `<Target>_main`, so each target defines that and starts libFuzzer with LLVMFuzzerRunDriver.
+// Built only with the fuzzer sanitizer, which links libFuzzer (scripts/fuzz.sh):
+//   swift build --package-path Fuzz -c release -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library
+let package = Package(
+    name: "apns-worker-fuzz",
+    platforms: [.macOS(.v15)],
+    dependencies: [
+        .package(name: "apns-worker", path: ".."),
+    ],
+    targets: [
+        // The declaration of LLVMFuzzerRunDriver.
+        .target(name: "FuzzDriver"),
+        .executableTarget(
+            name: "FuzzJobParser",
+            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+        ),
+        .executableTarget(
+            name: "FuzzBinaryFraming",
+            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+        ),
+        .executableTarget(
+            name: "FuzzFeedbackTuple",
+            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+        ),
+        .executableTarget(
+            name: "FuzzConfig",
+            dependencies: ["FuzzDriver", .product(name: "APNSConfig", package: "apns-worker")]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets in Fuzz/ (address sanitizer on) and runs each for a given time.
+#
+#   scripts/fuzz.sh [SECONDS] [TARGET…]    default: 60 seconds, every target
+#   targets: FuzzJobParser FuzzBinaryFraming FuzzFeedbackTuple FuzzConfig
+#
+# Each target starts from its committed seeds (Fuzz/Corpus/TARGET) in a scratch copy
+# (Fuzz/work/TARGET: new inputs do not touch the committed corpus). A crash, a sanitizer report,
+# a leak or an input taking longer than FUZZ_INPUT_TIMEOUT seconds (default 10) stops the target;
+# the input is kept in Fuzz/artifacts/TARGET/ and the script fails. A summary line per target
+# gives its executions and time. Extra libFuzzer flags: FUZZ_FLAGS="-max_len=65536 …".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+all_targets=(FuzzJobParser FuzzBinaryFraming FuzzFeedbackTuple FuzzConfig)
+seconds=${1:-60}
+[[ "$seconds" =~ ^[0-9]+$ ]] || { echo "usage: $0 [SECONDS] [TARGET…]" >&2; exit 2; }
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
+for t in "${targets[@]}"; do
+  [[ " ${all_targets[*]} " == *" $t "* ]] || { echo "fuzz.sh: unknown target $t (${all_targets[*]})" >&2; exit 2; }
+done
+
+log_dir=Fuzz/work/logs
+mkdir -p "$log_dir"
+echo "fuzz.sh: building ${targets[*]} (release, -sanitize=fuzzer,address)" >&2
+build=(swift build --package-path Fuzz -c release -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library)
+for t in "${targets[@]}"; do build+=(--product "$t"); done
+if ! "${build[@]}" > "$log_dir/build.log" 2>&1; then
+  grep -E 'error:' "$log_dir/build.log" >&2 || tail -n 30 "$log_dir/build.log" >&2
+  echo "fuzz.sh: build failed (Fuzz/work/logs/build.log)" >&2
+  exit 1
+fi
+bin=$(swift build --package-path Fuzz -c release -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library --show-bin-path)
+
+failed=()
+for t in "${targets[@]}"; do
+  corpus=Fuzz/work/$t
+  artifacts=Fuzz/artifacts/$t
+  mkdir -p "$corpus" "$artifacts"
+  cp -n Fuzz/Corpus/"$t"/* "$corpus"/ 2>/dev/null || true
+  log=$log_dir/$t.log
+  echo "fuzz.sh: $t for ${seconds}s" >&2
+  status=0
+  # detect_leaks is on by default with ASan on Linux; said here so nobody wonders.
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} "$bin/$t" "$corpus" \
+    -max_total_time="$seconds" -timeout="${FUZZ_INPUT_TIMEOUT:-10}" -rss_limit_mb=2048 \
+    -detect_leaks=1 -print_final_stats=1 -artifact_prefix="$artifacts/" ${FUZZ_FLAGS:-} > "$log" 2>&1 || status=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+  took=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -n 1)
+  units=$(ls "$corpus" | wc -l)
+  if [ "$status" -eq 0 ]; then
+    echo "fuzz.sh: $t: ${runs:-?} executions in ${took:-?} s, no crash, hang or leak (corpus $units inputs)"
+  else
+    echo "fuzz.sh: $t FAILED (exit $status) after ${runs:-?} executions; input in $artifacts/; log $log:" >&2
+    grep -E -m 20 'ERROR|SUMMARY|Fatal error|fatal error|Precondition|==[0-9]+==|artifact' "$log" >&2 || tail -n 40 "$log" >&2
+    failed+=("$t")
+  fi
+done
+[ ${#failed[@]} -eq 0 ] || { echo "fuzz.sh: failed: ${failed[*]}" >&2; exit 1; }
