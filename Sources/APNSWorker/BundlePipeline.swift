@@ -51,6 +51,8 @@ public final class BundlePipeline: Sendable {
     let router: OutcomeRouter
     let statistics: WorkerStatistics
     let logger: Logger
+    /// Told of every job's final end and invalid token (the registry's counts and marks); never blocks.
+    let observer: (any JobEndObserver)?
     /// The rule of the rollout gate; replaced at run time by `updateRollout(_:)` (config reload).
     private let rollout: Mutex<RolloutRule>
     private let breaker: Mutex<HoldBreaker>
@@ -60,8 +62,9 @@ public final class BundlePipeline: Sendable {
 
     public init(
         settings: Settings, broker: AMQPConnection, transport: any NotificationTransport,
-        rollout: RolloutRule = .open, statistics: WorkerStatistics, logger: Logger
+        rollout: RolloutRule = .open, statistics: WorkerStatistics, logger: Logger, observer: (any JobEndObserver)? = nil
     ) {
+        self.observer = observer
         self.settings = settings
         self.broker = broker
         self.transport = transport
@@ -292,7 +295,8 @@ public final class BundlePipeline: Sendable {
         switch outcome {
         case .delivered:
             logger.info("job delivered", metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")"])
-        case .invalidToken(let reason, _):
+        case .invalidToken(let reason, let timestamp):
+            if let token = context.token { observer?.tokenInvalid(bundleID: settings.bundleID, token: token, reason: reason, timestamp: timestamp) }
             logger.info(
                 "device token invalid; feedback event published",
                 metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")", "apns.reason": "\(reason)"])
@@ -312,6 +316,7 @@ public final class BundlePipeline: Sendable {
     /// One job reached `end`: for the stop line, the metrics and the admin page.
     func count(_ end: OutcomeRouter.End, since started: ContinuousClock.Instant) {
         ends.withLock { $0[end, default: 0] += 1 }
+        if let kind = JobEndKind(end) { observer?.jobEnded(bundleID: settings.bundleID, end: kind) }
         statistics.jobEnded(bundle: settings.bundleID, end: end, after: started.duration(to: .now))
     }
 
