@@ -75,6 +75,7 @@ final class RegistryHarness: Sendable {
         }
         let configPath = directory + "/worker.conf"
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+        try await TestPostgres.withStore(registry) { try await $0.migrate() }
         var clientLogger = Logger(label: "registry-e2e.amqp")
         clientLogger.logLevel = .warning
         let connection = try await AMQPConnection.connect(
@@ -107,6 +108,25 @@ final class RegistryHarness: Sendable {
         try ChildProcess(
             workerExecutable, ["run", "--config", configPath], logPath: "\(directory)/\(name).log",
             environment: ["APNS_WORKER_LOG_LEVEL": "info"])
+    }
+
+    /// Runs `body` with workers started under `names`; whatever happens they are stopped and the
+    /// harness shut down (SIGKILL and their logs printed when `body` throws).
+    func withWorkers(_ names: [String] = ["worker"], _ body: ([ChildProcess]) async throws -> Void) async throws {
+        var workers: [ChildProcess] = []
+        do {
+            for name in names { workers.append(try startWorker(name)) }
+            try await body(workers)
+        } catch {
+            for worker in workers {
+                worker.kill9()
+                print("--- \(worker.logPath) (last lines)\n" + worker.log.split(separator: "\n").suffix(40).joined(separator: "\n"))
+            }
+            await shutdown()
+            throw error
+        }
+        for worker in workers { await stop(worker) }
+        await shutdown()
     }
 
     /// Stops a worker with SIGTERM and waits for it.

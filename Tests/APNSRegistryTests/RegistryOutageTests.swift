@@ -35,7 +35,10 @@ struct RegistryOutageTests {
     func run(_ postgres: PrivatePostgres) async throws {
         let settings = try await TestPostgres.freshDatabase(port: postgres.port)
         let harness = try await RegistryHarness.start(registry: settings)
-        let worker = try harness.startWorker()
+        try await harness.withWorkers { workers in try await outage(postgres, harness, settings, workers[0]) }
+    }
+
+    func outage(_ postgres: PrivatePostgres, _ harness: RegistryHarness, _ settings: RegistrySettings, _ worker: ChildProcess) async throws {
         let bundle = harness.bundles[0]
         let groupTokens = (0..<3).map(RegistryHarness.token)
         for token in groupTokens { try await harness.register(bundle, token, group: "acct", at: 10) }
@@ -86,7 +89,5 @@ struct RegistryOutageTests {
         }
         let alerts = worker.log.components(separatedBy: "device registry (PostgreSQL) unavailable").count - 1
         #expect(alerts == 1, "one loud error per outage, got \(alerts)")
-        await harness.stop(worker)
-        await harness.shutdown()
     }
 }
