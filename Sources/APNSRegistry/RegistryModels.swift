@@ -102,6 +102,10 @@ extension RegistryStore {
             host: url.host, port: url.port, username: url.user, password: url.password, database: url.database, tls: tls)
         configuration.options.maximumConnections = settings.poolSize
         configuration.options.connectTimeout = .seconds(5)
-        self.init(client: PostgresClient(configuration: configuration, backgroundLogger: logger), logger: logger)
+        // The driver logs every failed connection attempt at info: while the registry is down
+        // that is one line per back-off step; our own hold logs the outage once.
+        var background = logger
+        background.logLevel = max(logger.logLevel, .warning)
+        self.init(client: PostgresClient(configuration: configuration, backgroundLogger: background), logger: logger)
     }
 }
