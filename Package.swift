@@ -35,6 +35,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         // librabbitmq 0.11 from Debian's librabbitmq-dev.
@@ -126,6 +127,20 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The device registry of contract §6 on PostgreSQL: schema and migrations, registrations,
+        // group fan-out, invalid-token marks and counts; its message parsing and decisions are pure.
+        .target(
+            name: "APNSRegistry",
+            dependencies: [
+                "APNSCore", "APNSConfig", "AMQPClient",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // Operator access to the dead and retry queues: list without consuming, requeue, purge.
         .target(
             name: "APNSOperations",
@@ -139,7 +154,7 @@ let package = Package(
         .target(
             name: "APNSAdmin",
             dependencies: [
-                "APNSCore", "APNSConfig", "APNSWorker", "APNSOperations",
+                "APNSCore", "APNSConfig", "APNSWorker", "APNSOperations", "APNSRegistry",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -157,7 +172,7 @@ let package = Package(
             name: "APNSWorkerCLI",
             dependencies: [
                 "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator",
-                "APNSWorker", "APNSOperations", "APNSAdmin",
+                "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -214,6 +229,16 @@ let package = Package(
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "APNSRegistryTests",
+            dependencies: [
+                "APNSRegistry", "APNSCore", "APNSConfig", "AMQPClient", "APNSSimulator", "TestSupport",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings

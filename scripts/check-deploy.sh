@@ -26,7 +26,10 @@ fi
 import sys, yaml
 doc = yaml.safe_load(open(sys.argv[1]))
 services = doc["services"]
-assert set(services) == {"rabbitmq", "simulator", "worker"}, sorted(services)
+def worker_needs_postgres(services):
+    return services["worker"]["depends_on"].get("postgres", {}).get("condition") == "service_healthy"
+assert set(services) == {"rabbitmq", "postgres", "simulator", "worker"}, sorted(services)
+assert worker_needs_postgres(services), "worker must wait for a healthy postgres"
 assert "management" in services["rabbitmq"]["image"], "rabbitmq must have the management plugin"
 worker = services["worker"]
 assert worker["deploy"]["replicas"] >= 1, "worker needs deploy.replicas"

@@ -5,7 +5,8 @@ set -euo pipefail
 # docker-compose and systemd: scripts/check-deploy.sh validates the compose file and the unit.
 # chromium: the admin page is opened headless and its screenshot checked.
 # openssl: scripts/broker.sh makes the certificates of the amqps listener.
-packages=(librabbitmq-dev libssl-dev openssl pkg-config rabbitmq-server curl nghttp2-client python3-h2 procps docker-compose systemd chromium)
+# postgresql: the device registry (contract §6); scripts/postgres.sh runs throwaway clusters.
+packages=(librabbitmq-dev libssl-dev openssl pkg-config rabbitmq-server curl nghttp2-client python3-h2 procps docker-compose systemd chromium postgresql)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

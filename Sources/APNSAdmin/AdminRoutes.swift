@@ -91,7 +91,7 @@ struct AdminRoutes: Sendable {
 
     func ready() -> Response {
         let status = worker.status()
-        let body = Readiness(ready: status.isReady, broker: status.broker, heldBundles: status.heldBundles)
+        let body = Readiness(ready: status.isReady, broker: status.broker, heldBundles: status.heldBundles, registry: status.registry)
         return Self.json(body, status: status.isReady ? .ok : .serviceUnavailable)
     }
 
@@ -211,6 +211,8 @@ struct Readiness: Codable {
     var ready: Bool
     var broker: String
     var heldBundles: [String]
+    /// `ok` or `held` (PostgreSQL unavailable); absent without a registry.
+    var registry: String?
 }
 
 struct JobList: Codable {

@@ -3,6 +3,7 @@
 /// `AdminRoutes`, behind the bearer-token check of `AdminAuthentication`.
 import APNSConfig
 import APNSOperations
+import APNSRegistry
 import APNSWorker
 import Foundation
 import Hummingbird
@@ -18,6 +19,8 @@ public final class AdminService: Service, Sendable {
     let registry: PrometheusCollectorRegistry?
     let logger: Logger
     let onListening: @Sendable (Int) async -> Void
+    /// The device registry's store, when the worker has a `[registry]` (its routes and page parts).
+    public let registryStore: RegistryStore?
 
     /// - Parameters:
     ///   - worker: the running worker's state (`WorkerService`).
@@ -29,9 +32,10 @@ public final class AdminService: Service, Sendable {
     ///   (the configuration loader already refuses that; this guards settings built in code).
     public init(
         settings: AdminSettings, worker: any WorkerStatusProviding, queues: QueueInspector?,
-        registry: PrometheusCollectorRegistry?, logger: Logger,
+        registry: PrometheusCollectorRegistry?, logger: Logger, registryStore: RegistryStore? = nil,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws {
+        self.registryStore = registryStore
         if settings.token == nil, !settings.listen.isLoopback {
             throw AdminConfigurationError(
                 description: "[admin] token: required when listen (\(settings.listen)) is not a loopback address")
@@ -51,6 +55,7 @@ public final class AdminService: Service, Sendable {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: AdminAuthentication(token: settings.token))
         AdminRoutes(worker: worker, queues: queues, registry: registry, token: settings.token, logger: logger).register(on: router)
+        if let registryStore { AdminRegistryRoutes(store: registryStore).register(on: router) }
         return router
     }
 

@@ -31,6 +31,7 @@ public enum ConfigurationLoader {
         ("retry", ["delays", "maxAttempts"]),
         ("admin", ["listen", "token"]),
         ("worker", ["shutdownDeadline", "requestTimeout", "connectTimeout", "probeInterval", "providerTokenRefresh", "maxDeliveries"]),
+        ("registry", registryKeys),
     ]
     /// The keys of an `[apns "bundle.id"]` section.
     public static let bundleKeys = [
@@ -39,7 +40,7 @@ public enum ConfigurationLoader {
         "binaryHoldWindow", "feedbackInterval", "feedbackPort",
     ]
     static let multiValuedKeys: Set<String> = ["amqp.url"]
-    static let secretKeys: Set<String> = ["amqp.url", "admin.token"]
+    static let secretKeys: Set<String> = ["amqp.url", "admin.token", "registry.url"]
     /// The prefix of environment overrides.
     public static let environmentPrefix = "APNS_WORKER_"
 
@@ -74,6 +75,7 @@ public enum ConfigurationLoader {
         let retry = try readRetry(settings)
         let admin = try readAdmin(settings)
         let worker = try readWorker(settings)
+        let registry = try readRegistry(settings, document: document)
 
         var bundles: [BundleConfiguration] = []
         var seenBundleIDs: [String: Int] = [:]
@@ -93,7 +95,8 @@ public enum ConfigurationLoader {
                 "no [apns \"bundle.id\"] section: configure at least one bundle")
         }
 
-        let configuration = WorkerConfiguration(amqp: amqp, retry: retry, admin: admin, worker: worker, bundles: bundles)
+        var configuration = WorkerConfiguration(amqp: amqp, retry: retry, admin: admin, worker: worker, bundles: bundles)
+        configuration.registry = registry
         if credentials == .verifyFiles {
             try CredentialValidator.validate(configuration, document: document, settings: settings)
         }

@@ -10,6 +10,8 @@ public struct WorkerConfiguration: Sendable, Hashable {
     public var worker: WorkerSettings
     /// One entry per `[apns "bundle.id"]` section, in file order; never empty once loaded.
     public var bundles: [BundleConfiguration]
+    /// `[registry]` (contract §6), or nil: no registry, none of §6's queues.
+    public var registry: RegistrySettings? = nil
 
     public init(
         amqp: AMQPSettings, retry: RetrySettings = .init(), admin: AdminSettings = .init(),
@@ -24,7 +26,9 @@ public struct WorkerConfiguration: Sendable, Hashable {
 
     /// The broker topology these settings ask for (contract §1).
     public var topologyPlan: TopologyPlan {
-        TopologyPlan(bundleIDs: bundles.map(\.bundleID), retryDelays: retry.delays, queueType: amqp.queueType)
+        var plan = TopologyPlan(bundleIDs: bundles.map(\.bundleID), retryDelays: retry.delays, queueType: amqp.queueType)
+        if registry != nil { plan.addRegistry(queueType: amqp.queueType) }
+        return plan
     }
 }
 

@@ -53,6 +53,8 @@ public final class BundlePipeline: Sendable {
     /// This bundle's counters and timers, made once.
     let bundleStatistics: BundleStatistics
     let logger: Logger
+    /// Told of every job's final end and invalid token (the registry's counts and marks); never blocks.
+    let observer: (any JobEndObserver)?
     /// The rule of the rollout gate; replaced at run time by `updateRollout(_:)` (config reload).
     private let rollout: Mutex<RolloutRule>
     private let breaker: Mutex<HoldBreaker>
@@ -60,8 +62,9 @@ public final class BundlePipeline: Sendable {
 
     public init(
         settings: Settings, broker: AMQPConnection, transport: any NotificationTransport,
-        rollout: RolloutRule = .open, statistics: WorkerStatistics, logger: Logger
+        rollout: RolloutRule = .open, statistics: WorkerStatistics, logger: Logger, observer: (any JobEndObserver)? = nil
     ) {
+        self.observer = observer
         self.settings = settings
         self.broker = broker
         self.transport = transport
@@ -295,7 +298,8 @@ public final class BundlePipeline: Sendable {
             // Debug, not info: at thousands of jobs a second one line each costs more than the
             // job's own work; APNS_WORKER_LOG_LEVEL=debug turns it on.
             logger.debug("job delivered", metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")"])
-        case .invalidToken(let reason, _):
+        case .invalidToken(let reason, let timestamp):
+            if let token = context.token { observer?.tokenInvalid(bundleID: settings.bundleID, token: token, reason: reason, timestamp: timestamp) }
             logger.info(
                 "device token invalid; feedback event published",
                 metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")", "apns.reason": "\(reason)"])
@@ -314,6 +318,7 @@ public final class BundlePipeline: Sendable {
 
     /// One job reached `end`: for the stop line, the metrics and the admin page.
     func count(_ end: OutcomeRouter.End, since started: ContinuousClock.Instant) {
+        if let kind = JobEndKind(end) { observer?.jobEnded(bundleID: settings.bundleID, end: kind) }
         bundleStatistics.jobEnded(end, after: started.duration(to: .now))
     }
 

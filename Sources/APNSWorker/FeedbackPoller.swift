@@ -18,6 +18,8 @@ public struct FeedbackPoller: Service {
     private let fetch: Fetch
     private let broker: AMQPConnection
     private let logger: Logger
+    /// Told of every tuple (the registry marks the device invalid); never blocks.
+    public var observer: (any JobEndObserver)?
 
     public init(bundleID: String, interval: Duration, broker: AMQPConnection, logger: Logger, fetch: @escaping Fetch) {
         self.bundleID = bundleID
@@ -53,6 +55,11 @@ public struct FeedbackPoller: Service {
         do {
             let fetched = try await fetch()
             tuples += fetched
+            for tuple in fetched {
+                observer?.tokenInvalid(
+                    bundleID: bundleID, token: DeviceToken(bytes: tuple.deviceToken), reason: APNSReason.unregistered.rawValue,
+                    timestamp: Int64(tuple.timestamp) * 1000)
+            }
             logger.debug("feedback service polled", metadata: ["feedback.tuples": "\(fetched.count)"])
         } catch {
             logger.warning("feedback service poll failed; trying again at the next interval", metadata: ["error": "\(error)"])

@@ -25,6 +25,8 @@ public struct WorkerStatus: Sendable, Hashable, Codable {
     /// The worker's broker connection (`AMQPConnectionState` raw value: connected, connecting, …).
     public var broker: String
     public var bundles: [Bundle]
+    /// The device registry (contract §6): `ok`, `held` (PostgreSQL unavailable), or nil when none is configured.
+    public var registry: String? = nil
 
     public init(broker: String, bundles: [Bundle]) {
         self.broker = broker
@@ -33,8 +35,8 @@ public struct WorkerStatus: Sendable, Hashable, Codable {
 
     public var brokerConnected: Bool { broker == AMQPConnectionState.connected.rawValue }
     public var heldBundles: [String] { bundles.filter(\.held).map(\.bundleID) }
-    /// Ready to take jobs: connected to the broker and no bundle held (`/ready`).
-    public var isReady: Bool { brokerConnected && heldBundles.isEmpty }
+    /// Ready to take jobs: connected to the broker, no bundle held, the registry (if any) not held (`/ready`).
+    public var isReady: Bool { brokerConnected && heldBundles.isEmpty && registry != "held" }
 }
 
 /// Whatever can describe a running worker; `WorkerService` in production.
@@ -53,5 +55,22 @@ extension WorkerService: WorkerStatusProviding {
                     activity: pipeline.statistics.activity(bundle: pipeline.settings.bundleID),
                     connections: Dictionary(uniqueKeysWithValues: connections.map { ($0.key.rawValue, $0.value) }))
             })
+    }
+}
+
+/// A worker's status with the registry's state added (`/ready` answers 503 naming it while held).
+public struct RegistryAwareStatus: WorkerStatusProviding {
+    let base: any WorkerStatusProviding
+    let registryHeld: @Sendable () -> Bool
+
+    public init(base: any WorkerStatusProviding, registryHeld: @escaping @Sendable () -> Bool) {
+        self.base = base
+        self.registryHeld = registryHeld
+    }
+
+    public func status() -> WorkerStatus {
+        var status = base.status()
+        status.registry = registryHeld() ? "held" : "ok"
+        return status
     }
 }

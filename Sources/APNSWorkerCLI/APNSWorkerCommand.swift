@@ -9,7 +9,7 @@ struct APNSWorkerCommand: AsyncParsableCommand {
         version: APNSWorkerVersion.current,
         subcommands: [
             RunCommand.self, PublishCommand.self, CheckConfigCommand.self, SimulatorCommand.self, TopologyCommand.self,
-            DeadCommand.self, RetryCommand.self,
+            DeadCommand.self, RetryCommand.self, RegistryCommand.self, StatsCommand.self,
         ]
     )
 }

@@ -8,15 +8,24 @@ import Foundation
 struct PublishCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "publish",
-        abstract: "Publish a notification job to apns.jobs as the sync server would.")
+        abstract: "Publish a notification job to apns.jobs (or a group job to apns.groups) as the sync server would.")
 
     @OptionGroup var broker: BrokerOptions
 
     @Option(help: "The app's bundle ID (routing key).")
-    var bundle: String
+    var bundle: String?
 
     @Option(help: "Device token, hexadecimal.")
-    var token: String
+    var token: String?
+
+    @Option(help: "A group job (contract §6) for every active device of this group, instead of --bundle/--token.")
+    var group: String?
+
+    @Option(name: .customLong("except"), help: "With --group: a token not to notify (repeatable).")
+    var exceptTokens: [String] = []
+
+    @Option(name: .customLong("only-bundle"), help: "With --group: only devices of this bundle ID (repeatable).")
+    var onlyBundles: [String] = []
 
     @Option(help: "Alert text; builds {\"aps\":{\"alert\":TEXT}}.")
     var alert: String?
@@ -45,6 +54,13 @@ struct PublishCommand: AsyncParsableCommand {
     func run() async throws {
         guard alert != nil || payload != nil else { throw ValidationError("give --alert or --payload") }
         guard count >= 1 else { throw ValidationError("--count must be at least 1") }
+        if group == nil {
+            guard bundle != nil, token != nil else { throw ValidationError("give --bundle and --token, or --group") }
+        } else {
+            guard bundle == nil, token == nil, environment == nil else {
+                throw ValidationError("--group reaches the group's devices: no --bundle, --token or --environment")
+            }
+        }
         let payloadObject: Any
         if let payload {
             guard let object = try? JSONSerialization.jsonObject(with: Data(payload.utf8)) else {
@@ -59,7 +75,11 @@ struct PublishCommand: AsyncParsableCommand {
         try await AMQPConnection.withConnection(configuration: amqp, logger: logger) { connection in
             for _ in 0..<count {
                 let jobID = id ?? UUID().uuidString
-                var job: [String: Any] = ["token": token, "payload": payloadObject, "id": jobID]
+                var job: [String: Any] = ["payload": payloadObject, "id": jobID]
+                if let token { job["token"] = token }
+                if let group { job["group"] = group }
+                if !exceptTokens.isEmpty { job["except"] = exceptTokens }
+                if !onlyBundles.isEmpty { job["bundleIds"] = onlyBundles }
                 if let pushType { job["pushType"] = pushType }
                 if let priority { job["priority"] = priority }
                 if let environment { job["environment"] = environment }
@@ -68,10 +88,11 @@ struct PublishCommand: AsyncParsableCommand {
                 var properties = AMQPProperties.persistentJSON
                 properties.messageID = jobID
                 properties.timestamp = Date()
+                let exchange = group == nil ? TopologyNames.jobsExchange : TopologyNames.groups
+                let routingKey = bundle ?? ""
                 try await connection.publish(
-                    AMQPOutboundMessage(
-                        exchange: TopologyNames.jobsExchange, routingKey: bundle, body: Array(body), properties: properties))
-                print("published \(jobID) to \(TopologyNames.jobsExchange) with key \(bundle) (confirmed)")
+                    AMQPOutboundMessage(exchange: exchange, routingKey: routingKey, body: Array(body), properties: properties))
+                print("published \(jobID) to \(exchange)\(group == nil ? " with key \(routingKey)" : "") (confirmed)")
             }
         }
     }

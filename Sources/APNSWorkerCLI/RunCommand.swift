@@ -4,6 +4,7 @@ import APNSAdmin
 import APNSConfig
 import APNSCore
 import APNSOperations
+import APNSRegistry
 import APNSTransport
 import APNSWorker
 import ArgumentParser
@@ -33,7 +34,24 @@ struct RunCommand: AsyncParsableCommand {
         amqp.heartbeat = configuration.amqp.heartbeat
         if let caFile = configuration.amqp.caFile { amqp.tls.caFile = caFile }
 
+        // The registry's schema is migrated before anything starts: a database that cannot be
+        // reached is one line naming the file, line and key.
+        if let registrySettings = configuration.registry {
+            do {
+                _ = try await RegistryService.migrateAtStartUp(registrySettings, logger: logger)
+            } catch {
+                FileHandle.standardError.write(Data("\(error)\n".utf8))
+                throw ExitCode.failure
+            }
+        }
         let broker = try await AMQPConnection.connect(configuration: amqp, logger: logger)
+        let registry = try configuration.registry.map { settings in
+            RegistryService(
+                store: try RegistryStore(settings: settings, logger: logger), broker: broker,
+                flushInterval: settings.countsFlushInterval,
+                settings: RegistryService.Settings(probeInterval: configuration.worker.probeInterval, queueType: configuration.amqp.queueType),
+                logger: logger)
+        }
         var services: [any Service] = []
         var pipelines: [BundlePipeline] = []
         let statistics = WorkerStatistics()
@@ -55,17 +73,22 @@ struct RunCommand: AsyncParsableCommand {
             pipelines.append(
                 BundlePipeline(
                     settings: settings, broker: broker, transport: EnvironmentRouter(transports),
-                    rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger))
+                    rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger, observer: registry?.recorder))
         }
-        services += try makeFeedbackPollers(configuration.bundles, broker: broker, logger: logger)
+        services += try makeFeedbackPollers(configuration.bundles, broker: broker, logger: logger).map { poller in
+            var poller = poller
+            poller.observer = registry?.recorder
+            return poller
+        }
         let worker = WorkerService(broker: broker, topology: configuration.topologyPlan, pipelines: pipelines, logger: logger)
         // The admin server reads and moves dead and retry jobs on connections of its own, never
         // on the worker's. First in the group, so it shuts down last and answers while the
         // worker drains.
         let admin = try AdminService(
-            settings: configuration.admin, worker: worker,
+            settings: configuration.admin,
+            worker: registry.map { registry in RegistryAwareStatus(base: worker, registryHeld: { registry.isHeld }) as any WorkerStatusProviding } ?? worker,
             queues: try QueueInspector(configuration: configuration, connectionName: "apns-worker admin", logger: logger),
-            registry: metricsRegistry, logger: logger)
+            registry: metricsRegistry, logger: logger, registryStore: registry?.store)
         services.insert(admin, at: 0)
         let configPath = configPath
         services.append(
@@ -73,6 +96,11 @@ struct RunCommand: AsyncParsableCommand {
                 let reloaded = try ConfigurationLoader.load(path: configPath, credentials: .skipFiles)
                 return Dictionary(uniqueKeysWithValues: reloaded.bundles.map { ($0.bundleID, RolloutRule($0.rollout)) })
             })
+        // The PostgreSQL pool before the registry service, so it shuts down after it (last flush).
+        if let registry {
+            services.append(registry.store.client)
+            services.append(registry)
+        }
         // Graceful shutdown runs in reverse order: the worker stops taking jobs and finishes
         // those in flight first, while the transports it sends through are still up.
         services.append(worker)

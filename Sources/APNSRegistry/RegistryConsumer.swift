@@ -1,0 +1,144 @@
+import AMQPClient
+import APNSCore
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// What a handler decided for one message of `apns.registry` or `apns.groups`.
+public enum RegistryDisposition: Sendable {
+    /// Done: ack.
+    case ack
+    /// Malformed: to the dead queue with section 4's headers, body unchanged, then ack.
+    case dead(JobError)
+    /// The registry failed: requeue the message and hold the consumers (contract §6).
+    case registryFailed(any Error)
+    /// A publish was not confirmed: requeue the message; the registry is fine.
+    case requeue(String)
+}
+
+/// Consumes one of §6's queues with bounded concurrency (the prefetch), hands every message to
+/// `handle`, and carries out its disposition. While `health` is held it stops consuming, probes
+/// the registry once per probe interval, and consumes again when a probe succeeds.
+struct RegistryConsumer: Sendable {
+    let queue: String
+    let deadQueue: String
+    let prefetch: UInt16
+    let broker: AMQPConnection
+    let store: RegistryStore
+    let health: RegistryHealth
+    let logger: Logger
+    let handle: @Sendable (AMQPDelivery) async -> RegistryDisposition
+
+    func run() async throws {
+        logger.info("registry consumer started", metadata: ["amqp.queue": "\(queue)"])
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            if health.isHeld {
+                await probe()
+            } else {
+                try await consumeUntilHeldOrShutdown()
+            }
+        }
+        logger.info("registry consumer stopped", metadata: ["amqp.queue": "\(queue)"])
+    }
+
+    private func probe() async {
+        guard health.probeDue() == .probe else {
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(200)) }
+            return
+        }
+        do {
+            try await store.ping()
+            if let heldFor = health.succeeded() {
+                logger.notice(
+                    "registry reachable again: registration and group consumers resume",
+                    metadata: ["held.seconds": "\(heldFor.components.seconds)"])
+            }
+        } catch {
+            logger.debug("registry probe failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func consumeUntilHeldOrShutdown() async throws {
+        let consumer: AMQPConsumer
+        do {
+            consumer = try await broker.consume(queue: queue, prefetch: prefetch)
+        } catch {
+            logger.warning("cannot consume; trying again", metadata: ["amqp.queue": "\(queue)", "error": "\(error)"])
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
+            return
+        }
+        let limit = max(Int(prefetch), 1)
+        await withGracefulShutdownHandler {
+            await withTaskGroup(of: Void.self) { group in
+                var running = 0
+                var iterator = consumer.makeAsyncIterator()
+                while !health.isHeld, !Task.isShuttingDownGracefully, let delivery = try? await iterator.next() {
+                    if health.isHeld || Task.isShuttingDownGracefully {
+                        await broker.nack(delivery, requeue: true)
+                        break
+                    }
+                    if running >= limit, await group.next() != nil { running -= 1 }
+                    running += 1
+                    group.addTask {
+                        await self.process(delivery)
+                        // Held (by this message or the other consumer): stop the delivery stream.
+                        if self.health.isHeld { await consumer.cancel() }
+                    }
+                }
+                await consumer.cancel()
+                while let leftover = try? await iterator.next() {
+                    await broker.nack(leftover, requeue: true)
+                }
+                await group.waitForAll()
+            }
+        } onGracefulShutdown: {
+            Task { await consumer.cancel() }
+        }
+    }
+
+    func process(_ delivery: AMQPDelivery) async {
+        // Once held, messages still in flight go back untouched.
+        if health.isHeld {
+            await broker.nack(delivery, requeue: true)
+            return
+        }
+        switch await handle(delivery) {
+        case .ack:
+            await broker.ack(delivery)
+        case .dead(let error):
+            logger.warning("malformed message dead-lettered", metadata: ["amqp.queue": "\(queue)", "job.error": "\(error)"])
+            do {
+                try await broker.publish(Self.deadLetter(delivery.message, queue: deadQueue, error: error, now: Date()))
+                await broker.ack(delivery)
+            } catch {
+                logger.warning("could not dead-letter; the broker will deliver it again", metadata: ["amqp.error": "\(error)"])
+                await broker.nack(delivery, requeue: true)
+            }
+        case .registryFailed(let error):
+            if health.failed() == .holdAndAlert {
+                logger.error(
+                    "device registry (PostgreSQL) unavailable: registration and group consumers HELD, messages stay in the broker until a probe succeeds",
+                    metadata: ["error": "\(String(reflecting: error).prefix(300))"])
+            }
+            await broker.nack(delivery, requeue: true)
+        case .requeue(let why):
+            logger.warning("message requeued", metadata: ["amqp.queue": "\(queue)", "why": "\(why)"])
+            await broker.nack(delivery, requeue: true)
+        }
+    }
+
+    /// Section 4's dead letter: body and properties unchanged, `x-apns-*` headers added.
+    static func deadLetter(_ message: AMQPDeliveredMessage, queue: String, error: JobError, now: Date) -> AMQPOutboundMessage {
+        var properties = message.properties
+        var headers = properties.headers ?? [:]
+        headers[JobHeaders.deliveryCount] = nil
+        headers[JobHeaders.reason] = .string(JobError.Kind.malformedJob.rawValue)
+        headers[JobHeaders.status] = .int32(0)
+        headers[JobHeaders.attempts] = .int32(0)
+        headers[JobHeaders.failedAt] = .string(now.formatted(.iso8601))
+        let line = error.description.split(whereSeparator: \.isNewline).joined(separator: " ")
+        headers[JobHeaders.error] = .string(String(line.prefix(500)))
+        properties.headers = headers
+        return AMQPOutboundMessage(exchange: "", routingKey: queue, body: message.body, properties: properties)
+    }
+}

@@ -1,0 +1,103 @@
+import AMQPClient
+import APNSCore
+import Foundation
+import Logging
+
+/// Applies registration messages (`apns.registry`): malformed ones are dead, valid ones are
+/// applied last-writer-wins (`RegistryStore.apply`), which makes a redelivery change nothing.
+struct RegistrationHandler: Sendable {
+    let store: RegistryStore
+    let logger: Logger
+
+    func handle(_ delivery: AMQPDelivery) async -> RegistryDisposition {
+        let message: RegistrationMessage
+        switch RegistrationMessage.parse(body: delivery.message.body) {
+        case .failure(let error): return .dead(error)
+        case .success(let parsed): message = parsed
+        }
+        do {
+            let changed = try await store.apply(message)
+            logger.debug(
+                "registration",
+                metadata: [
+                    "registry.op": "\(message.op.rawValue)", "apns.bundle": "\(message.bundleID)",
+                    "apns.token": "\(DeviceToken(hex: message.token)?.redacted ?? "-")", "registry.at": "\(message.at)",
+                    "registry.applied": "\(changed)",
+                ])
+            return .ack
+        } catch {
+            return .registryFailed(error)
+        }
+    }
+}
+
+/// Fans group jobs (`apns.groups`) out to one section-2 job per active device: pages of
+/// `batchSize` devices read in (bundle ID, token) order, each page published with confirms
+/// before the next is read, the group job acked after the last confirm. A fan-out interrupted
+/// at any point is redone from the start and publishes the same job ids (UUIDv5).
+struct GroupFanOut: Sendable {
+    let store: RegistryStore
+    let broker: AMQPConnection
+    let recorder: RegistryRecorder?
+    let batchSize: Int
+    let logger: Logger
+
+    func handle(_ delivery: AMQPDelivery) async -> RegistryDisposition {
+        let job: GroupJob
+        switch GroupJobParser.parse(body: delivery.message.body, messageID: delivery.message.properties.messageID) {
+        case .failure(let error): return .dead(error)
+        case .success(let parsed): job = parsed
+        }
+        var after: DevicePosition? = nil
+        var published: [String: Int64] = [:]
+        while true {
+            let page: [ActiveDevice]
+            do {
+                page = try await store.activeDevices(group: job.group, after: after, limit: batchSize)
+            } catch {
+                return .registryFailed(error)
+            }
+            after = page.last?.position
+            let targets = page.filter { job.includes(bundleID: $0.bundleID, token: $0.token) }
+            let failures = await publish(targets, of: job)
+            if failures > 0 {
+                return .requeue("\(failures) of \(targets.count) fan-out publishes not confirmed; the group job is fanned out again (same job ids)")
+            }
+            for device in targets { published[device.bundleID, default: 0] += 1 }
+            if page.count < batchSize { break }
+        }
+        for (bundleID, count) in published { recorder?.count(bundleID: bundleID, end: .fannedOut, count: count) }
+        let total = published.values.reduce(0, +)
+        logger.info(
+            total == 0 ? "group job reached no active device" : "group job fanned out",
+            metadata: [
+                "job.id": "\(job.id.uuidString.lowercased())", "registry.group_bytes": "\(job.group.utf8.count)",
+                "registry.jobs": "\(total)", "registry.bundles": "\(published.count)",
+            ])
+        return .ack
+    }
+
+    /// Publishes one page concurrently (confirms are pipelined); returns how many failed.
+    private func publish(_ devices: [ActiveDevice], of job: GroupJob) async -> Int {
+        guard !devices.isEmpty else { return 0 }
+        let broker = self.broker
+        return await withTaskGroup(of: Int.self) { group in
+            for device in devices {
+                let (id, body) = job.jobBody(bundleID: device.bundleID, token: device.token, environment: device.environment)
+                var properties = AMQPProperties.persistentJSON
+                properties.messageID = id.uuidString.lowercased()
+                let message = AMQPOutboundMessage(
+                    exchange: TopologyNames.jobsExchange, routingKey: device.bundleID, body: body, properties: properties)
+                group.addTask {
+                    do {
+                        try await broker.publish(message)
+                        return 0
+                    } catch {
+                        return 1
+                    }
+                }
+            }
+            return await group.reduce(0, +)
+        }
+    }
+}

@@ -1,0 +1,104 @@
+import APNSCore
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// The pipeline's `JobEndObserver` when a registry is configured: counts and invalid-token marks
+/// go into bounded in-memory buffers (never blocking the caller), and `run()` writes them to
+/// PostgreSQL every `flushInterval`. While the registry is down they wait; a batch whose write
+/// failed is kept for the next flush. Marks beyond `maxPendingMarks` are dropped (oldest first)
+/// and the drop is logged: Apple reports the token again on its next job.
+public final class RegistryRecorder: JobEndObserver, Service {
+    struct Buffers {
+        var counts = CountAggregator()
+        var marks: [InvalidMark] = []
+        var droppedMarks = 0
+    }
+
+    let store: RegistryStore
+    let flushInterval: Duration
+    let maxPendingMarks: Int
+    let logger: Logger
+    private let buffers = Mutex(Buffers())
+    private let now: @Sendable () -> Date
+
+    public init(
+        store: RegistryStore, flushInterval: Duration, maxPendingMarks: Int = 100_000, logger: Logger,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.store = store
+        self.flushInterval = flushInterval
+        self.maxPendingMarks = maxPendingMarks
+        self.logger = logger
+        self.now = now
+    }
+
+    public func jobEnded(bundleID: String, end: JobEndKind) {
+        count(bundleID: bundleID, end: end, count: 1)
+    }
+
+    /// Adds `count` ends at once (a group job's fan-out).
+    public func count(bundleID: String, end: JobEndKind, count: Int64) {
+        let seconds = Int64(now().timeIntervalSince1970)
+        buffers.withLock { $0.counts.add(bundleID: bundleID, end: end, epochSeconds: seconds, count: count) }
+    }
+
+    public func tokenInvalid(bundleID: String, token: DeviceToken, reason: String, timestamp: Int64?) {
+        let at = timestamp ?? Int64(now().timeIntervalSince1970 * 1000)
+        let mark = InvalidMark(bundleID: bundleID, token: token.hex, reason: reason, at: at)
+        buffers.withLock { buffers in
+            if buffers.marks.count >= maxPendingMarks {
+                buffers.marks.removeFirst()
+                buffers.droppedMarks += 1
+            }
+            buffers.marks.append(mark)
+        }
+    }
+
+    /// Marks and count keys waiting to be written (admin page, tests).
+    public var pending: (marks: Int, countKeys: Int) {
+        buffers.withLock { ($0.marks.count, $0.counts.counts.count) }
+    }
+
+    public func run() async throws {
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: self.flushInterval) }
+            await flush()
+        }
+        // Graceful shutdown: one last write, so a SIGTERM loses nothing.
+        await flush()
+    }
+
+    /// Writes what is buffered; returns whether everything was written.
+    @discardableResult
+    public func flush() async -> Bool {
+        let (counts, marks, dropped) = buffers.withLock { buffers in
+            defer {
+                buffers.marks = []
+                buffers.droppedMarks = 0
+            }
+            return (buffers.counts.take(), buffers.marks, buffers.droppedMarks)
+        }
+        if dropped > 0 {
+            logger.error("invalid-token marks dropped: the registry was down too long", metadata: ["registry.dropped_marks": "\(dropped)"])
+        }
+        var ok = true
+        do {
+            try await store.markInvalid(marks)
+            if !marks.isEmpty { logger.info("devices marked invalid", metadata: ["registry.marks": "\(marks.count)"]) }
+        } catch {
+            ok = false
+            buffers.withLock { $0.marks.insert(contentsOf: marks, at: 0) }
+            logger.debug("invalid marks kept for the next flush", metadata: ["error": "\(error)"])
+        }
+        do {
+            try await store.addCounts(counts)
+        } catch {
+            ok = false
+            buffers.withLock { $0.counts.merge(counts) }
+            logger.debug("counts kept for the next flush", metadata: ["error": "\(error)"])
+        }
+        return ok
+    }
+}

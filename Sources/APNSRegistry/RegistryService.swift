@@ -1,0 +1,93 @@
+import AMQPClient
+import Foundation
+import APNSConfig
+import APNSCore
+import Logging
+import ServiceLifecycle
+
+/// The registry part of `apns-worker run` (contract §6) as one ServiceLifecycle service: the
+/// PostgreSQL pool, the schema migrations at start, the `apns.registry` and `apns.groups`
+/// consumers (held together while the registry is down), and the recorder that writes counts
+/// and invalid marks every `countsFlushInterval`.
+public final class RegistryService: Service, Sendable {
+    public struct Settings: Sendable {
+        public var registrationPrefetch: UInt16 = 64
+        public var groupPrefetch: UInt16 = 4
+        /// Devices read and published per page of a fan-out.
+        public var fanOutBatchSize = 500
+        public var probeInterval: Duration = .seconds(5)
+        /// The type of §6's queues (`[amqp] queueType`).
+        public var queueType: QueueType = .quorum
+        public init(probeInterval: Duration = .seconds(5), queueType: QueueType = .quorum) {
+            self.probeInterval = probeInterval
+            self.queueType = queueType
+        }
+    }
+
+    public let store: RegistryStore
+    public let recorder: RegistryRecorder
+    public let health: RegistryHealth
+    let broker: AMQPConnection
+    let settings: Settings
+    let logger: Logger
+
+    public init(store: RegistryStore, broker: AMQPConnection, flushInterval: Duration, settings: Settings = .init(), logger: Logger) {
+        self.store = store
+        self.broker = broker
+        self.settings = settings
+        self.health = RegistryHealth(probeInterval: settings.probeInterval)
+        var logger = logger
+        logger[metadataKey: "component"] = "registry"
+        self.logger = logger
+        self.recorder = RegistryRecorder(store: store, flushInterval: flushInterval, logger: logger)
+    }
+
+    /// Whether the registry consumers are held because PostgreSQL is unavailable (`/ready`).
+    public var isHeld: Bool { health.isHeld }
+
+    /// Runs until graceful shutdown. The pool (`store.client`) is a service of its own, placed
+    /// before this one in the group so that it shuts down after it: the last flush and the
+    /// messages in flight still reach PostgreSQL.
+    public func run() async throws {
+        var plan = TopologyPlan(bundleIDs: [], retryDelays: [], queueType: settings.queueType)
+        plan.addRegistry(queueType: settings.queueType)
+        try await broker.declare(plan)
+        let applied = try await store.migrate()
+        logger.info("registry schema ready", metadata: ["registry.schema": "\(RegistrySchema.latestVersion)", "registry.applied": "\(applied)"])
+        let registrations = RegistryConsumer(
+            queue: TopologyNames.registry, deadQueue: TopologyNames.registryDead, prefetch: settings.registrationPrefetch,
+            broker: broker, store: store, health: health, logger: logger,
+            handle: RegistrationHandler(store: store, logger: logger).handle)
+        let groups = RegistryConsumer(
+            queue: TopologyNames.groups, deadQueue: TopologyNames.groupsDead, prefetch: settings.groupPrefetch,
+            broker: broker, store: store, health: health, logger: logger,
+            handle: GroupFanOut(store: store, broker: broker, recorder: recorder, batchSize: settings.fanOutBatchSize, logger: logger).handle)
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { try await registrations.run() }
+            group.addTask { try await groups.run() }
+            group.addTask { try await self.recorder.run() }
+        }
+    }
+
+    /// Migrates with a pool of its own, before the worker starts: a database that cannot be
+    /// reached, or refuses, is one line naming the file, line and key (password masked).
+    public static func migrateAtStartUp(_ settings: RegistrySettings, logger: Logger) async throws(ConfigurationError) -> [Int] {
+        do {
+            let store = try RegistryStore(settings: settings, logger: logger)
+            return try await withThrowingTaskGroup(of: [Int]?.self) { group in
+                group.addTask {
+                    await store.run()
+                    return nil
+                }
+                defer { group.cancelAll() }
+                return try await store.migrate()
+            }
+        } catch {
+            var detail = String(String(reflecting: error).prefix(300))
+            if let password = settings.url.password, !password.isEmpty { detail = detail.replacingOccurrences(of: password, with: "***") }
+            throw ConfigurationError(
+                .badValue, at: settings.urlLocation, section: "[registry]", key: "url",
+                "cannot use PostgreSQL at \(settings.url.masked): \(detail)")
+        }
+    }
+}

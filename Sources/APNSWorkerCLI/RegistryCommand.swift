@@ -1,0 +1,185 @@
+import AMQPClient
+import APNSConfig
+import APNSCore
+import APNSRegistry
+import ArgumentParser
+import Foundation
+import Logging
+
+/// Where a registry command finds PostgreSQL: `--postgres-url`, then the configuration file's
+/// `[registry]` (with its environment overrides), then `APNS_WORKER_REGISTRY_URL`.
+struct RegistryOptions: ParsableArguments {
+    @Option(name: .customLong("config"), help: "Configuration file whose [registry] (and [amqp]) section to use.")
+    var configPath: String?
+
+    @Option(name: .customLong("postgres-url"), help: "PostgreSQL URL (overrides --config).")
+    var postgresURL: String?
+
+    func settings() throws -> RegistrySettings {
+        if let postgresURL {
+            do { return RegistrySettings(url: try PostgresURL(parsing: postgresURL)) } catch { throw ValidationError("--postgres-url: \(error)") }
+        }
+        if let configPath {
+            guard let registry = try loadConfiguration(configPath, credentials: .skipFiles).registry else {
+                throw ValidationError("\(configPath) has no [registry] section")
+            }
+            return registry
+        }
+        if let url = ProcessInfo.processInfo.environment["APNS_WORKER_REGISTRY_URL"], !url.isEmpty {
+            do { return RegistrySettings(url: try PostgresURL(parsing: url)) } catch { throw ValidationError("APNS_WORKER_REGISTRY_URL: \(error)") }
+        }
+        throw ValidationError("give --config FILE (with a [registry] section), --postgres-url or APNS_WORKER_REGISTRY_URL")
+    }
+
+    /// Runs `body` with a store whose pool runs meanwhile.
+    func withStore<T: Sendable>(_ body: @escaping @Sendable (RegistryStore) async throws -> T) async throws -> T {
+        let settings = try settings()
+        let store = try RegistryStore(settings: settings, logger: makeLogger("apns-worker.registry", defaultLevel: .warning))
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                await store.run()
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await body(store)
+        }
+    }
+}
+
+/// `apns-worker registry`: the device registry of contract §6.
+struct RegistryCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "registry",
+        abstract: "The device registry (PostgreSQL): migrate, show, register, unregister.",
+        subcommands: [Migrate.self, Show.self, Register.self, Unregister.self])
+
+    struct Migrate: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create or migrate the registry's schema (what `run` does at start).")
+        @OptionGroup var registry: RegistryOptions
+
+        func run() async throws {
+            let settings = try registry.settings()
+            do {
+                let applied = try await RegistryService.migrateAtStartUp(settings, logger: makeLogger("apns-worker.registry", defaultLevel: .warning))
+                print(applied.isEmpty
+                    ? "registry schema already at version \(RegistrySchema.latestVersion)"
+                    : "registry schema migrated to version \(RegistrySchema.latestVersion) (applied \(applied.map(String.init).joined(separator: ", ")))")
+            } catch {
+                FileHandle.standardError.write(Data("\(error)\n".utf8))
+                throw ExitCode.failure
+            }
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show a group's devices, or one device (JSON).")
+        @OptionGroup var registry: RegistryOptions
+        @Option(help: "A group: every device the registry holds for it.")
+        var group: String?
+        @Option(help: "With --token: the device's bundle ID.")
+        var bundle: String?
+        @Option(help: "With --bundle: the device token (hex).")
+        var token: String?
+
+        func run() async throws {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            if let group {
+                let devices = try await registry.withStore { try await $0.devices(group: group) }
+                print(String(decoding: try encoder.encode(GroupView(group: group, devices: devices)), as: UTF8.self))
+            } else if let bundle, let token {
+                guard let device = try await registry.withStore({ try await $0.device(bundleID: bundle, token: token) }) else {
+                    FileHandle.standardError.write(Data("no device \(bundle) \(DeviceToken(hex: token)?.redacted ?? "?") in the registry\n".utf8))
+                    throw ExitCode.failure
+                }
+                print(String(decoding: try encoder.encode(device), as: UTF8.self))
+            } else {
+                throw ValidationError("give --group G, or --bundle B --token HEX")
+            }
+        }
+    }
+
+    struct Register: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Publish a register message to apns.registry (confirmed), as the sync server would.")
+        @OptionGroup var broker: BrokerOptions
+        @Option var bundle: String
+        @Option var token: String
+        @Option var group: String
+        @Option(help: "production (default) or sandbox.")
+        var environment: String?
+        @Option(help: "ms since the epoch (default now).")
+        var at: Int64?
+
+        func run() async throws {
+            var message: [String: Any] = ["op": "register", "bundleId": bundle, "token": token, "group": group]
+            if let environment { message["environment"] = environment }
+            try await publishRegistration(message, at: at, broker: broker)
+        }
+    }
+
+    struct Unregister: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Publish an unregister message to apns.registry (confirmed).")
+        @OptionGroup var broker: BrokerOptions
+        @Option var bundle: String
+        @Option var token: String
+        @Option(help: "ms since the epoch (default now).")
+        var at: Int64?
+
+        func run() async throws {
+            try await publishRegistration(["op": "unregister", "bundleId": bundle, "token": token], at: at, broker: broker)
+        }
+    }
+}
+
+struct GroupView: Codable {
+    var group: String
+    var devices: [DeviceRecord]
+}
+
+func publishRegistration(_ fields: [String: Any], at: Int64?, broker: BrokerOptions) async throws {
+    var message = fields
+    message["at"] = at ?? Int64(Date().timeIntervalSince1970 * 1000)
+    let body = try JSONSerialization.data(withJSONObject: message, options: [.sortedKeys])
+    let amqp = try broker.amqpConfiguration(connectionName: "apns-worker registry")
+    try await AMQPConnection.withConnection(configuration: amqp, logger: makeLogger("apns-worker.registry", defaultLevel: .warning)) { connection in
+        try await connection.publish(
+            AMQPOutboundMessage(exchange: TopologyNames.registry, routingKey: "", body: Array(body), properties: .persistentJSON))
+    }
+    print("published \(fields["op"] ?? "") to \(TopologyNames.registry) (confirmed)")
+}
+
+/// `apns-worker stats`: counts per bundle ID, UTC hour and end, summed over every instance.
+struct StatsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stats", abstract: "Notification counts per bundle ID, UTC hour and end, from the registry.")
+    @OptionGroup var registry: RegistryOptions
+    @Option(help: "Hours back from now.")
+    var hours: Int = 48
+    @Flag(help: "JSON output.")
+    var json = false
+
+    func run() async throws {
+        let now = Int64(Date().timeIntervalSince1970)
+        let since = CountAggregator.hour(ofEpochSeconds: now) - Int64(max(hours - 1, 0)) * 3600
+        let rows = try await registry.withStore { try await $0.counts(sinceEpochSeconds: since) }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(["counts": rows]), as: UTF8.self))
+            return
+        }
+        let ends = JobEndKind.allCases.map(\.rawValue)
+        print((["hour (UTC)", "bundle"] + ends).joined(separator: "\t"))
+        var table: [String: [String: Int64]] = [:]
+        var order: [String] = []
+        let formatter = ISO8601DateFormatter()
+        for row in rows {
+            let key = "\(formatter.string(from: Date(timeIntervalSince1970: TimeInterval(row.hour))))\t\(row.bundleId)"
+            if table[key] == nil { order.append(key) }
+            table[key, default: [:]][row.end, default: 0] += row.count
+        }
+        for key in order {
+            print(([key] + ends.map { "\(table[key]?[$0] ?? 0)" }).joined(separator: "\t"))
+        }
+    }
+}

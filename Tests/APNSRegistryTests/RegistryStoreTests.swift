@@ -1,0 +1,174 @@
+import APNSConfig
+import APNSCore
+import Foundation
+import Testing
+
+@testable import APNSRegistry
+
+/// `RegistryStore` against the real PostgreSQL of `scripts/test`, a fresh database per test.
+@Suite(.enabled(if: TestPostgres.isAvailable, "needs scripts/test's PostgreSQL and broker"))
+struct RegistryStoreTests {
+    @Test func migrationsFromEmptyAndRerun() async throws {
+        let settings = try await TestPostgres.freshDatabase()
+        try await TestPostgres.withStore(settings) { store in
+            let before = try await store.schemaVersion()
+            let first = try await store.migrate()
+            let again = try await store.migrate()
+            let after = try await store.schemaVersion()
+            #expect(before == 0)
+            #expect(first == [1])
+            #expect(again == [])
+            #expect(after == RegistrySchema.latestVersion)
+        }
+    }
+
+    @Test func instancesMigratingAtOnceApplyEachVersionOnce() async throws {
+        let settings = try await TestPostgres.freshDatabase()
+        let applied = try await withThrowingTaskGroup(of: [Int].self) { group in
+            for _ in 0..<4 {
+                group.addTask { try await TestPostgres.storeValue(settings) { try await $0.migrate() } }
+            }
+            return try await group.reduce(into: [Int]()) { $0 += $1 }
+        }
+        #expect(applied == [1])
+    }
+
+    /// Out-of-order register/unregister messages, applied by two competing appliers in
+    /// different orders, end in the state of each device's newest message.
+    @Test func lastWriterWinsWhateverTheOrder() async throws {
+        let settings = try await TestPostgres.freshDatabase()
+        try await TestPostgres.withStore(settings) { store in
+            try await store.migrate()
+            var messages: [RegistrationMessage] = []
+            var newest: [String: RegistrationMessage] = [:]
+            var generator = SystemRandomNumberGenerator()
+            for device in 0..<60 {
+                let token = String(format: "%04x", device)
+                var history: [RegistrationMessage] = []
+                for step in 0..<6 {
+                    let at = Int64(1_000 + step * 10)
+                    if Bool.random(using: &generator) {
+                        history.append(RegistrationMessage(op: .register, bundleID: "com.a", token: token, group: "g\(step)", at: at))
+                    } else {
+                        history.append(RegistrationMessage(op: .unregister, bundleID: "com.a", token: token, group: nil, at: at))
+                    }
+                }
+                newest[token] = history.last
+                messages += history
+            }
+            messages.shuffle()
+            // Two competing consumers, each taking every other message; then everything redelivered.
+            let halves = [messages.enumerated().filter { $0.offset % 2 == 0 }.map(\.element), messages.enumerated().filter { $0.offset % 2 == 1 }.map(\.element)]
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for half in halves {
+                    group.addTask { for message in half { try await store.apply(message) } }
+                }
+                try await group.waitForAll()
+            }
+            for message in messages.shuffled() {
+                #expect(try await store.apply(message) == false, "a redelivered message changed a device")
+            }
+            for (token, last) in newest {
+                let device = try #require(try await store.device(bundleID: "com.a", token: token))
+                #expect(device.changedAt == last.at)
+                if last.op == .register {
+                    #expect(device.state == .active)
+                    #expect(device.group == last.group)
+                } else {
+                    #expect(device.state == .unregistered)
+                }
+            }
+        }
+    }
+
+    @Test func unregisterLeavesATombstoneAndWinsATie() async throws {
+        let settings = try await TestPostgres.freshDatabase()
+        try await TestPostgres.withStore(settings) { store in
+            try await store.migrate()
+            try await store.apply(.init(op: .unregister, bundleID: "com.a", token: "aa", group: nil, at: 50))
+            #expect(try await store.apply(.init(op: .register, bundleID: "com.a", token: "aa", group: "g", at: 40)) == false)
+            #expect(try await store.apply(.init(op: .register, bundleID: "com.a", token: "aa", group: "g", at: 50)) == false)
+            #expect(try await store.device(bundleID: "com.a", token: "AA")?.state == .unregistered)
+            #expect(try await store.activeDevices(group: "g", after: nil, limit: 10).isEmpty)
+            #expect(try await store.apply(.init(op: .register, bundleID: "com.a", token: "aa", group: "g", at: 51)))
+            #expect(try await store.activeDevices(group: "g", after: nil, limit: 10).map(\.token) == ["aa"])
+        }
+    }
+
+    @Test func invalidMarksHonourLaterRegistrations() async throws {
+        let settings = try await TestPostgres.freshDatabase()
+        try await TestPostgres.withStore(settings) { store in
+            try await store.migrate()
+            try await store.apply(.init(op: .register, bundleID: "com.a", token: "01", group: "g", at: 1_000))
+            try await store.apply(.init(op: .register, bundleID: "com.a", token: "02", group: "g", at: 5_000))
+            try await store.markInvalid([
+                InvalidMark(bundleID: "com.a", token: "01", reason: "Unregistered", at: 2_000),
+                // Registered again after Apple's timestamp: not marked.
+                InvalidMark(bundleID: "com.a", token: "02", reason: "Unregistered", at: 4_000),
+                // Unknown device: nothing to mark.
+                InvalidMark(bundleID: "com.a", token: "03", reason: "BadDeviceToken", at: 4_000),
+            ])
+            let marked = try #require(try await store.device(bundleID: "com.a", token: "01"))
+            #expect(marked.state == .invalid)
+            #expect(marked.invalidReason == "Unregistered")
+            #expect(marked.invalidAt == 2_000)
+            #expect(try await store.device(bundleID: "com.a", token: "02")?.state == .active)
+            #expect(try await store.activeDevices(group: "g", after: nil, limit: 10).map(\.token) == ["02"])
+            // A register older than Apple's timestamp does not clear the mark; a newer one does.
+            try await store.apply(.init(op: .register, bundleID: "com.a", token: "01", group: "g", at: 1_500))
+            #expect(try await store.device(bundleID: "com.a", token: "01")?.state == .invalid)
+            try await store.apply(.init(op: .register, bundleID: "com.a", token: "01", group: "g", at: 2_500))
+            #expect(try await store.device(bundleID: "com.a", token: "01")?.state == .active)
+            let counts = try await store.deviceCounts()
+            #expect(counts == [BundleDeviceCount(bundleId: "com.a", active: 2, invalid: 0)])
+        }
+    }
+
+    @Test func activeDevicesPageThroughALargeGroupOnce() async throws {
+        let settings = try await TestPostgres.freshDatabase()
+        try await TestPostgres.withStore(settings) { store in
+            try await store.migrate()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for chunk in stride(from: 0, to: 1_200, by: 100) {
+                    group.addTask {
+                        for n in chunk..<(chunk + 100) {
+                            try await store.apply(.init(op: .register, bundleID: n % 2 == 0 ? "com.a" : "com.b", token: String(format: "%06x", n), group: "big", at: 1))
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            var seen: [String] = []
+            var after: DevicePosition? = nil
+            while true {
+                let page = try await store.activeDevices(group: "big", after: after, limit: 500)
+                seen += page.map { "\($0.bundleID)/\($0.token)" }
+                after = page.last?.position
+                if page.count < 500 { break }
+            }
+            #expect(seen.count == 1_200)
+            #expect(Set(seen).count == 1_200)
+            #expect(seen == seen.sorted())
+        }
+    }
+
+    @Test func countsAddUpAcrossWriters() async throws {
+        let settings = try await TestPostgres.freshDatabase()
+        try await TestPostgres.withStore(settings) { store in
+            try await store.migrate()
+            var first = CountAggregator()
+            first.add(bundleID: "com.a", end: .delivered, epochSeconds: 7_205, count: 3)
+            first.add(bundleID: "com.a", end: .dead, epochSeconds: 7_205)
+            var second = CountAggregator()
+            second.add(bundleID: "com.a", end: .delivered, epochSeconds: 7_999, count: 4)
+            second.add(bundleID: "com.b", end: .fannedOut, epochSeconds: 10_800, count: 2)
+            try await store.addCounts(first.take())
+            try await store.addCounts(second.take())
+            let rows = try await store.counts(sinceEpochSeconds: 0)
+            #expect(rows.contains(CountRow(bundleId: "com.a", hour: 7_200, end: "delivered", count: 7)))
+            #expect(rows.contains(CountRow(bundleId: "com.a", hour: 7_200, end: "dead", count: 1)))
+            #expect(rows.contains(CountRow(bundleId: "com.b", hour: 10_800, end: "fannedOut", count: 2)))
+            #expect(rows.count == 3)
+        }
+    }
+}
