@@ -10,6 +10,7 @@ import TestSupport
 
 /// Contract §6 end to end: real `apns-worker run` processes, the real broker, a real PostgreSQL
 /// and the APNs simulator. §6's queue names are global, so these run one at a time.
+extension RegistryBrokerSuites {
 @Suite(.serialized, .enabled(if: TestPostgres.isAvailable, "needs scripts/test's PostgreSQL and broker"))
 struct RegistryEndToEndTests {
     @Test func groupJobReachesEveryActiveDeviceAcrossTwoBundles() async throws {
@@ -217,4 +218,5 @@ struct RegistryEndToEndTests {
         #expect(try await harness.messageCount(TopologyNames.groupsDead) == 0)
         _ = try? await harness.connection.deleteQueue(sink)
     }
+}
 }

@@ -8,6 +8,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import TestSupport
+import Testing
 
 /// An end-to-end setup for §6: the shared test broker, an in-process simulator for two bundles
 /// of the test's own, a fresh registry database, and real `apns-worker run` processes. §6's
@@ -187,3 +188,8 @@ final class RegistryHarness: Sendable {
 
     static func token(_ n: Int) -> String { String(format: "%064x", n &* 2_654_435_761 &+ 0xbeef) }
 }
+
+/// The suites whose workers consume the registry's queues on the shared broker. Those queue
+/// names are global (contract §6), so two such suites running at once would take each other's
+/// registration messages into the wrong database: they run one after the other.
+@Suite(.serialized) enum RegistryBrokerSuites {}

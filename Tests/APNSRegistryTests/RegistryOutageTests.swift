@@ -10,6 +10,7 @@ import TestSupport
 /// PostgreSQL stopped and started under a running worker (contract §6: the registry down is a
 /// held fault): token jobs go on, group jobs wait in the broker and are done when it returns,
 /// nothing is dead-lettered, `/ready` names the registry meanwhile, and the counts are complete.
+extension RegistryBrokerSuites {
 @Suite(.serialized, .enabled(if: TestPostgres.isAvailable, "needs scripts/test's PostgreSQL and broker"))
 struct RegistryOutageTests {
     func ready(_ port: Int) async throws -> (status: Int, body: String) {
@@ -91,4 +92,5 @@ struct RegistryOutageTests {
         let alerts = worker.log.components(separatedBy: "device registry (PostgreSQL) unavailable").count - 1
         #expect(alerts == 1, "one loud error per outage, got \(alerts)")
     }
+}
 }
