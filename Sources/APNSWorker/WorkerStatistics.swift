@@ -23,9 +23,9 @@ public final class WorkerStatistics: Sendable {
         init(_ tally: Tally, atSecond second: Int64) {
             var jobs: [String: Int] = [:]
             var perMinute: [String: Int] = [:]
-            for end in OutcomeRouter.End.allCases {
-                jobs[end.rawValue] = tally.ended[end.index]
-                perMinute[end.rawValue] = tally.rates[end.index].perMinute(atSecond: second)
+            for (index, end) in OutcomeRouter.End.allCases.enumerated() {
+                jobs[end.rawValue] = tally.ended[index]
+                perMinute[end.rawValue] = tally.rates[index].perMinute(atSecond: second)
             }
             self.jobs = jobs
             self.perMinute = perMinute
@@ -138,12 +138,13 @@ public final class BundleStatistics: Sendable {
 
     func jobEnded(_ end: OutcomeRouter.End, after elapsed: Duration) {
         let second = statistics.currentSecond()
+        let index = end.index
         tally.withLock {
-            $0.0.ended[end.index] += 1
-            $0.0.rates[end.index].record(atSecond: second)
+            $0.0.ended[index] += 1
+            $0.0.rates[index].record(atSecond: second)
             $0.used = true
         }
-        ended[end.index].increment()
+        ended[index].increment()
         duration.recordNanoseconds(elapsed.nanoseconds)
     }
 
