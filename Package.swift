@@ -187,7 +187,8 @@ let package = Package(
         .executableTarget(
             name: "APNSWorkerBench",
             dependencies: [
-                "APNSCore", "AMQPClient", "APNSTransport", "APNSSimulator",
+                "APNSCore", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSConfig", "APNSRegistry",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

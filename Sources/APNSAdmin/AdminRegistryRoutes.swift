@@ -5,7 +5,9 @@
 import APNSCore
 import APNSRegistry
 import Foundation
+import HTTPTypes
 import Hummingbird
+import NIOCore
 
 struct AdminRegistryRoutes: Sendable {
     let store: RegistryStore
@@ -31,6 +33,22 @@ struct AdminRegistryRoutes: Sendable {
             } catch {
                 return Self.unavailable(error)
             }
+        }
+        router.get("/registry") { request, _ -> Response in
+            let group = request.uri.queryParameters.get("group").flatMap { $0.isEmpty ? nil : $0 }
+            let page: RegistryPage
+            do {
+                var devices: [DeviceRecord] = []
+                if let group { devices = try await store.devices(group: group) }
+                page = RegistryPage(summary: try await summary(), group: group, devices: devices, error: nil)
+            } catch {
+                page = RegistryPage(
+                    summary: RegistrySummary(devices: [], since: 0, counts: []), group: group, devices: [],
+                    error: "the registry (PostgreSQL) is unavailable")
+            }
+            var headers = HTTPFields()
+            headers[.contentType] = "text/html; charset=utf-8"
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: page.render())))
         }
         router.get("/api/registry/summary") { _, _ -> Response in
             do {

@@ -89,7 +89,14 @@ public final class RegistryRecorder: JobEndObserver, Service {
             if !marks.isEmpty { logger.info("devices marked invalid", metadata: ["registry.marks": "\(marks.count)"]) }
         } catch {
             ok = false
-            buffers.withLock { $0.marks.insert(contentsOf: marks, at: 0) }
+            buffers.withLock { buffers in
+                buffers.marks.insert(contentsOf: marks, at: 0)
+                let excess = buffers.marks.count - maxPendingMarks
+                if excess > 0 {
+                    buffers.marks.removeFirst(excess)
+                    buffers.droppedMarks += excess
+                }
+            }
             logger.debug("invalid marks kept for the next flush", metadata: ["error": "\(error)"])
         }
         do {

@@ -218,5 +218,81 @@ struct RegistryEndToEndTests {
         #expect(try await harness.messageCount(TopologyNames.groupsDead) == 0)
         _ = try? await harness.connection.deleteQueue(sink)
     }
+
+    /// Two workers deliver one bundle's jobs; their counts add up in PostgreSQL, and the
+    /// operator surface (`stats`, `registry show`, the admin API and page) shows them.
+    @Test func twoWorkersCountsAddUpAndOperatorsSeeThem() async throws {
+        let harness = try await RegistryHarness.start()
+        try await harness.withWorkers(["a", "b"]) { workers in try await counts(harness, workers) }
+    }
+
+    func counts(_ harness: RegistryHarness, _ workers: [ChildProcess]) async throws {
+        let bundle = harness.bundles[0]
+        let jobs = 300
+        // Both consumers registered before the first job, so the broker spreads the jobs over both.
+        var ports: [Int] = []
+        for worker in workers {
+            try await waitUntil("\(worker.logPath) ready", timeout: .seconds(120)) {
+                guard let port = RegistryHarness.adminPort(worker) else { return false }
+                return (try? await runProcess("/usr/bin/curl", ["-fsS", "http://127.0.0.1:\(port)/ready"]))?.status == 0
+            }
+            ports.append(try #require(RegistryHarness.adminPort(worker)))
+        }
+        let tokens = (1_000..<(1_000 + jobs)).map(RegistryHarness.token)
+        for token in tokens {
+            var properties = AMQPProperties.persistentJSON
+            properties.messageID = UUID().uuidString
+            try await harness.connection.publish(
+                AMQPOutboundMessage(
+                    exchange: TopologyNames.jobsExchange, routingKey: bundle,
+                    body: Array(#"{"token":"\#(token)","payload":{"aps":{"alert":"hi"}}}"#.utf8), properties: properties))
+        }
+        try await waitUntil("every job delivered", timeout: .seconds(180)) { harness.accepted(bundle).count == jobs }
+        try await TestPostgres.withStore(harness.registry) { store in
+            try await waitUntil("both workers' counts flushed and summed", timeout: .seconds(60)) {
+                let rows = try await store.counts(sinceEpochSeconds: 0)
+                return rows.filter { $0.bundleId == bundle && $0.end == "delivered" }.reduce(0) { $0 + $1.count } == Int64(jobs)
+            }
+        }
+        var delivered: [Int] = []
+        for port in ports {
+            let status = try await runProcess("/usr/bin/curl", ["-fsS", "http://127.0.0.1:\(port)/api/status"])
+            let json = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+            let mine = (json?["bundles"] as? [[String: Any]] ?? []).first { $0["bundleID"] as? String == bundle }
+            delivered.append((mine?["jobs"] as? [String: Int])?["delivered"] ?? 0)
+        }
+        #expect(delivered.allSatisfy { $0 > 0 }, "each worker delivered some: \(delivered)")
+        #expect(delivered.reduce(0, +) == jobs)
+
+        // apns-worker stats --json
+        let stats = try await runProcess(workerExecutable, ["stats", "--config", harness.configPath, "--json"])
+        #expect(stats.status == 0, "\(stats.stderr)")
+        let statsJSON = try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: [[String: Any]]]
+        let statsDelivered = (statsJSON?["counts"] ?? []).filter { $0["bundleId"] as? String == bundle && $0["end"] as? String == "delivered" }
+            .reduce(0) { $0 + ($1["count"] as? Int ?? 0) }
+        #expect(statsDelivered == jobs)
+
+        // A device, seen through `registry show` and the admin API.
+        let token = RegistryHarness.token(5)
+        try await harness.register(harness.bundles[1], token, group: "ops-group", at: 42)
+        try await TestPostgres.withStore(harness.registry) { store in
+            try await waitUntil("registered", timeout: .seconds(60)) { try await store.device(bundleID: harness.bundles[1], token: token) != nil }
+        }
+        let show = try await runProcess(workerExecutable, ["registry", "show", "--config", harness.configPath, "--group", "ops-group"])
+        #expect(show.status == 0, "\(show.stderr)")
+        #expect(show.stdout.contains(token))
+        let port = ports[0]
+        let group = try await runProcess("/usr/bin/curl", ["-fsS", "http://127.0.0.1:\(port)/api/registry/groups/ops-group"])
+        let groupJSON = try JSONSerialization.jsonObject(with: Data(group.stdout.utf8)) as? [String: Any]
+        #expect(groupJSON?["count"] as? Int == 1)
+        let device = try await runProcess("/usr/bin/curl", ["-fsS", "http://127.0.0.1:\(port)/api/registry/devices/\(harness.bundles[1])/\(token.uppercased())"])
+        let deviceJSON = try JSONSerialization.jsonObject(with: Data(device.stdout.utf8)) as? [String: Any]
+        #expect(deviceJSON?["state"] as? String == "active")
+        #expect(deviceJSON?["changedAt"] as? Int == 42)
+        let page = try await runProcess("/usr/bin/curl", ["-fsS", "http://127.0.0.1:\(port)/registry?group=ops-group"])
+        #expect(page.stdout.contains("<svg"))
+        #expect(page.stdout.contains(token))
+        #expect(page.stdout.contains(bundle))
+    }
 }
 }

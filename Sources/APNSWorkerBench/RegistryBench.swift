@@ -1,0 +1,221 @@
+/// `apns-worker-bench registry`: contract §6 through a real `apns-worker run` process, a real
+/// broker, a real PostgreSQL and the in-process simulator. Reports registration messages applied
+/// per second, then group jobs fanned out per second for groups of 5 and of 1,000 devices over a
+/// registry of `--registry-size` devices, with p50/p99 from a group job's publish to its last
+/// device's APNs 200.
+import AMQPClient
+import APNSConfig
+import APNSCore
+import APNSRegistry
+import APNSSimulator
+import ArgumentParser
+import Foundation
+import Logging
+import PostgresNIO
+
+struct RegistryBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "registry", abstract: "Registrations/s and group fan-out (groups of 5 and 1,000) over a large registry.")
+
+    @Option(help: "AMQP URL of a running broker (scripts/broker.sh start).")
+    var url: String = ProcessInfo.processInfo.environment["APNS_TEST_AMQP_URL"] ?? "amqp://guest:guest@127.0.0.1:5682/%2f"
+
+    @Option(help: "PostgreSQL URL (scripts/postgres.sh start).")
+    var postgresURL: String = ProcessInfo.processInfo.environment["APNS_TEST_POSTGRES_URL"] ?? "postgres://apns:apns@127.0.0.1:5442/apns?sslmode=disable"
+
+    @Option(help: "Registration messages to apply.")
+    var registrations: Int = 20_000
+
+    @Option(help: "Devices in the registry during the fan-out phases.")
+    var registrySize: Int = 1_000_000
+
+    @Option(help: "Group jobs for groups of 5.")
+    var smallGroupJobs: Int = 200
+
+    @Option(help: "Group jobs for groups of 1,000.")
+    var largeGroupJobs: Int = 20
+
+    func run() async throws {
+        var logger = Logger(label: "bench")
+        logger.logLevel = .warning
+        let tag = UUID().uuidString.prefix(6).lowercased()
+        let bundles = ["com.example.bench.universal.\(tag)", "com.example.bench.iphone.\(tag)"]
+        let directory = NSTemporaryDirectory() + "apnsw-regbench-\(tag)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let credentials = try SimulatorCredentials.generate(into: directory + "/credentials", teamID: "TEAM123456", keyID: "KEY1234567")
+        let simulator = try await APNSSimulator.start(
+            SimulatorConfiguration(
+                tls: credentials.tlsConfiguration(), bundleIDs: bundles, tokenKeys: [credentials.tokenKey],
+                recordLimit: smallGroupJobs * 5 + largeGroupJobs * 1_000 + 1_000),
+            logger: logger)
+        var config = """
+            [amqp]
+            url = \(url)
+            prefetch = 500
+            [admin]
+            listen = 127.0.0.1:0
+            [retry]
+            delays = 1s
+            maxAttempts = 3
+            [registry]
+            url = \(postgresURL)
+            poolSize = 8
+            countsFlushInterval = 5s
+
+            """
+        for bundle in bundles {
+            config += """
+                [apns "\(bundle)"]
+                teamId = TEAM123456
+                keyId = KEY1234567
+                tokenKeyFile = credentials/AuthKey_KEY1234567.p8
+                host = 127.0.0.1
+                port = \(simulator.port)
+                caFile = credentials/ca.pem
+                connections = 2
+
+                """
+        }
+        let configPath = directory + "/worker.conf"
+        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+
+        var settings = RegistrySettings(url: try PostgresURL(parsing: postgresURL))
+        settings.poolSize = 4
+        let store = try RegistryStore(settings: settings, logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await store.run() }
+            defer { group.cancelAll() }
+            try await store.migrate()
+            let connection = try await AMQPConnection.connect(
+                configuration: AMQPConfiguration(urlStrings: [url], connectionName: "bench"), logger: logger)
+            var plan = TopologyPlan(bundleIDs: bundles, retryDelays: [.seconds(1)], queueType: .quorum)
+            plan.addRegistry(queueType: .quorum)
+            try await connection.declare(plan)
+            for queue in [TopologyNames.registry, TopologyNames.groups] { _ = try await connection.purgeQueue(queue) }
+
+            // Phase 1: registration messages, preloaded, then applied by the worker.
+            print("preloading \(registrations) registration messages …")
+            try await publishConcurrently(registrations, connection: connection) { index in
+                let body = #"{"op":"register","bundleId":"\#(bundles[index % 2])","token":"\#(String(format: "%064x", index))","group":"reg-\#(index / 5)","at":\#(1_000 + index)}"#
+                return AMQPOutboundMessage(exchange: TopologyNames.registry, routingKey: "", body: Array(body.utf8), properties: .persistentJSON)
+            }
+            let worker = try startWorker(configPath: configPath)
+            let registrationStart = ContinuousClock.now
+            try await waitUntil {
+                let counts = try await store.deviceCounts().filter { bundles.contains($0.bundleId) }
+                return counts.reduce(0) { $0 + $1.active } >= Int64(registrations)
+            }
+            let registrationTime = registrationStart.duration(to: .now)
+
+            // Phase 2: fill the registry to `registrySize` devices: groups of 5, groups of 1,000, filler.
+            print("importing \(registrySize) devices …")
+            let smallGroups = max(smallGroupJobs, 1), largeGroups = max(largeGroupJobs, 1)
+            var imported = registrations
+            var next = registrations
+            func importGroup(_ name: String, size: Int) async throws {
+                for bundle in bundles {
+                    let count = bundle == bundles[0] ? (size + 1) / 2 : size / 2
+                    let tokens = (next..<(next + count)).map { String(format: "%064x", $0) }
+                    next += count
+                    try await store.importDevices(bundleID: bundle, tokens: tokens, group: name, at: 1)
+                }
+                imported += size
+            }
+            for g in 0..<smallGroups { try await importGroup("small-\(g)", size: 5) }
+            for g in 0..<largeGroups { try await importGroup("large-\(g)", size: 1_000) }
+            var filler = 0
+            while imported < registrySize {
+                try await importGroup("filler-\(filler)", size: min(10_000, registrySize - imported))
+                filler += 1
+            }
+
+            // Phase 3: group jobs, one group each, published at once; latency to the last device's 200.
+            var lines: [String] = []
+            for (label, prefix, jobs, size) in [("groups of 5", "small", smallGroups, 5), ("groups of 1000", "large", largeGroups, 1_000)] {
+                simulator.clearAccepted()
+                var publishedAt: [UUID: Date] = [:]
+                var jobOf: [String: UUID] = [:]
+                let groupIDs = (0..<jobs).map { _ in UUID() }
+                let start = ContinuousClock.now
+                for (g, id) in groupIDs.enumerated() {
+                    publishedAt[id] = Date()
+                    let body = #"{"group":"\#(prefix)-\#(g)","id":"\#(id)","payload":{"aps":{"content-available":1}}}"#
+                    try await connection.publish(
+                        AMQPOutboundMessage(exchange: TopologyNames.groups, routingKey: "", body: Array(body.utf8), properties: .persistentJSON))
+                }
+                try await waitUntil { simulator.accepted().count >= jobs * size }
+                let elapsed = start.duration(to: .now)
+                for device in try await allDevices(store, groups: (0..<jobs).map { "\(prefix)-\($0)" }) {
+                    let group = Int(device.group.split(separator: "-").last!)!
+                    let id = UUIDv5.fanOutJobID(groupJobID: groupIDs[group], bundleID: device.bundleID, token: device.token)
+                    jobOf[id.uuidString.lowercased()] = groupIDs[group]
+                }
+                var last: [UUID: Date] = [:]
+                for accepted in simulator.accepted() {
+                    guard let job = jobOf[accepted.apnsID.lowercased()] else { continue }
+                    last[job] = max(last[job] ?? .distantPast, accepted.receivedAt)
+                }
+                let latencies = LatencySample(last.compactMap { job, at in publishedAt[job].map { at.timeIntervalSince($0) * 1000 } })
+                lines.append(
+                    "\(label): \(jobs) group jobs (\(jobs * size) device jobs) in \(String(format: "%.2f", elapsed.timeInterval)) s = "
+                        + "\(String(format: "%.1f", Double(jobs) / elapsed.timeInterval)) group jobs/s, "
+                        + "\(Int(Double(jobs * size) / elapsed.timeInterval)) device jobs/s; publish → last device's 200: "
+                        + "p50 \(String(format: "%.0f", latencies.percentile(0.5))) ms, p99 \(String(format: "%.0f", latencies.percentile(0.99))) ms")
+            }
+            worker.terminate()
+            worker.waitUntilExit()
+            try await store.client.query("DELETE FROM apns_devices WHERE bundle_id = ANY(\(bundles)::text[])")
+            for bundle in bundles {
+                for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
+                    _ = try? await connection.deleteQueue(name)
+                }
+            }
+            await connection.close()
+            try await simulator.shutdown()
+            print("registrations:  \(registrations) messages applied in \(String(format: "%.2f", registrationTime.timeInterval)) s = \(Int(Double(registrations) / registrationTime.timeInterval)) registrations/s")
+            print("registry size:  \(imported) devices")
+            for line in lines { print(line) }
+        }
+    }
+
+    private func allDevices(_ store: RegistryStore, groups: [String]) async throws -> [(group: String, bundleID: String, token: String)] {
+        var out: [(group: String, bundleID: String, token: String)] = []
+        for group in groups {
+            for device in try await store.activeDevices(group: group, after: nil, limit: 10_000) {
+                out.append((group: group, bundleID: device.bundleID, token: device.token))
+            }
+        }
+        return out
+    }
+
+    private func publishConcurrently(_ count: Int, connection: AMQPConnection, _ message: @escaping @Sendable (Int) -> AMQPOutboundMessage) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<count {
+                if index >= 500 { try await group.next() }
+                group.addTask { try await connection.publish(message(index)) }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    private func startWorker(configPath: String) throws -> Process {
+        let binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        let process = Process()
+        process.executableURL = binDirectory.appendingPathComponent("apns-worker")
+        process.arguments = ["run", "--config", configPath]
+        var environment = ProcessInfo.processInfo.environment
+        environment["APNS_WORKER_LOG_LEVEL"] = "warning"
+        process.environment = environment
+        try process.run()
+        return process
+    }
+
+    private func waitUntil(_ condition: () async throws -> Bool) async throws {
+        let deadline = ContinuousClock.now.advanced(by: .seconds(1800))
+        while try await !condition() {
+            guard ContinuousClock.now < deadline else { throw ValidationError("the benchmark did not finish in 30 minutes") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+}
