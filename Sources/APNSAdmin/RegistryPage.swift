@@ -1,9 +1,12 @@
 /// The registry's admin page (`GET /registry`): a group lookup, devices per bundle (active,
-/// invalid) and, per bundle, the last 48 UTC hours of counts as a stacked bar chart drawn on the
-/// server as inline SVG (no script, no CDN). Every string from the registry is HTML-escaped.
+/// invalid) and, per bundle, the last 48 UTC hours of counts as a stacked bar chart, drawn on the
+/// server as inline SVG so the page needs no script and no internet. Rendered through Mustache's
+/// escaping `{{ }}` like the status page (`Templates`): group names, tokens and reasons come from
+/// outside.
 import APNSCore
 import APNSRegistry
 import Foundation
+import Mustache
 
 struct RegistryPage {
     let summary: RegistrySummary
@@ -11,98 +14,158 @@ struct RegistryPage {
     let devices: [DeviceRecord]
     let error: String?
 
-    static let colors: [JobEndKind: String] = [
-        .delivered: "#2e7d32", .invalidToken: "#ef6c00", .retry: "#f9a825", .dead: "#c62828", .gated: "#757575", .fannedOut: "#1565c0",
-    ]
-
     func render() -> String {
-        var html = """
-            <!doctype html><html><head><meta charset="utf-8"><title>apns-worker registry</title>
-            <style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}
-            .legend span{display:inline-block;margin-right:1em}.swatch{display:inline-block;width:.8em;height:.8em;margin-right:.3em}</style>
-            </head><body><p><a href="/">← status</a></p><h1>Device registry</h1>
-            <form method="get" action="/registry"><label>Group <input name="group" value="\(Self.escape(group ?? ""))"></label> <button>Look up</button></form>
+        Self.template.render(context)
+    }
 
-            """
-        if let error { html += "<p><strong>\(Self.escape(error))</strong></p>\n" }
+    var context: [String: Any] {
+        var context: [String: Any] = [
+            "groupQuery": group ?? "",
+            "bundles": summary.devices.map { ["bundleID": $0.bundleId, "active": String($0.active), "invalid": String($0.invalid)] },
+            "legend": JobEndKind.allCases.map { ["end": $0.rawValue, "color": HourlyChart.color(of: $0)] },
+            "charts": Set(summary.counts.map(\.bundleId)).sorted().map { bundle in
+                ["bundleID": bundle, "chart": HourlyChart(rows: summary.counts.filter { $0.bundleId == bundle }, since: summary.since).context]
+            },
+        ]
+        if let error { context["error"] = error }
         if let group {
-            html += "<h2>Group \(Self.escape(group)): \(devices.count) device(s)</h2>\n"
-            html += "<table><tr><th>bundle ID</th><th>token</th><th>state</th><th>environment</th><th>changed at</th><th>invalid</th></tr>\n"
-            for device in devices {
-                let invalid = device.invalidReason.map { "\($0) at \(Self.time(ms: device.invalidAt))" } ?? ""
-                html += "<tr><td>\(Self.escape(device.bundleId))</td><td><code>\(Self.escape(device.token))</code></td><td>\(device.state.rawValue)</td>"
-                html += "<td>\(Self.escape(device.environment))</td><td>\(Self.time(ms: device.changedAt))</td><td>\(Self.escape(invalid))</td></tr>\n"
-            }
-            html += "</table>\n"
+            context["group"] = [
+                "name": group,
+                "count": devices.count,
+                "devices": devices.map { device in
+                    [
+                        "bundleID": device.bundleId, "token": device.token, "state": device.state.rawValue,
+                        "environment": device.environment, "changedAt": Self.time(ms: device.changedAt),
+                        "invalid": device.invalidReason.map { "\($0) at \(Self.time(ms: device.invalidAt ?? 0))" } ?? "",
+                    ]
+                },
+            ] as [String: Any]
         }
-        html += "<h2>Devices per bundle</h2>\n<table><tr><th>bundle ID</th><th>active</th><th>invalid</th></tr>\n"
-        for row in summary.devices {
-            html += "<tr><td>\(Self.escape(row.bundleId))</td><td>\(row.active)</td><td>\(row.invalid)</td></tr>\n"
-        }
-        html += "</table>\n<h2>Last 48 hours (UTC), every instance</h2>\n<p class=\"legend\">"
-        for end in JobEndKind.allCases {
-            html += "<span><i class=\"swatch\" style=\"background:\(Self.colors[end]!)\"></i>\(end.rawValue)</span>"
-        }
-        html += "</p>\n"
-        let bundles = Set(summary.counts.map(\.bundleId)).sorted()
-        if bundles.isEmpty { html += "<p>No counts yet.</p>\n" }
-        for bundle in bundles {
-            html += "<h3>\(Self.escape(bundle))</h3>\n" + Self.chart(summary.counts.filter { $0.bundleId == bundle }, since: summary.since) + "\n"
-        }
-        return html + "</body></html>\n"
+        return context
     }
 
-    /// 48 hourly bars, each stacked by end, scaled to the busiest hour.
-    static func chart(_ rows: [CountRow], since: Int64, hours: Int = 48) -> String {
-        let width = 960, height = 180, top = 10, bottom = 20, left = 50
-        let slot = (width - left) / hours
-        var perHour = [[JobEndKind: Int64]](repeating: [:], count: hours)
-        for row in rows {
-            let index = Int((row.hour - since) / 3600)
-            guard (0..<hours).contains(index), let end = JobEndKind(rawValue: row.end) else { continue }
-            perHour[index][end, default: 0] += row.count
-        }
-        let peak = max(perHour.map { $0.values.reduce(0, +) }.max() ?? 0, 1)
-        let plot = Double(height - top - bottom)
-        var svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(width)\" height=\"\(height)\" role=\"img\" aria-label=\"notifications per hour\">"
-        svg += "<text x=\"0\" y=\"\(top + 10)\" font-size=\"11\">\(peak)</text><text x=\"0\" y=\"\(height - bottom)\" font-size=\"11\">0</text>"
-        svg += "<line x1=\"\(left)\" y1=\"\(height - bottom)\" x2=\"\(width)\" y2=\"\(height - bottom)\" stroke=\"#999\"/>"
-        for (index, counts) in perHour.enumerated() {
-            let x = left + index * slot
-            var y = Double(height - bottom)
-            for end in JobEndKind.allCases {
-                guard let count = counts[end], count > 0 else { continue }
-                let h = plot * Double(count) / Double(peak)
-                y -= h
-                svg += "<rect x=\"\(x + 1)\" y=\(String(format: "\"%.1f\"", y)) width=\"\(slot - 2)\" height=\(String(format: "\"%.1f\"", h)) fill=\"\(colors[end]!)\"><title>\(end.rawValue): \(count)</title></rect>"
-            }
-            if index % 6 == 0 {
-                let label = time(ms: (since + Int64(index) * 3600) * 1000).split(separator: " ").last?.prefix(5) ?? ""
-                svg += "<text x=\"\(x)\" y=\"\(height - 5)\" font-size=\"10\">\(escape(String(label)))</text>"
-            }
-        }
-        return svg + "</svg>"
-    }
-
-    static func time(ms: Int64?) -> String {
-        guard let ms else { return "" }
+    static func time(ms: Int64) -> String {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime]
         return formatter.string(from: Date(timeIntervalSince1970: TimeInterval(ms) / 1000)).replacingOccurrences(of: "T", with: " ")
     }
 
-    static func escape(_ text: String) -> String {
-        var out = ""
-        for character in text {
-            switch character {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            case "'": out += "&#39;"
-            default: out.append(character)
+    static let template: MustacheTemplate = {
+        // The template is a constant of this file: a parse error is a programming error.
+        try! MustacheTemplate(string: """
+            <!DOCTYPE html>
+            <html lang="en"><head><meta charset="utf-8"><title>apns-worker registry</title>
+            <style>
+              body { font-family: sans-serif; margin: 16px; color: #222; background: #fff; }
+              table { border-collapse: collapse; margin-bottom: 24px; }
+              th, td { border: 1px solid #bbb; padding: 4px 8px; text-align: left; }
+              .legend span { display: inline-block; margin-right: 1em; }
+              .swatch { display: inline-block; width: .8em; height: .8em; margin-right: .3em; }
+              .notice { padding: 6px; background: #fff3cd; }
+            </style></head>
+            <body>
+            <p><a href="/">← status</a></p>
+            <h1>Device registry</h1>
+            {{#error}}<p class="notice" id="registry-error">{{error}}</p>{{/error}}
+            <form method="get" action="/registry"><label>Group <input name="group" value="{{groupQuery}}"></label> <button>Look up</button></form>
+            {{#group}}
+            <h2>Group {{name}}: {{count}} device(s)</h2>
+            <table id="group-devices"><tr><th>bundle ID</th><th>token</th><th>state</th><th>environment</th><th>changed at</th><th>invalid</th></tr>
+            {{#devices}}<tr><td>{{bundleID}}</td><td><code>{{token}}</code></td><td>{{state}}</td><td>{{environment}}</td><td>{{changedAt}}</td><td>{{invalid}}</td></tr>
+            {{/devices}}</table>
+            {{/group}}
+            <h2>Devices per bundle</h2>
+            <table id="device-counts"><tr><th>bundle ID</th><th>active</th><th>invalid</th></tr>
+            {{#bundles}}<tr><td>{{bundleID}}</td><td>{{active}}</td><td>{{invalid}}</td></tr>
+            {{/bundles}}</table>
+            <h2>Last 48 hours (UTC), every instance</h2>
+            <p class="legend">{{#legend}}<span><i class="swatch" style="background:{{color}}"></i>{{end}}</span>{{/legend}}</p>
+            {{#charts}}
+            <h3>{{bundleID}}</h3>
+            {{#chart}}<svg xmlns="http://www.w3.org/2000/svg" width="{{width}}" height="{{height}}" role="img" aria-label="{{bundleID}}: notifications per hour by end">
+            <text x="0" y="{{peakY}}" font-size="11">{{peak}}</text><text x="0" y="{{baseY}}" font-size="11">0</text>
+            <line x1="{{left}}" y1="{{baseY}}" x2="{{width}}" y2="{{baseY}}" stroke="#999"/>
+            {{#segments}}<rect x="{{x}}" y="{{y}}" width="{{width}}" height="{{height}}" fill="{{color}}"><title>{{hour}} {{end}}: {{count}}</title></rect>{{/segments}}
+            {{#ticks}}<text x="{{x}}" y="{{y}}" font-size="10">{{label}}</text>{{/ticks}}
+            </svg>{{/chart}}
+            {{/charts}}
+            {{^charts}}<p>No counts yet.</p>{{/charts}}
+            </body></html>
+            """)
+    }()
+}
+
+/// One bundle's last 48 UTC hours as stacked bars, one bar per hour, scaled to the busiest hour,
+/// as numbers for the template. Pure, so its geometry is tested without a page.
+struct HourlyChart {
+    struct Segment: Equatable {
+        var hourIndex: Int
+        var end: JobEndKind
+        var count: Int64
+        var y: Double
+        var height: Double
+    }
+
+    static let width = 960, height = 180, top = 10, bottom = 20, left = 50, hours = 48
+
+    let since: Int64
+    let peak: Int64
+    let segments: [Segment]
+
+    init(rows: [CountRow], since: Int64) {
+        self.since = since
+        var perHour = [[JobEndKind: Int64]](repeating: [:], count: Self.hours)
+        for row in rows {
+            let index = Int((row.hour - since) / 3600)
+            guard row.hour >= since, index < Self.hours, let end = JobEndKind(rawValue: row.end) else { continue }
+            perHour[index][end, default: 0] += row.count
+        }
+        let peak = max(perHour.map { $0.values.reduce(0, +) }.max() ?? 0, 1)
+        let plot = Double(Self.height - Self.top - Self.bottom)
+        var segments: [Segment] = []
+        for (index, counts) in perHour.enumerated() {
+            var y = Double(Self.height - Self.bottom)
+            for end in JobEndKind.allCases {
+                guard let count = counts[end], count > 0 else { continue }
+                let height = plot * Double(count) / Double(peak)
+                y -= height
+                segments.append(Segment(hourIndex: index, end: end, count: count, y: y, height: height))
             }
         }
-        return out
+        self.peak = peak
+        self.segments = segments
+    }
+
+    static func color(of end: JobEndKind) -> String {
+        switch end {
+        case .delivered: "#2e7d32"
+        case .invalidToken: "#ef6c00"
+        case .retry: "#f9a825"
+        case .dead: "#c62828"
+        case .gated: "#757575"
+        case .fannedOut: "#1565c0"
+        }
+    }
+
+    var context: [String: Any] {
+        let slot = (Self.width - Self.left) / Self.hours
+        let hourLabel = { (index: Int) in
+            RegistryPage.time(ms: (since + Int64(index) * 3600) * 1000).split(separator: " ").last.map { String($0.prefix(5)) } ?? ""
+        }
+        return [
+            "width": Self.width, "height": Self.height, "left": Self.left,
+            "peak": String(peak), "peakY": Self.top + 10, "baseY": Self.height - Self.bottom,
+            "segments": segments.map { segment in
+                [
+                    "x": Self.left + segment.hourIndex * slot + 1, "width": slot - 2,
+                    "y": String(format: "%.1f", segment.y), "height": String(format: "%.1f", segment.height),
+                    "color": Self.color(of: segment.end), "end": segment.end.rawValue, "count": String(segment.count),
+                    "hour": hourLabel(segment.hourIndex),
+                ] as [String: Any]
+            },
+            "ticks": stride(from: 0, to: Self.hours, by: 6).map { index in
+                ["x": Self.left + index * slot, "y": Self.height - 5, "label": hourLabel(index)] as [String: Any]
+            },
+        ]
     }
 }

@@ -1,9 +1,10 @@
 @testable import APNSAdmin
+import APNSCore
 @testable import APNSRegistry
 import Foundation
 import Testing
 
-/// The registry page's server-drawn chart and escaping, without a server or a database.
+/// The registry page's server-drawn chart and its escaping, without a server or a database.
 struct RegistryPageTests {
     let since: Int64 = 1_790_000_000 / 3600 * 3600
 
@@ -12,32 +13,46 @@ struct RegistryPageTests {
     }
 
     @Test func barsStackByEndAndScaleToTheBusiestHour() {
-        let svg = RegistryPage.chart([row(0, "delivered", 30), row(0, "dead", 10), row(47, "delivered", 40)], since: since)
-        #expect(svg.components(separatedBy: "<rect").count - 1 == 3)
-        #expect(svg.contains("<title>delivered: 30</title>"))
-        #expect(svg.contains("<title>dead: 10</title>"))
-        // The busiest hour (40 jobs) fills the plot: 180 high less 10 on top and 20 below.
-        #expect(svg.contains(##"height="150.0" fill="#2e7d32"><title>delivered: 40</title>"##))
-        // Hour 0 holds 30 + 10 = 40 too: its two parts stack to the same full height.
-        #expect(svg.contains(#"y="47.5" width"#) && svg.contains(#"y="10.0" width"#))
-        #expect(svg.contains(">40</text>"))
+        let chart = HourlyChart(rows: [row(0, "delivered", 30), row(0, "dead", 10), row(47, "delivered", 40)], since: since)
+        #expect(chart.peak == 40)
+        // The plot is 150 high (180 less 10 above and 20 below); hour 0's 30 + 10 fill it, stacked.
+        #expect(
+            chart.segments == [
+                .init(hourIndex: 0, end: .delivered, count: 30, y: 47.5, height: 112.5),
+                .init(hourIndex: 0, end: .dead, count: 10, y: 10, height: 37.5),
+                .init(hourIndex: 47, end: .delivered, count: 40, y: 10, height: 150),
+            ])
     }
 
     @Test func rowsOutsideTheWindowAndUnknownEndsAreLeftOut() {
-        let svg = RegistryPage.chart([row(-1, "delivered", 5), row(48, "delivered", 5), row(3, "exploded", 5)], since: since)
-        #expect(!svg.contains("<rect"))
-        #expect(svg.contains(">1</text>"), "an empty chart scales to 1, never divides by zero")
+        let chart = HourlyChart(rows: [row(-1, "delivered", 5), row(48, "delivered", 5), row(3, "exploded", 5)], since: since)
+        #expect(chart.segments.isEmpty)
+        #expect(chart.peak == 1, "an empty chart scales to 1, never divides by zero")
     }
 
-    @Test func everyStringFromTheRegistryIsEscaped() {
+    @Test func thePageDrawsEveryBundlesChartAndEscapesWhatComesFromOutside() {
         let device = DeviceRecord(
-            bundleId: "<b>", token: "\"'&", group: "g", environment: "production", state: .active, changedAt: 0, registeredAt: nil,
-            invalidReason: nil, invalidAt: nil)
+            bundleId: "<b>", token: "\"'&", group: "g", environment: "production", state: .invalid, changedAt: 0,
+            registeredAt: nil, invalidReason: "Unregistered", invalidAt: 1_000)
         let page = RegistryPage(
-            summary: RegistrySummary(devices: [], since: since, counts: [row(1, "delivered", 1, bundle: "<script>")]),
+            summary: RegistrySummary(
+                devices: [BundleDeviceCount(bundleId: "com.example.app", active: 7, invalid: 2)], since: since,
+                counts: [row(1, "delivered", 3, bundle: "<script>"), row(2, "dead", 1)]),
             group: "<img src=x>", devices: [device], error: nil)
         let html = page.render()
         #expect(!html.contains("<script>") && !html.contains("<img") && !html.contains("<b>"))
-        #expect(html.contains("&lt;script&gt;") && html.contains("&lt;img src=x&gt;") && html.contains("&quot;&#39;&amp;"))
+        #expect(html.contains("&lt;script&gt;") && html.contains("&lt;img src=x&gt;"))
+        #expect(html.contains("<code>&quot;&#39;&amp;</code>") || html.contains("<code>&quot;&#x27;&amp;</code>") || html.contains("<code>&quot;'&amp;</code>"))
+        #expect(html.components(separatedBy: "<svg").count - 1 == 2)
+        #expect(html.contains("<title>") && html.contains("delivered: 3</title>") && html.contains("dead: 1</title>"))
+        #expect(html.contains("<td>com.example.app</td><td>7</td><td>2</td>"))
+        #expect(html.contains("Unregistered at 1970-01-01 00:00:01"))
+    }
+
+    @Test func withoutCountsThePageSaysSo() {
+        let page = RegistryPage(summary: RegistrySummary(devices: [], since: since, counts: []), group: nil, devices: [], error: "the registry (PostgreSQL) is unavailable")
+        let html = page.render()
+        #expect(html.contains("No counts yet.") && html.contains("the registry (PostgreSQL) is unavailable"))
+        #expect(!html.contains("<svg") && !html.contains("group-devices"))
     }
 }
