@@ -219,6 +219,45 @@ struct RegistryEndToEndTests {
         _ = try? await harness.connection.deleteQueue(sink)
     }
 
+    /// The binary transport's two ways of saying a token is dead, status 8 on the gateway and
+    /// a tuple from the feedback service, both mark the device, each with its own reason and
+    /// time, and the marked devices get no further fan-out.
+    @Test func binaryStatusEightAndTheFeedbackServiceMarkDevices() async throws {
+        let harness = try await RegistryHarness.start(binarySecondBundle: true)
+        try await harness.withWorkers { _ in try await binaryMarks(harness) }
+    }
+
+    func binaryMarks(_ harness: RegistryHarness) async throws {
+        let bundle = harness.bundles[1]
+        let rejected = RegistryHarness.token(21), reported = RegistryHarness.token(22), healthy = RegistryHarness.token(23)
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        harness.simulator.script(token: rejected, .binaryStatus(8))
+        for token in [rejected, reported, healthy] { try await harness.register(bundle, token, group: "binary-acct", at: now - 60_000) }
+        try await TestPostgres.withStore(harness.registry) { store in
+            try await waitUntil("registered", timeout: .seconds(120)) {
+                try await store.activeDevices(group: "binary-acct", after: nil, limit: 10).count == 3
+            }
+            // The feedback service's time is in seconds; Apple's timestamp is after the register.
+            let feedbackSeconds = UInt32(now / 1000)
+            harness.simulator.addFeedback(token: reported, timestamp: feedbackSeconds)
+            try await harness.publish(TopologyNames.groups, #"{"group":"binary-acct","payload":{"aps":{"alert":"hi"}}}"#)
+            try await waitUntil("status 8 and the feedback tuple both marked", timeout: .seconds(120)) {
+                for token in [rejected, reported] where try await store.device(bundleID: bundle, token: token)?.state != .invalid {
+                    return false
+                }
+                return true
+            }
+            let byStatus = try #require(try await store.device(bundleID: bundle, token: rejected))
+            let byFeedback = try #require(try await store.device(bundleID: bundle, token: reported))
+            #expect(byStatus.invalidReason == "InvalidToken")
+            #expect(byFeedback.invalidReason == "Unregistered")
+            #expect(byFeedback.invalidAt == Int64(feedbackSeconds) * 1000)
+            #expect(try await store.device(bundleID: bundle, token: healthy)?.state == .active)
+            let active = try await store.activeDevices(group: "binary-acct", after: nil, limit: 10)
+            #expect(active.map(\.token) == [healthy])
+        }
+    }
+
     /// Two workers deliver one bundle's jobs; their counts add up in PostgreSQL, and the
     /// operator surface (`stats`, `registry show`, the admin API and page) shows them.
     @Test func twoWorkersCountsAddUpAndOperatorsSeeThem() async throws {

@@ -23,7 +23,9 @@ final class RegistryHarness: Sendable {
     let configPath: String
     let registry: RegistrySettings
 
-    static func start(registry: RegistrySettings? = nil, extraBundles: Int = 0) async throws -> RegistryHarness {
+    /// With `binarySecondBundle`, `bundles[1]` uses the binary transport (the simulator's
+    /// gateway and feedback service, polled every second) instead of HTTP/2.
+    static func start(registry: RegistrySettings? = nil, extraBundles: Int = 0, binarySecondBundle: Bool = false) async throws -> RegistryHarness {
         let broker = try TestBroker.require()
         let registry = if let registry { registry } else { try await TestPostgres.freshDatabase() }
         let bundles = [uniqueName("com.example.universal"), uniqueName("com.example.iphone")]
@@ -33,9 +35,12 @@ final class RegistryHarness: Sendable {
         var logger = Logger(label: "registry-e2e.simulator")
         logger.logLevel = .warning
         let simulatorGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let simulator = try await APNSSimulator.start(
-            SimulatorConfiguration(tls: credentials.tlsConfiguration(), bundleIDs: bundles, tokenKeys: [credentials.tokenKey]),
-            logger: logger, eventLoopGroup: simulatorGroup)
+        var simulatorConfiguration = SimulatorConfiguration(tls: credentials.tlsConfiguration(), bundleIDs: bundles, tokenKeys: [credentials.tokenKey])
+        if binarySecondBundle {
+            simulatorConfiguration.binaryPort = 0
+            simulatorConfiguration.feedbackPort = 0
+        }
+        let simulator = try await APNSSimulator.start(simulatorConfiguration, logger: logger, eventLoopGroup: simulatorGroup)
         var config = """
             [amqp]
             url = \(broker.amqpURL)
@@ -60,7 +65,7 @@ final class RegistryHarness: Sendable {
             countsFlushInterval = 200ms
 
             """
-        for bundle in bundles {
+        for bundle in bundles where !(binarySecondBundle && bundle == bundles[1]) {
             config += """
 
                 [apns "\(bundle)"]
@@ -70,6 +75,23 @@ final class RegistryHarness: Sendable {
                 host = 127.0.0.1
                 port = \(simulator.port)
                 caFile = credentials/ca.pem
+                connections = 1
+
+                """
+        }
+        if binarySecondBundle {
+            config += """
+
+                [apns "\(bundles[1])"]
+                transport = binary
+                certFile = credentials/client.pem
+                keyFile = credentials/client.key
+                caFile = credentials/ca.pem
+                binaryHoldWindow = 3s
+                host = 127.0.0.1
+                port = \(simulator.binaryPort ?? 0)
+                feedbackPort = \(simulator.feedbackPort ?? 0)
+                feedbackInterval = 1s
                 connections = 1
 
                 """
