@@ -76,30 +76,55 @@ public struct DeviceRecord: Sendable, Hashable, Codable {
     public var invalidAt: Int64?
 }
 
+/// What the URL's `sslmode` asks of a connection, as libpq reads it: no TLS, TLS when the
+/// server offers it, or TLS required, with that mode's certificate verification.
+enum RegistryTLS {
+    case disable
+    case prefer(TLSConfiguration)
+    case require(TLSConfiguration)
+
+    init(_ mode: PostgresURL.SSLMode) {
+        var config = TLSConfiguration.makeClientConfiguration()
+        switch mode {
+        case .disable: self = .disable
+        case .allow, .prefer:
+            config.certificateVerification = .none
+            self = .prefer(config)
+        case .require:
+            config.certificateVerification = .none
+            self = .require(config)
+        case .verifyCA:
+            config.certificateVerification = .noHostnameVerification
+            self = .require(config)
+        case .verifyFull:
+            self = .require(config)
+        }
+    }
+
+    var forPool: PostgresClient.Configuration.TLS {
+        switch self {
+        case .disable: .disable
+        case .prefer(let config): .prefer(config)
+        case .require(let config): .require(config)
+        }
+    }
+
+    func forConnection() throws -> PostgresConnection.Configuration.TLS {
+        switch self {
+        case .disable: .disable
+        case .prefer(let config): .prefer(try NIOSSLContext(configuration: config))
+        case .require(let config): .require(try NIOSSLContext(configuration: config))
+        }
+    }
+}
+
 extension RegistryStore {
     /// A store on a new pooled client for `settings` (the client runs in `run()`).
     public convenience init(settings: RegistrySettings, logger: Logger) throws {
         let url = settings.url
-        let tls: PostgresClient.Configuration.TLS
-        switch url.sslMode {
-        case .disable: tls = .disable
-        case .allow, .prefer:
-            var config = TLSConfiguration.makeClientConfiguration()
-            config.certificateVerification = .none
-            tls = .prefer(config)
-        case .require:
-            var config = TLSConfiguration.makeClientConfiguration()
-            config.certificateVerification = .none
-            tls = .require(config)
-        case .verifyCA:
-            var config = TLSConfiguration.makeClientConfiguration()
-            config.certificateVerification = .noHostnameVerification
-            tls = .require(config)
-        case .verifyFull:
-            tls = .require(TLSConfiguration.makeClientConfiguration())
-        }
         var configuration = PostgresClient.Configuration(
-            host: url.host, port: url.port, username: url.user, password: url.password, database: url.database, tls: tls)
+            host: url.host, port: url.port, username: url.user, password: url.password, database: url.database,
+            tls: RegistryTLS(url.sslMode).forPool)
         configuration.options.maximumConnections = settings.poolSize
         configuration.options.connectTimeout = .seconds(5)
         // The driver logs every failed connection attempt at info: while the registry is down
@@ -107,5 +132,21 @@ extension RegistryStore {
         var background = logger
         background.logLevel = max(logger.logLevel, .warning)
         self.init(client: PostgresClient(configuration: configuration, backgroundLogger: background), logger: logger)
+    }
+
+    /// Opens one connection outside any pool and closes it. At start-up the pool is the wrong
+    /// tool to ask with: it retries behind a circuit breaker and, a minute later, reports only
+    /// that the breaker tripped, where the operator needs the server's own reason (refused, no
+    /// such database, authentication failed) and needs it at once.
+    static func connectOnce(_ settings: RegistrySettings, logger: Logger) async throws {
+        let url = settings.url
+        var configuration = PostgresConnection.Configuration(
+            host: url.host, port: url.port, username: url.user, password: url.password, database: url.database,
+            tls: try RegistryTLS(url.sslMode).forConnection())
+        configuration.options.connectTimeout = .seconds(10)
+        var quiet = logger
+        quiet.logLevel = max(logger.logLevel, .warning)
+        let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: quiet)
+        try await connection.close()
     }
 }

@@ -73,6 +73,7 @@ public final class RegistryService: Service, Sendable {
     /// reached, or refuses, is one line naming the file, line and key (password masked).
     public static func migrateAtStartUp(_ settings: RegistrySettings, logger: Logger) async throws(ConfigurationError) -> [Int] {
         do {
+            try await RegistryStore.connectOnce(settings, logger: logger)
             let store = try RegistryStore(settings: settings, logger: logger)
             return try await withThrowingTaskGroup(of: [Int]?.self) { group in
                 group.addTask {
