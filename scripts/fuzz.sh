@@ -23,9 +23,10 @@ done
 
 log_dir=Fuzz/work/logs
 mkdir -p "$log_dir"
-echo "fuzz.sh: building ${targets[*]} (release, -sanitize=fuzzer,address)" >&2
+echo "fuzz.sh: building every target (release, -sanitize=fuzzer,address)" >&2
+# Every target of the Fuzz package at once: `swift build` given several --product flags builds
+# only the last one, so a fresh clone would have had one fuzzer of four.
 build=(swift build --package-path Fuzz -c release -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library)
-for t in "${targets[@]}"; do build+=(--product "$t"); done
 if ! "${build[@]}" > "$log_dir/build.log" 2>&1; then
   grep -E 'error:' "$log_dir/build.log" >&2 || tail -n 30 "$log_dir/build.log" >&2
   echo "fuzz.sh: build failed (Fuzz/work/logs/build.log)" >&2
@@ -34,6 +35,9 @@ fi
 bin=$(swift build --package-path Fuzz -c release -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library --show-bin-path)
 
 failed=()
+for t in "${targets[@]}"; do
+  [ -x "$bin/$t" ] || { echo "fuzz.sh: the build made no $bin/$t" >&2; exit 1; }
+done
 for t in "${targets[@]}"; do
   corpus=Fuzz/work/$t
   artifacts=Fuzz/artifacts/$t
