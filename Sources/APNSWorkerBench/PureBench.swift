@@ -21,6 +21,9 @@ struct PureBench: ParsableCommand {
     @Option(help: "Timed rounds of `iterations` each; the fastest round is reported, which filters out time lost to other processes on a shared machine.")
     var rounds: Int = 5
 
+    @Option(help: "Only the cases whose name contains this text (e.g. \"job parse\", to profile one case under callgrind).")
+    var only: String?
+
     func validate() throws {
         guard iterations > 0, warmup >= 0, rounds > 0 else {
             throw ValidationError("iterations and rounds must be > 0, warmup >= 0")
@@ -28,7 +31,7 @@ struct PureBench: ParsableCommand {
     }
 
     func run() throws {
-        let cases = try PureBenchCase.all()
+        let cases = try PureBenchCase.all().filter { benchCase in only.map { benchCase.name.contains($0) } ?? true }
         print("fastest of \(rounds) rounds")
         print("case                                   iterations     total ms        ops/s      ns/op")
         var checksum = 0
