@@ -1,0 +1,50 @@
+/// Suspending until someone else hands over a value, with task cancellation done right, in one
+/// place. Every such wait has the same two races, and each hand-written copy had to get both:
+///
+/// - the cancellation handler may run *before* the continuation is registered, finding nothing
+///   to cancel; the wait must then notice the cancellation itself, or it hangs;
+/// - the waker and the canceller may both find the continuation; only the one that removes it
+///   (under the caller's lock) may resume it, so it is resumed exactly once.
+///
+/// The caller keeps its waiters wherever it likes (a dictionary, a pool state machine) under its
+/// own lock, and gives two closures: `register` stores the continuation (or answers at once),
+/// `withdraw` removes it if it is still there. Both run under the caller's lock.
+
+/// Waits for a value; a cancelled waiter gets `cancelled` (for waits that cannot fail).
+public func withCancellableWait<Value: Sendable>(
+    register: (CheckedContinuation<Value, Never>) -> Value?,
+    withdraw: @escaping @Sendable () -> CheckedContinuation<Value, Never>?,
+    cancelled: @autoclosure @escaping @Sendable () -> Value
+) async -> Value {
+    await withTaskCancellationHandler {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Value, Never>) in
+            if let immediate = register(continuation) {
+                continuation.resume(returning: immediate)
+            } else if Task.isCancelled, let registered = withdraw() {
+                // Cancelled before the registration: the handler below found nothing to resume.
+                registered.resume(returning: cancelled())
+            }
+        }
+    } onCancel: {
+        withdraw()?.resume(returning: cancelled())
+    }
+}
+
+/// Waits for a value or an error; a cancelled waiter throws `CancellationError`.
+/// `register` answers at once with a result, or nil to wait.
+public func withCancellableWait<Value: Sendable>(
+    register: (CheckedContinuation<Value, any Error>) -> Result<Value, any Error>?,
+    withdraw: @escaping @Sendable () -> CheckedContinuation<Value, any Error>?
+) async throws -> Value {
+    try await withTaskCancellationHandler {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
+            if let immediate = register(continuation) {
+                continuation.resume(with: immediate)
+            } else if Task.isCancelled, let registered = withdraw() {
+                registered.resume(throwing: CancellationError())
+            }
+        }
+    } onCancel: {
+        withdraw()?.resume(throwing: CancellationError())
+    }
+}
