@@ -23,11 +23,11 @@ extension ConnectionDriver {
             if stopRequested {
                 continuation.resume(throwing: notConnected)
             } else {
-                consumers[request.id] = Consumer(request: request)
+                consumers.add(request.id, request)
                 continuation.resume()
             }
         case .cancelConsumer(let id, let continuation):
-            if let consumer = consumers.removeValue(forKey: id) { consumer.request.buffer.finish() }
+            consumers.remove(id)?.buffer.finish()
             continuation.resume()
         case .close(let continuation):
             stopRequested = true
@@ -80,25 +80,24 @@ extension ConnectionDriver {
                 continuation.resume(throwing: error)
             }
         case .consume(let request, let continuation):
-            consumers[request.id] = Consumer(request: request)
+            consumers.add(request.id, request)
             do {
                 try establish(request.id)
                 continuation.resume()
             } catch let error as AMQPError {
-                consumers[request.id] = nil
+                consumers.remove(request.id)
                 continuation.resume(throwing: error)
             } catch let failure as ConnectionFailure {
-                consumers[request.id] = nil
+                consumers.remove(request.id)
                 continuation.resume(throwing: failure.error)
                 throw failure
             } catch {
-                consumers[request.id] = nil
+                consumers.remove(request.id)
                 continuation.resume(throwing: error)
             }
         case .cancelConsumer(let id, let continuation):
             defer { continuation.resume() }
-            guard let consumer = consumers[id], !consumer.cancelled else { return }
-            consumers[id]?.cancelled = true
+            guard let consumer = consumers.cancel(id) else { return }
             consumer.request.buffer.finish()
             if let channel = consumer.channel {
                 _ = amqp_basic_cancel(state, channel, arena.bytes(consumer.request.tag))
@@ -208,7 +207,7 @@ extension ConnectionDriver {
     }
 
     /// A `basic.return`: the publish it belongs to fails when its ack comes.
-    func matchReturn(_ assembly: Assembly, replyCode: UInt16, replyText: String) {
+    func matchReturn(_ assembly: ContentAssembler.Message, replyCode: UInt16, replyText: String) {
         let error = AMQPError(
             .publishReturned,
             "the broker returned the message: exchange '\(assembly.exchange)' has no queue bound for routing key '\(assembly.routingKey)'",

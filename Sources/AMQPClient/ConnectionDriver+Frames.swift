@@ -14,26 +14,14 @@ extension ConnectionDriver {
         case AMQP_FRAME_METHOD:
             try handleMethod(frame.payload.method, channel: channel)
         case AMQP_FRAME_HEADER:
-            guard var assembly = assemblies[channel] else { return }
-            if let decoded = frame.payload.properties.decoded {
-                assembly.properties = FieldDecoder.properties(decoded.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee)
+            let header = frame.payload.properties
+            let message = assembler.header(on: channel, bodySize: Int(header.body_size)) {
+                header.decoded.map { FieldDecoder.properties($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee) }
             }
-            assembly.bodySize = Int(frame.payload.properties.body_size)
-            assembly.headerSeen = true
-            assembly.body.reserveCapacity(assembly.bodySize)
-            if assembly.bodySize == 0 {
-                assemblies[channel] = nil
-                complete(assembly, channel: channel)
-            } else {
-                assemblies[channel] = assembly
-            }
+            if let message { complete(message, channel: channel) }
         case AMQP_FRAME_BODY:
-            guard var assembly = assemblies.removeValue(forKey: channel) else { return }
-            assembly.body.append(contentsOf: FieldDecoder.bytes(frame.payload.body_fragment))
-            if assembly.body.count >= assembly.bodySize {
-                complete(assembly, channel: channel)
-            } else {
-                assemblies[channel] = assembly
+            if let message = assembler.body(on: channel, FieldDecoder.bytes(frame.payload.body_fragment)) {
+                complete(message, channel: channel)
             }
         default:
             break
@@ -45,14 +33,14 @@ extension ConnectionDriver {
         switch method.id {
         case AMQPMethod.basicDeliver:
             let m = decoded.assumingMemoryBound(to: amqp_basic_deliver_t.self).pointee
-            assemblies[channel] = Assembly(
-                kind: .delivery(tag: m.delivery_tag, redelivered: m.redelivered != 0, consumerTag: FieldDecoder.string(m.consumer_tag)),
-                exchange: FieldDecoder.string(m.exchange), routingKey: FieldDecoder.string(m.routing_key))
+            assembler.begin(
+                .delivery(tag: m.delivery_tag, redelivered: m.redelivered != 0, consumerTag: FieldDecoder.string(m.consumer_tag)),
+                exchange: FieldDecoder.string(m.exchange), routingKey: FieldDecoder.string(m.routing_key), on: channel)
         case AMQPMethod.basicReturn:
             let m = decoded.assumingMemoryBound(to: amqp_basic_return_t.self).pointee
-            assemblies[channel] = Assembly(
-                kind: .returned(replyCode: m.reply_code, replyText: FieldDecoder.string(m.reply_text)),
-                exchange: FieldDecoder.string(m.exchange), routingKey: FieldDecoder.string(m.routing_key))
+            assembler.begin(
+                .returned(replyCode: m.reply_code, replyText: FieldDecoder.string(m.reply_text)),
+                exchange: FieldDecoder.string(m.exchange), routingKey: FieldDecoder.string(m.routing_key), on: channel)
         case AMQPMethod.basicAck where channel == ChannelTable.publish:
             let m = decoded.assumingMemoryBound(to: amqp_basic_ack_t.self).pointee
             confirm(upTo: m.delivery_tag, multiple: m.multiple != 0, ack: true)
@@ -93,10 +81,10 @@ extension ConnectionDriver {
         }
     }
 
-    func complete(_ assembly: Assembly, channel: amqp_channel_t) {
+    func complete(_ assembly: ContentAssembler.Message, channel: amqp_channel_t) {
         switch assembly.kind {
         case .delivery(let tag, let redelivered, let consumerTag):
-            guard let id = consumerByChannel[channel], let consumer = consumers[id], let generation = channels.generation(of: channel) else { return }
+            guard let consumer = consumers.consumer(on: channel)?.entry, let generation = channels.generation(of: channel) else { return }
             let message = AMQPDeliveredMessage(
                 exchange: assembly.exchange, routingKey: assembly.routingKey, redelivered: redelivered,
                 body: assembly.body, properties: assembly.properties)
@@ -115,9 +103,9 @@ extension ConnectionDriver {
     }
 
     func consumerCancelledByBroker(channel: amqp_channel_t, tag: String) throws(ConnectionFailure) {
-        guard let id = consumerByChannel[channel], let consumer = consumers[id] else { return }
+        guard let (id, consumer) = consumers.consumer(on: channel) else { return }
         logger.warning("AMQP broker cancelled a consumer (queue deleted?)", metadata: ["amqp.queue": "\(consumer.request.queue)", "amqp.consumer_tag": "\(tag)"])
-        consumers[id] = nil
+        consumers.remove(id)
         consumer.request.buffer.finish(throwing: AMQPError(
             .consumerCancelled, "the broker cancelled the consumer of queue '\(consumer.request.queue)' (the queue was deleted or its node went down)",
             queue: consumer.request.queue))
@@ -131,21 +119,20 @@ extension ConnectionDriver {
         var ok = amqp_channel_close_ok_t(dummy: 0)
         _ = amqp_send_method(state, channel, AMQPMethod.channelCloseOk, &ok)
         channels.closed(channel)
-        assemblies[channel] = nil
+        assembler.discard(channel: channel)
         logger.warning("AMQP broker closed a channel", metadata: ["amqp.channel": "\(channel)", "amqp.reply_code": "\(replyCode)", "amqp.reply_text": "\(replyText)"])
         if channel == ChannelTable.publish {
             failInFlightPublishes(AMQPError(.channelClosed, "the broker closed the publishing channel", replyCode: replyCode, replyText: replyText))
             try openPublishChannel()
         } else if channel == ChannelTable.control {
             try openChannel(ChannelTable.control)
-        } else if let id = consumerByChannel.removeValue(forKey: channel), let consumer = consumers[id] {
+        } else if let (id, consumer) = consumers.channelClosed(channel) {
             channels.releaseConsumerChannel(channel)
-            consumers[id]?.channel = nil
             guard !consumer.cancelled else { return }
             do {
                 try establish(id)
             } catch let error as AMQPError {
-                consumers[id] = nil
+                consumers.remove(id)
                 consumer.request.buffer.finish(throwing: error)
             } catch let failure as ConnectionFailure {
                 throw failure
@@ -172,8 +159,8 @@ extension ConnectionDriver {
 
     func closeChannel(_ channel: amqp_channel_t) {
         channels.closed(channel)
-        assemblies[channel] = nil
-        if let id = consumerByChannel.removeValue(forKey: channel) { consumers[id]?.channel = nil }
+        assembler.discard(channel: channel)
+        _ = consumers.channelClosed(channel)
         if let state = conn {
             _ = amqp_channel_close(state, channel, AMQP_REPLY_SUCCESS)
             amqp_maybe_release_buffers_on_channel(state, channel)
@@ -183,7 +170,7 @@ extension ConnectionDriver {
 
     /// Opens a channel for the consumer, sets its prefetch and starts `basic.consume`.
     func establish(_ id: Int) throws {
-        guard let state = conn, let consumer = consumers[id] else { return }
+        guard let state = conn, let consumer = consumers.entry(id) else { return }
         let request = consumer.request
         let channel = channels.allocateConsumerChannel()
         try openChannel(channel)
@@ -200,8 +187,7 @@ extension ConnectionDriver {
             throw error
         }
         amqp_maybe_release_buffers_on_channel(state, channel)
-        consumers[id]?.channel = channel
-        consumerByChannel[channel] = id
+        consumers.started(id, on: channel)
         logger.debug("AMQP consumer started", metadata: ["amqp.queue": "\(request.queue)", "amqp.channel": "\(channel)", "amqp.prefetch": "\(request.prefetch)"])
     }
 }

@@ -66,30 +66,10 @@ final class ConnectionDriver: @unchecked Sendable {
 
     var plans: [TopologyPlan] = []
 
-    struct Consumer {
-        var request: ConsumerRequest
-        var channel: amqp_channel_t?
-        /// After `cancel()`: no longer restored; its channel stays open for acks.
-        var cancelled = false
-    }
-    var consumers: [Int: Consumer] = [:]
-    var consumerByChannel: [amqp_channel_t: Int] = [:]
+    var consumers = ConsumerRegistry<ConsumerRequest>()
 
-    /// Content (header + body frames) being assembled per channel after a deliver or return.
-    struct Assembly {
-        enum Kind {
-            case delivery(tag: UInt64, redelivered: Bool, consumerTag: String)
-            case returned(replyCode: UInt16, replyText: String)
-        }
-        var kind: Kind
-        var exchange: String
-        var routingKey: String
-        var properties = AMQPProperties()
-        var bodySize = 0
-        var body: [UInt8] = []
-        var headerSeen = false
-    }
-    var assemblies: [amqp_channel_t: Assembly] = [:]
+    /// Messages (header + body frames) being put together per channel after a deliver or return.
+    var assembler = ContentAssembler()
 
     /// Acks of consumer channels waiting to go out as multiple acks, per channel and the
     /// generation they belong to (a coalescer of a generation no longer open is dropped).
@@ -167,8 +147,7 @@ final class ConnectionDriver: @unchecked Sendable {
     func finish() {
         let closed = AMQPError(.closed, "the connection is closed")
         if conn != nil { teardown(closed) }
-        for (_, consumer) in consumers { consumer.request.buffer.finish() }
-        consumers.removeAll()
+        for request in consumers.removeAll() { request.buffer.finish() }
         setState(.closed)
         let remaining: [Command] = connection.shared.withLock { state in
             state.terminated = true
@@ -275,18 +254,14 @@ final class ConnectionDriver: @unchecked Sendable {
                 throw failure
             } catch {}
         }
-        for id in consumers.keys.sorted() {
-            guard let consumer = consumers[id] else { continue }
-            if consumer.cancelled {
-                consumers[id] = nil
-                continue
-            }
+        for id in consumers.toRestore() {
+            guard let consumer = consumers.entry(id) else { continue }
             do {
                 try establish(id)
             } catch let error as AMQPError {
                 logger.error("AMQP consumer could not be restored", metadata: ["amqp.queue": "\(consumer.request.queue)", "amqp.error": "\(error)"])
                 consumer.request.buffer.finish(throwing: error)
-                consumers[id] = nil
+                consumers.remove(id)
             } catch let failure as ConnectionFailure {
                 throw failure
             } catch {}
@@ -308,10 +283,9 @@ final class ConnectionDriver: @unchecked Sendable {
         }
         publishesWhileBlocked.removeAll()
         channels.connectionLost()
-        assemblies.removeAll()
+        assembler.discardAll()
         ackCoalescers.removeAll()
-        consumerByChannel.removeAll()
-        for id in consumers.keys { consumers[id]?.channel = nil }
+        consumers.connectionLost()
         blocked = false
         logger[metadataKey: "amqp.url"] = nil
     }
@@ -372,12 +346,11 @@ final class ConnectionDriver: @unchecked Sendable {
     func closeGracefully() {
         guard let state = conn else { return }
         try? flushAcks(force: true)
-        for (id, consumer) in consumers where !consumer.cancelled {
-            if let channel = consumer.channel {
+        for id in consumers.liveIDs {
+            if let consumer = consumers.cancel(id), let channel = consumer.channel {
                 _ = amqp_basic_cancel(state, channel, arena.bytes(consumer.request.tag))
                 arena.reset()
             }
-            consumers[id]?.cancelled = true
         }
         _ = amqp_connection_close(state, AMQP_REPLY_SUCCESS)
         teardown(AMQPError(.closed, "the connection is closed"))

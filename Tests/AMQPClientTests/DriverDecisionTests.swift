@@ -168,3 +168,106 @@ import Testing
         #expect(policy.failed(using: &random) == .giveUp)
     }
 }
+
+@Suite struct ConsumerRegistryTests {
+    typealias Registry = ConsumerRegistry<String>
+
+    @Test func aStartedConsumerIsFoundByItsChannelUntilTheChannelCloses() {
+        var registry = Registry()
+        registry.add(1, "jobs")
+        #expect(registry.consumer(on: 3) == nil)
+        registry.started(1, on: 3)
+        #expect(registry.consumer(on: 3)?.id == 1)
+        let closed = registry.channelClosed(3)
+        #expect(closed?.id == 1)
+        #expect(closed?.entry.channel == nil)
+        #expect(registry.consumer(on: 3) == nil)
+        #expect(registry.entry(1)?.request == "jobs")
+    }
+
+    @Test func aCancelledConsumerKeepsItsChannelUntilTheNextConnectionForgetsIt() {
+        var registry = Registry()
+        registry.add(1, "a")
+        registry.add(2, "b")
+        registry.started(1, on: 3)
+        registry.started(2, on: 4)
+        #expect(registry.cancel(1)?.channel == 3)
+        #expect(registry.cancel(1) == nil)
+        #expect(registry.consumer(on: 3)?.entry.cancelled == true)
+        #expect(registry.liveIDs == [2])
+        registry.connectionLost()
+        #expect(registry.consumer(on: 4) == nil)
+        #expect(registry.toRestore() == [2])
+        #expect(registry.entry(1) == nil)
+    }
+
+    @Test func consumersAreRestoredInTheOrderTheyWereAskedFor() {
+        var registry = Registry()
+        for id in [5, 2, 9] { registry.add(id, "q\(id)") }
+        #expect(registry.toRestore() == [2, 5, 9])
+        #expect(registry.removeAll() == ["q2", "q5", "q9"])
+        #expect(registry.entries.isEmpty)
+    }
+
+    @Test func removingAConsumerFreesItsChannel() {
+        var registry = Registry()
+        registry.add(1, "a")
+        registry.started(1, on: 3)
+        #expect(registry.remove(1) == "a")
+        #expect(registry.consumer(on: 3) == nil)
+        #expect(registry.channelClosed(3) == nil)
+        #expect(registry.remove(1) == nil)
+    }
+}
+
+@Suite struct ContentAssemblerTests {
+    typealias Kind = ContentAssembler.Message.Kind
+
+    @Test func aDeliveryIsFinishedByItsLastBodyFrame() {
+        var assembler = ContentAssembler()
+        assembler.begin(.delivery(tag: 7, redelivered: true, consumerTag: "c"), exchange: "x", routingKey: "k", on: 3)
+        var properties = AMQPProperties()
+        properties.messageID = "m-1"
+        #expect(assembler.header(on: 3, bodySize: 5) { properties } == nil)
+        #expect(assembler.body(on: 3, [1, 2]) == nil)
+        let message = assembler.body(on: 3, [3, 4, 5])
+        #expect(message?.body == [1, 2, 3, 4, 5])
+        #expect(message?.properties.messageID == "m-1")
+        #expect(message?.kind == .delivery(tag: 7, redelivered: true, consumerTag: "c"))
+        #expect(message?.exchange == "x")
+        #expect(!assembler.isAssembling(on: 3))
+    }
+
+    @Test func anEmptyBodyIsFinishedByTheHeader() {
+        var assembler = ContentAssembler()
+        assembler.begin(.returned(replyCode: 312, replyText: "NO_ROUTE"), exchange: "x", routingKey: "k", on: 2)
+        let message = assembler.header(on: 2, bodySize: 0) { nil }
+        #expect(message?.kind == .returned(replyCode: 312, replyText: "NO_ROUTE"))
+        #expect(message?.body == [])
+    }
+
+    @Test func channelsAreAssembledApartAndFramesOfNothingAreIgnored() {
+        var assembler = ContentAssembler()
+        var decoded = 0
+        #expect(assembler.header(on: 4, bodySize: 1) { decoded += 1; return nil } == nil)
+        #expect(decoded == 0)
+        #expect(assembler.body(on: 4, [9]) == nil)
+        assembler.begin(.delivery(tag: 1, redelivered: false, consumerTag: "a"), exchange: "", routingKey: "a", on: 3)
+        assembler.begin(.delivery(tag: 1, redelivered: false, consumerTag: "b"), exchange: "", routingKey: "b", on: 4)
+        _ = assembler.header(on: 3, bodySize: 1) { nil }
+        _ = assembler.header(on: 4, bodySize: 1) { nil }
+        #expect(assembler.body(on: 4, [4])?.routingKey == "b")
+        #expect(assembler.body(on: 3, [3])?.routingKey == "a")
+    }
+
+    @Test func aClosedChannelDropsItsHalfMessage() {
+        var assembler = ContentAssembler()
+        assembler.begin(.delivery(tag: 1, redelivered: false, consumerTag: "a"), exchange: "", routingKey: "a", on: 3)
+        _ = assembler.header(on: 3, bodySize: 2) { nil }
+        assembler.discard(channel: 3)
+        #expect(assembler.body(on: 3, [1, 2]) == nil)
+        assembler.begin(.delivery(tag: 2, redelivered: false, consumerTag: "a"), exchange: "", routingKey: "a", on: 3)
+        assembler.discardAll()
+        #expect(!assembler.isAssembling(on: 3))
+    }
+}
