@@ -23,7 +23,7 @@ import Testing
         let statistics = WorkerStatistics()
         let pipeline: BundlePipeline<FakeBroker>
 
-        init(answer: TransportResult?, prefetch: UInt16 = 10, shutdownDeadline: Duration = .seconds(30)) {
+        init(answer: TransportResult?, prefetch: UInt16 = 10, shutdownDeadline: Duration = .seconds(30), rollout: RolloutRule = .open) {
             transport = ScriptedTransport(answer: answer)
             var logger = Logger(label: "pipeline-test")
             logger.logLevel = .critical
@@ -31,11 +31,14 @@ import Testing
                 settings: BundlePipelineSettings(
                     bundleID: BundlePipelineTests.bundle, prefetch: prefetch, retryPolicy: .standard, probeInterval: .seconds(5),
                     shutdownDeadline: shutdownDeadline),
-                broker: broker, transport: transport, statistics: statistics, logger: logger, clock: clock)
+                broker: broker, transport: transport, rollout: rollout, statistics: statistics, logger: logger, clock: clock)
         }
 
-        func enqueueJob() {
-            broker.enqueue(body: Array(#"{"token":"\#(BundlePipelineTests.token)","payload":{"aps":{"alert":"hi"}},"id":"\#(UUID().uuidString)"}"#.utf8))
+        func enqueueJob(syncServer: String? = nil, headers: AMQPTable? = nil, redelivered: Bool = false) {
+            let userInfo = syncServer.map { #","userInfo":{"syncServer":"\#($0)"}"# } ?? ""
+            broker.enqueue(
+                body: Array(#"{"token":"\#(BundlePipelineTests.token)","payload":{"aps":{"alert":"hi"}},"id":"\#(UUID().uuidString)"\#(userInfo)}"#.utf8),
+                redelivered: redelivered, headers: headers)
         }
 
         func jobs(_ end: OutcomeRouter.End) -> Int {
@@ -204,5 +207,46 @@ import Testing
         #expect(rig.broker.snapshot.published.map(\.routingKey) == [TopologyNames.deadQueue(Self.bundle)])
         #expect(rig.transport.sends == 0)
         #expect(rig.jobs(.dead) == 1)
+    }
+
+    @Test func aJobDeliveredTooOftenIsDeadLetteredUnsent() async throws {
+        let rig = Rig(answer: ScriptedTransport.accepted)
+        try await rig.running { _ in
+            rig.enqueueJob(headers: [JobHeaders.deliveryCount: .int64(25)], redelivered: true)
+            try await waitUntil("the ack") { rig.broker.snapshot.acked.count == 1 }
+        }
+        let published = try #require(rig.broker.snapshot.published.first)
+        #expect(published.routingKey == TopologyNames.deadQueue(Self.bundle))
+        #expect(published.properties.headers?[JobHeaders.reason] == .string(OutcomeRouter.deliveryLimitExceeded))
+        #expect(rig.transport.sends == 0)
+        #expect(rig.jobs(.dead) == 1)
+    }
+
+    @Test func aJobTheRolloutGateHoldsBackGoesToTheFirstRetryQueueUnsent() async throws {
+        let rig = Rig(answer: ScriptedTransport.accepted, rollout: RolloutRule(deny: ["old-server"]))
+        try await rig.running { _ in
+            rig.enqueueJob(syncServer: "old-server")
+            rig.enqueueJob(syncServer: "new-server")
+            try await waitUntil("two acks") { rig.broker.snapshot.acked.count == 2 }
+        }
+        #expect(rig.broker.snapshot.published.map(\.routingKey) == [TopologyNames.retryQueue(Self.bundle, delay: RetryPolicy.standard.delays[0])])
+        #expect(rig.transport.sends == 1)
+        #expect(rig.jobs(.gated) == 1)
+        #expect(rig.jobs(.delivered) == 1)
+    }
+
+    @Test func jobsTakenBeforeAHoldAreSentBackNotLost() async throws {
+        // Prefetch 1: the second job waits in the consumer while the first is held.
+        let rig = Rig(answer: ScriptedTransport.providerFault, prefetch: 1)
+        try await rig.running { _ in
+            for _ in 0..<3 { rig.enqueueJob() }
+            try await waitUntil("the hold, every job back in the queue") {
+                rig.pipeline.isHeld && rig.broker.snapshot.consumer == nil && rig.broker.snapshot.ready.count == 3
+            }
+        }
+        // However each came back (held and published anew, or nacked unsent), none was acked
+        // without its copy published first.
+        #expect(rig.broker.snapshot.acked.count == rig.broker.snapshot.published.count)
+        #expect(rig.jobs(.held) == rig.broker.snapshot.published.count)
     }
 }

@@ -36,9 +36,10 @@ final class FakeBroker: MessageBroker {
     var snapshot: State { state.withLock { $0 } }
 
     /// A job arrives from the sync server.
-    func enqueue(body: [UInt8], messageID: String? = nil, redelivered: Bool = false) {
+    func enqueue(body: [UInt8], messageID: String? = nil, redelivered: Bool = false, headers: AMQPTable? = nil) {
         state.withLock { state in
-            let delivery = Self.delivery(&state, body: body, messageID: messageID, redelivered: redelivered)
+            var delivery = Self.delivery(&state, body: body, messageID: messageID, redelivered: redelivered)
+            delivery.message.properties.headers = headers
             if let consumer = state.consumer {
                 consumer.yield(delivery)
             } else {
