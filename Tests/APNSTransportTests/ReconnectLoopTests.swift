@@ -2,6 +2,8 @@
 /// connections, and every way out. No socket: the attempts and the waits are the test's.
 @testable import APNSTransport
 import APNSCore
+import NIOCore
+import NIOEmbedded
 import ServiceLifecycleTestKit
 import Synchronization
 import Testing
@@ -104,5 +106,56 @@ import TestSupport
         }
         #expect(await task.value)
         #expect(log.attempts.withLock { $0 } == 1)
+    }
+}
+
+/// `ReconnectLoop.serve`: one connection from connected to closed, on a testing channel whose
+/// clock the test moves.
+@Suite struct ConnectionServeTests {
+    static func connectedChannel() async throws -> NIOAsyncTestingChannel {
+        let channel = NIOAsyncTestingChannel()
+        try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443))
+        return channel
+    }
+
+    @Test func aConnectionNotReadyInTimeIsClosed() async throws {
+        let channel = try await Self.connectedChannel()
+        let told = Mutex(false)
+        async let served: Void = ReconnectLoop.serve(
+            channel, readyWithin: .seconds(10), isReady: { false }, notReady: { told.withLock { $0 = true } })
+        // Virtual seconds until the connection is closed: never fewer than the ten it had.
+        var seconds = 0
+        while channel.isActive && seconds < 600 {
+            await channel.testingEventLoop.advanceTime(by: .seconds(1))
+            seconds += 1
+            await Task.yield()
+        }
+        await served
+        #expect(seconds >= 10)
+        #expect(told.withLock { $0 })
+        #expect(!channel.isActive)
+    }
+
+    @Test func aReadyConnectionIsServedUntilItCloses() async throws {
+        let channel = try await Self.connectedChannel()
+        let told = Mutex(false)
+        async let served: Void = ReconnectLoop.serve(
+            channel, readyWithin: .seconds(10), isReady: { true }, notReady: { told.withLock { $0 = true } })
+        for _ in 0..<60 {
+            await channel.testingEventLoop.advanceTime(by: .seconds(1))
+            await Task.yield()
+        }
+        #expect(channel.isActive)
+        try await channel.close()
+        await served
+        #expect(!told.withLock { $0 })
+    }
+
+    @Test func cancellationClosesTheConnection() async throws {
+        let channel = try await Self.connectedChannel()
+        let task = Task { await ReconnectLoop.serve(channel, readyWithin: .seconds(10), isReady: { true }, notReady: {}) }
+        task.cancel()
+        await task.value
+        #expect(!channel.isActive)
     }
 }
