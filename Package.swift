@@ -69,12 +69,15 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Waiting for a value handed over by someone else, with task cancellation done right:
+        // the one helper for every such wait (a leaf: the standard library only).
+        .target(name: "CancellableWait", swiftSettings: strictSettings),
         // AMQP 0-9-1 client over librabbitmq: one owner thread per connection, async API.
         // A general client: it knows nothing of APNs.
         .target(
             name: "AMQPClient",
             dependencies: [
-                "CRabbitMQ", "CRabbitMQShim",
+                "CRabbitMQ", "CRabbitMQShim", "CancellableWait",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
@@ -89,7 +92,7 @@ let package = Package(
         .target(
             name: "APNSTransport",
             dependencies: [
-                "APNSCore",
+                "APNSCore", "CancellableWait",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -209,6 +212,7 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(name: "APNSCoreTests", dependencies: ["APNSCore"], swiftSettings: strictSettings),
+        .testTarget(name: "CancellableWaitTests", dependencies: ["CancellableWait"], swiftSettings: strictSettings),
         .testTarget(name: "APNSTopologyTests", dependencies: ["APNSTopology", "AMQPClient", "APNSCore"], swiftSettings: strictSettings),
         .testTarget(
             name: "APNSConfigTests",
@@ -260,7 +264,7 @@ let package = Package(
         .testTarget(
             name: "APNSWorkerTests",
             dependencies: [
-                "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker", "TestSupport",
+                "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker", "CancellableWait", "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

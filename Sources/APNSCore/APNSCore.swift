@@ -4,6 +4,5 @@
 /// a transport sends, the classified result of every send, the binary provider framing, the
 /// HTTP/2 request mapping, JWT provider tokens, and the state machines (retry policy, binary
 /// replay buffer, held-bundle breaker) that the IO modules drive. Nothing here opens a socket or
-/// reads a clock directly, so all of it is tested without a network. `withCancellableWait` is the
-/// one way the IO modules wait for a value handed over by someone else.
+/// reads a clock directly, so all of it is tested without a network.
 public enum APNSCoreModule {}

@@ -1,4 +1,4 @@
-import APNSCore
+import CancellableWait
 import ServiceLifecycle
 import Synchronization
 

@@ -3,6 +3,7 @@
 /// replaced when they go away, with a deadline per request and a classified result for every
 /// notification. A ServiceLifecycle `Service`: `run()` owns the connections.
 import APNSCore
+import CancellableWait
 import Foundation
 import Logging
 import Metrics

@@ -3,6 +3,7 @@
 // the broker's real behaviour is covered by the end-to-end tests against RabbitMQ.
 import AMQPClient
 import APNSCore
+import CancellableWait
 import Foundation
 import Synchronization
 

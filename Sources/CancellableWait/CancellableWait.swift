@@ -1,5 +1,6 @@
-/// Suspending until someone else hands over a value, with task cancellation done right, in one
-/// place. Every such wait has the same two races, and each hand-written copy had to get both:
+/// CancellableWait: suspending until someone else hands over a value, with task cancellation
+/// done right, in one place for every module (the AMQP client's deliveries, the transports'
+/// connection pool and first-use gate, the tests' manual clocks). Every such wait has the same two races, and each hand-written copy had to get both:
 ///
 /// - the cancellation handler may run *before* the continuation is registered, finding nothing
 ///   to cancel; the wait must then notice the cancellation itself, or it hangs;
@@ -33,22 +34,24 @@ public func withCancellableWait<Value: Sendable>(
     }
 }
 
-/// Waits for a value or an error; a cancelled waiter throws `CancellationError`.
-/// `register` answers at once with a result, or nil to wait.
+/// Waits for a value or an error; a cancelled waiter gets `cancelled` (by default it throws
+/// `CancellationError`). `register` answers at once with a result, or nil to wait.
 @inlinable
 public func withCancellableWait<Value: Sendable>(
     register: (CheckedContinuation<Value, any Error>) -> Result<Value, any Error>?,
-    withdraw: @Sendable () -> CheckedContinuation<Value, any Error>?
+    withdraw: @Sendable () -> CheckedContinuation<Value, any Error>?,
+    cancelled: @autoclosure @Sendable () -> Result<Value, any Error> = .failure(CancellationError())
 ) async throws -> Value {
     try await withTaskCancellationHandler {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
             if let immediate = register(continuation) {
                 continuation.resume(with: immediate)
             } else if Task.isCancelled, let registered = withdraw() {
-                registered.resume(throwing: CancellationError())
+                // Cancelled before the registration: the handler below found nothing to resume.
+                registered.resume(with: cancelled())
             }
         }
     } onCancel: {
-        withdraw()?.resume(throwing: CancellationError())
+        withdraw()?.resume(with: cancelled())
     }
 }

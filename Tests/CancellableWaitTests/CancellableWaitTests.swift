@@ -1,4 +1,4 @@
-import APNSCore
+import CancellableWait
 import Synchronization
 import Testing
 
@@ -9,6 +9,7 @@ import Testing
     final class Box: Sendable {
         let waiters = Mutex<[Int: CheckedContinuation<Int, Never>]>([:])
         let throwingWaiters = Mutex<[Int: CheckedContinuation<Int, any Error>]>([:])
+        let optionalWaiter = Mutex<CheckedContinuation<Int?, any Error>?>(nil)
 
         func wait(id: Int, immediate: Int? = nil) async -> Int {
             await withCancellableWait(
@@ -86,5 +87,21 @@ import Testing
         #expect(box.count == 0)
         // A late hand-over finds nobody: nothing is resumed twice.
         box.hand(5, to: 1)
+    }
+
+    @Test func aThrowingWaitMayEndQuietlyWhenCancelled() async throws {
+        let box = Box()
+        let task = Task {
+            try await withCancellableWait(
+                register: { continuation -> Result<Int?, any Error>? in
+                    box.optionalWaiter.withLock { $0 = continuation }
+                    return nil
+                },
+                withdraw: { box.optionalWaiter.withLock { waiter in defer { waiter = nil }; return waiter } },
+                cancelled: .success(nil))
+        }
+        while box.optionalWaiter.withLock({ $0 == nil }) { await Task.yield() }
+        task.cancel()
+        #expect(try await task.value == nil)
     }
 }
