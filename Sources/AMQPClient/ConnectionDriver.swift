@@ -40,7 +40,8 @@ struct ConnectionFailure: Error {
 /// handed to exactly one `Thread` closure, and never referenced anywhere else: after
 /// `Thread.start()` all of its mutable state is read and written only by that thread. What it
 /// shares with callers goes through `connection.shared` (a `Mutex`), `DeliveryBuffer`s
-/// (a `Mutex` each) and continuations, which are Sendable.
+/// (a `Mutex` each) and continuations, which are Sendable. Its members are internal, not
+/// private, only so that its own extensions in the `ConnectionDriver+…` files reach them.
 final class ConnectionDriver: @unchecked Sendable {
     let configuration: AMQPConfiguration
     let connection: AMQPConnection

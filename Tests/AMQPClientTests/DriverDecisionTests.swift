@@ -72,6 +72,7 @@ import Testing
     }
 }
 
+/// Channel generations (which delivery tags are still good) and consumer channel numbers.
 @Suite struct ChannelTableTests {
     @Test func everyOpeningIsANewGenerationAndOnlyTheOpenOneIsCurrent() {
         var table = ChannelTable()
@@ -111,6 +112,7 @@ import Testing
     }
 }
 
+/// The failover list, the backoff, and when `connect` gives up.
 @Suite struct ReconnectPolicyTests {
     /// Jitter-free: the generator always draws the top of the range.
     struct Highest: RandomNumberGenerator {
@@ -169,6 +171,7 @@ import Testing
     }
 }
 
+/// Consumers across channels, cancellations and reconnects.
 @Suite struct ConsumerRegistryTests {
     typealias Registry = ConsumerRegistry<String>
 
@@ -220,6 +223,7 @@ import Testing
     }
 }
 
+/// Deliveries and returns put together from their method, header and body frames.
 @Suite struct ContentAssemblerTests {
     typealias Kind = ContentAssembler.Message.Kind
 
