@@ -69,20 +69,30 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Waiting for a value handed over by someone else, with task cancellation done right:
+        // the one helper for every such wait (a leaf: the standard library only).
+        .target(name: "CancellableWait", swiftSettings: strictSettings),
         // AMQP 0-9-1 client over librabbitmq: one owner thread per connection, async API.
+        // A general client: it knows nothing of APNs.
         .target(
             name: "AMQPClient",
             dependencies: [
-                "APNSCore", "CRabbitMQ", "CRabbitMQShim",
+                "CRabbitMQ", "CRabbitMQShim", "CancellableWait",
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: strictSettings
+        ),
+        // The APNs broker topology (contract §1, §6) as the client's declaration values.
+        .target(
+            name: "APNSTopology",
+            dependencies: ["APNSCore", "APNSConfig", "AMQPClient"],
             swiftSettings: strictSettings
         ),
         // APNs transports: HTTP/2 provider API (production) and the legacy binary provider API.
         .target(
             name: "APNSTransport",
             dependencies: [
-                "APNSCore",
+                "APNSCore", "CancellableWait",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -132,10 +142,9 @@ let package = Package(
         .target(
             name: "APNSRegistry",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient",
+                "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -171,7 +180,7 @@ let package = Package(
         .executableTarget(
             name: "APNSWorkerCLI",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator",
+                "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator",
                 "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -187,7 +196,7 @@ let package = Package(
         .executableTarget(
             name: "APNSWorkerBench",
             dependencies: [
-                "APNSCore", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSConfig", "APNSRegistry",
+                "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator", "APNSConfig", "APNSRegistry",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -203,10 +212,12 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(name: "APNSCoreTests", dependencies: ["APNSCore"], swiftSettings: strictSettings),
+        .testTarget(name: "CancellableWaitTests", dependencies: ["CancellableWait"], swiftSettings: strictSettings),
+        .testTarget(name: "APNSTopologyTests", dependencies: ["APNSTopology", "AMQPClient", "APNSCore"], swiftSettings: strictSettings),
         .testTarget(
             name: "APNSConfigTests",
             dependencies: [
-                "APNSConfig", "APNSCore",
+                "APNSConfig", "APNSCore", "APNSTopology", "AMQPClient",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -216,13 +227,14 @@ let package = Package(
         ),
         .testTarget(
             name: "AMQPClientTests",
-            dependencies: ["AMQPClient", "APNSCore", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["AMQPClient", "APNSCore", "APNSTopology", "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "APNSTransportTests",
             dependencies: [
                 "APNSCore", "APNSTransport", "APNSSimulator", "TestSupport",
+                .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -237,7 +249,7 @@ let package = Package(
         .testTarget(
             name: "APNSRegistryTests",
             dependencies: [
-                "APNSRegistry", "APNSCore", "APNSConfig", "AMQPClient", "APNSSimulator", "TestSupport",
+                "APNSRegistry", "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSSimulator", "TestSupport",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -246,24 +258,25 @@ let package = Package(
         ),
         .testTarget(
             name: "APNSOperationsTests",
-            dependencies: ["APNSOperations", "AMQPClient", "APNSCore", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["APNSOperations", "AMQPClient", "APNSCore", "APNSTopology", "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "APNSWorkerTests",
             dependencies: [
-                "APNSCore", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker", "TestSupport",
+                "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker", "CancellableWait", "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "APNSAdminTests",
             dependencies: [
-                "APNSAdmin", "APNSCore", "APNSConfig", "AMQPClient", "APNSTransport", "APNSSimulator", "APNSWorker",
-                "APNSOperations", "TestSupport",
+                "APNSAdmin", "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker",
+                "APNSOperations", "APNSRegistry", "TestSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),

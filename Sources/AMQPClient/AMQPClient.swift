@@ -5,4 +5,9 @@
 /// and an eventfd, reads frames, and carries out commands that async callers queue under a
 /// `Mutex` (publish, ack, declare, consume…), resuming their continuations with the result. No
 /// Swift task ever blocks on a socket. Entry point: `AMQPConnection.connect(configuration:logger:)`.
+///
+/// A general client: it knows nothing of APNs (the APNs topology is built above it, in
+/// `APNSTopology`). What a consumer of jobs needs from it is the `MessageBroker` protocol, so
+/// such code is tested against a fake broker; the owner thread's decisions (`ReconnectPolicy`,
+/// `ChannelTable`, `PublishConfirms`, `AckCoalescer`) are values tested without one.
 public enum AMQPClientModule {}

@@ -1,6 +1,5 @@
 // Connection settings of AMQPClient: the failover list of broker URLs (parsed and
 // percent-decoded here, without IO), TLS, heartbeats and the reconnect backoff policy.
-import APNSCore
 import Foundation
 
 /// One broker address from an `amqp://` or `amqps://` URL (RabbitMQ's URI spec):
@@ -146,7 +145,7 @@ public struct AMQPBackoff: Sendable, Hashable {
 
     /// The delay to wait, with jitter drawn from `generator`.
     public func delay(attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
-        let nominal = nominalDelay(attempt: attempt).milliseconds
+        let nominal = nominalDelay(attempt: attempt).wholeMilliseconds
         guard nominal > 1 else { return .milliseconds(nominal) }
         return .milliseconds(Int64.random(in: (nominal / 2)...nominal, using: &generator))
     }

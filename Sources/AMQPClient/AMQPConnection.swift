@@ -1,6 +1,5 @@
 // The public face of one AMQP connection (with its automatic reconnects): async methods that
 // queue commands for the owner thread and await its answer.
-import APNSCore
 import CRabbitMQShim
 import Foundation
 import Logging

@@ -1,5 +1,6 @@
 // What consumers receive: deliveries that remember which channel incarnation they came from,
 // and the backpressured AsyncSequence that carries them from the owner thread to a task.
+import CancellableWait
 import Synchronization
 
 /// Identifies one delivery for ack/nack/reject: the broker's delivery tag is only meaningful on
@@ -163,31 +164,25 @@ final class DeliveryBuffer: Sendable {
             return nil
         case .wait: break
         }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<AMQPDelivery?, any Error>) in
-                let now: Next = state.withLock { state in
-                    if let item = state.popFirst() { return .item(item) }
+        // A cancelled task's sequence ends (nil), as `AsyncSequence` iterators do.
+        return try await withCancellableWait(
+            register: { continuation -> Result<AMQPDelivery?, any Error>? in
+                state.withLock { state in
+                    if let item = state.popFirst() { return .success(item) }
                     if state.finished {
                         defer { state.failure = nil }
-                        return .end(state.failure)
+                        return state.failure.map { .failure($0) } ?? .success(nil)
                     }
-                    if Task.isCancelled { return .end(nil) }
                     state.waiter = continuation
-                    return .wait
+                    return nil
                 }
-                switch now {
-                case .item(let item): continuation.resume(returning: item)
-                case .end(let error):
-                    if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: nil) }
-                case .wait: break
+            },
+            withdraw: {
+                state.withLock { state in
+                    defer { state.waiter = nil }
+                    return state.waiter
                 }
-            }
-        } onCancel: {
-            let waiter = state.withLock { state in
-                defer { state.waiter = nil }
-                return state.waiter
-            }
-            waiter?.resume(returning: nil)
-        }
+            },
+            cancelled: .success(nil))
     }
 }

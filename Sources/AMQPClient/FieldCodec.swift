@@ -1,7 +1,6 @@
 // Conversion between librabbitmq's C field tables / `basic` properties and the Swift values of
 // Values.swift. Decoding copies everything out of librabbitmq's pools (which are recycled after
 // each frame); encoding allocates in an `EncodingArena` that lives until the frame is sent.
-import APNSCore
 import CRabbitMQ
 import CRabbitMQShim
 import Foundation

@@ -119,3 +119,11 @@ public struct AMQPDeliveredMessage: Sendable, Hashable {
         self.properties = properties
     }
 }
+
+extension Duration {
+    /// Whole milliseconds, rounded down: AMQP's TTLs and our poll timeouts.
+    var wholeMilliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+}

@@ -1,5 +1,6 @@
 /// The view model of the admin HTML page: the worker's status, queue depths and dead jobs turned
 /// into the plain strings and numbers `Templates.statusPage` shows (Mustache escapes them all).
+import APNSCore
 import APNSOperations
 import APNSWorker
 import Foundation

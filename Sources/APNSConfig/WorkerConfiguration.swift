@@ -23,13 +23,6 @@ public struct WorkerConfiguration: Sendable, Hashable {
         self.worker = worker
         self.bundles = bundles
     }
-
-    /// The broker topology these settings ask for (contract §1).
-    public var topologyPlan: TopologyPlan {
-        var plan = TopologyPlan(bundleIDs: bundles.map(\.bundleID), retryDelays: retry.delays, queueType: amqp.queueType)
-        if registry != nil { plan.addRegistry(queueType: amqp.queueType) }
-        return plan
-    }
 }
 
 /// `[amqp]`: the broker.

@@ -9,7 +9,27 @@ public protocol JobEndObserver: Sendable {
     func tokenInvalid(bundleID: String, token: DeviceToken, reason: String, timestamp: Int64?)
 }
 
-/// The ends the registry counts (contract §6), spelled as in the contract.
+/// The end a job reached in a worker's pipeline: the one list of ends that the pipeline's
+/// tally, the Prometheus series (its raw values are their `outcome` labels), the admin page and,
+/// through `JobEndKind`, the registry's counts all derive from.
+public enum JobEnd: String, Sendable, Hashable, CaseIterable {
+    case delivered, invalidToken = "invalid_token", retry, dead, held, gated
+}
+
+/// The ends the registry counts (contract §6), spelled as in the contract: the final ends of
+/// `JobEnd` (`held` is not one: the job comes back) and the group jobs fanned out.
 public enum JobEndKind: String, Sendable, Hashable, CaseIterable, Codable {
     case delivered, invalidToken, retry, dead, gated, fannedOut
+
+    /// The registry's count for a pipeline end; nil for `held` (the job has not ended).
+    public init?(_ end: JobEnd) {
+        switch end {
+        case .delivered: self = .delivered
+        case .invalidToken: self = .invalidToken
+        case .retry: self = .retry
+        case .dead: self = .dead
+        case .gated: self = .gated
+        case .held: return nil
+        }
+    }
 }

@@ -1,7 +1,8 @@
 import AMQPClient
-import Foundation
 import APNSConfig
 import APNSCore
+import APNSTopology
+import Foundation
 import Logging
 import ServiceLifecycle
 

@@ -219,12 +219,16 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
     }
 
     private func keepConnected(_ slot: Slot) async {
-        guard await firstUse.waitUntilOpenOrShutdown() else {
-            setStatus(.closed, slot)  // shut down before any notification needed this transport
-            return
-        }
-        var backoff = ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay)
-        while !shuttingDown.load(ordering: .relaxed) && !Task.isCancelled {
+        // A connection that settled frames is replaced at once (after a short floor so a
+        // gateway that accepts and drops cannot spin us); failures back off exponentially.
+        // Before the gate opens (shut down before any notification needed this transport) and
+        // after the loop, the slot is closed.
+        let loop = ReconnectLoop(
+            backoff: ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay))
+        await loop.run(
+            after: firstUse, isShuttingDown: { shuttingDown.load(ordering: .relaxed) },
+            backingOff: { setStatus(.backingOff, slot) }
+        ) {
             let generation = slot.state.withLock { state -> Int in
                 state.generation += 1
                 state.productive = false
@@ -232,23 +236,16 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
                 return state.generation
             }
             setStatus(.connecting, slot)
-            var productive = false
             do {
                 let channel = try await connect(slot, generation: generation)
-                let timeout = channel.eventLoop.scheduleTask(in: configuration.connectTimeout.timeAmount) { [self] in
-                    if slot.state.withLock({ $0.status }) == .connecting {
+                await ReconnectLoop.serve(
+                    channel, readyWithin: configuration.connectTimeout,
+                    isReady: { slot.state.withLock { $0.status } != .connecting },
+                    notReady: { [logger] in
                         logger.warning("TLS handshake not done in time; closing", metadata: ["apns.slot": .stringConvertible(slot.index)])
-                        channel.close(promise: nil)
-                    }
-                }
-                await withTaskCancellationHandler {
-                    try? await channel.closeFuture.get()
-                } onCancel: {
-                    channel.close(promise: nil)
-                }
-                timeout.cancel()
+                    })
                 // Usually done already by channelInactive; this makes sure before reconnecting.
-                productive = (try? await slot.eventLoop.submit { [self] in
+                return (try? await slot.eventLoop.submit { [self] in
                     connectionEnded(slot, generation: generation, reason: "connection closed")
                 }.get()) ?? false
             } catch {
@@ -258,16 +255,7 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
                 logger.warning(
                     "connect failed",
                     metadata: ["apns.slot": .stringConvertible(slot.index), "apns.error": .string(String(describing: error))])
-            }
-            if shuttingDown.load(ordering: .relaxed) { break }
-            setStatus(.backingOff, slot)
-            // A connection that settled frames is replaced at once (after a short floor so a
-            // gateway that accepts and drops cannot spin us); failures back off exponentially.
-            let delay = backoff.delay(afterUsefulConnection: productive)
-            do {
-                try await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
-            } catch {
-                break
+                return false
             }
         }
         setStatus(.closed, slot)

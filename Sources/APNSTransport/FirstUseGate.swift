@@ -1,3 +1,4 @@
+import CancellableWait
 import ServiceLifecycle
 import Synchronization
 
@@ -65,25 +66,21 @@ final class FirstUseGate: Sendable {
             return nextID
         }
         guard let id else { return }
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let outcome = state.withLock { state -> Result<Void, any Error>? in
+        try await withCancellableWait(
+            register: { continuation -> Result<Void, any Error>? in
+                state.withLock { state in
                     guard case .closed(var waiters, let nextID) = state else { return .success(()) }
-                    // The cancellation handler may have run before this registration.
-                    if Task.isCancelled { return .failure(CancellationError()) }
                     waiters[id] = continuation
                     state = .closed(waiters: waiters, nextID: nextID)
                     return nil
                 }
-                if let outcome { continuation.resume(with: outcome) }
-            }
-        } onCancel: {
-            let waiter = state.withLock { state -> CheckedContinuation<Void, any Error>? in
-                guard case .closed(var waiters, let nextID) = state, let waiter = waiters.removeValue(forKey: id) else { return nil }
-                state = .closed(waiters: waiters, nextID: nextID)
-                return waiter
-            }
-            waiter?.resume(throwing: CancellationError())
-        }
+            },
+            withdraw: { [self] in
+                state.withLock { state -> CheckedContinuation<Void, any Error>? in
+                    guard case .closed(var waiters, let nextID) = state, let waiter = waiters.removeValue(forKey: id) else { return nil }
+                    state = .closed(waiters: waiters, nextID: nextID)
+                    return waiter
+                }
+            })
     }
 }

@@ -3,6 +3,7 @@
 /// replaced when they go away, with a deadline per request and a classified result for every
 /// notification. A ServiceLifecycle `Service`: `run()` owns the connections.
 import APNSCore
+import CancellableWait
 import Foundation
 import Logging
 import Metrics
@@ -151,21 +152,23 @@ public final class HTTP2Transport: NotificationTransport, Service {
             s.nextWaiterID += 1
             return s.nextWaiterID
         }
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<PoolGrant, Never>) in
-                let action = state.withLock { $0.pool.acquire(id: id, waiter: continuation) }
-                switch action {
-                case .leased(let lease): continuation.resume(returning: .leased(lease))
-                case .shutdown: continuation.resume(returning: .shutdown)
+        // The deadline's timer is cancelled once the wait is over, however it ended.
+        var timer: Scheduled<Void>?
+        defer { timer?.cancel() }
+        return await withCancellableWait(
+            register: { continuation -> PoolGrant? in
+                switch state.withLock({ $0.pool.acquire(id: id, waiter: continuation) }) {
+                case .leased(let lease): return .leased(lease)
+                case .shutdown: return .shutdown
                 case .wait:
-                    eventLoopGroup.any().scheduleTask(deadline: deadline) { [self] in
+                    timer = eventLoopGroup.any().scheduleTask(deadline: deadline) { [self] in
                         giveUp(waiter: id, with: .timedOut)
                     }
+                    return nil
                 }
-            }
-        } onCancel: {
-            giveUp(waiter: id, with: .shutdown)
-        }
+            },
+            withdraw: { [self] in state.withLock { $0.pool.removeWaiter(id: id) } },
+            cancelled: .shutdown)
     }
 
     private func giveUp(waiter id: UInt64, with grant: PoolGrant) {
@@ -223,47 +226,32 @@ public final class HTTP2Transport: NotificationTransport, Service {
     private var isShuttingDown: Bool { state.withLock { $0.pool.shuttingDown } }
 
     private func keepConnected(slot: Int) async {
-        guard await firstUse.waitUntilOpenOrShutdown() else {
-            return  // shut down before any notification needed this transport
-        }
-        var backoff = ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay)
-        while !isShuttingDown && !Task.isCancelled {
+        // A connection that served is replaced at once (after a short floor so a server that
+        // accepts and drops cannot spin us); failures back off exponentially.
+        let loop = ReconnectLoop(
+            backoff: ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay))
+        await loop.run(after: firstUse, isShuttingDown: { isShuttingDown }) {
             let generation = mutatePool { $0.connecting(slot: slot) }
-            var wasUsed = false
             do {
                 let connection = try await connect(slot: slot, generation: generation)
-                let channel = connection.channel
                 carryOut(mutatePool { $0.connected(slot: slot, generation: generation, connection: connection) })
                 logger.debug("connected", metadata: ["apns.slot": .stringConvertible(slot)])
                 // No SETTINGS within the connect timeout: the peer is not an HTTP/2 server we can use.
-                let timeout = channel.eventLoop.scheduleTask(in: configuration.connectTimeout.timeAmount) { [self] in
-                    if !state.withLock({ $0.pool.isReady(slot: slot, generation: generation) }) {
+                await ReconnectLoop.serve(
+                    connection.channel, readyWithin: configuration.connectTimeout,
+                    isReady: { [self] in state.withLock { $0.pool.isReady(slot: slot, generation: generation) } },
+                    notReady: { [logger] in
                         logger.warning("no SETTINGS from the server in time; closing", metadata: ["apns.slot": .stringConvertible(slot)])
-                        channel.close(promise: nil)
-                    }
-                }
-                await withTaskCancellationHandler {
-                    try? await channel.closeFuture.get()
-                } onCancel: {
-                    channel.close(promise: nil)
-                }
-                timeout.cancel()
-                wasUsed = mutatePool { $0.closed(slot: slot, generation: generation) }
+                    })
+                let wasUsed = mutatePool { $0.closed(slot: slot, generation: generation) }
                 logger.info("connection closed", metadata: ["apns.slot": .stringConvertible(slot)])
+                return wasUsed
             } catch {
                 _ = mutatePool { $0.closed(slot: slot, generation: generation) }
                 logger.warning(
                     "connect failed",
                     metadata: ["apns.slot": .stringConvertible(slot), "apns.error": .string(String(describing: error))])
-            }
-            if isShuttingDown { break }
-            // A connection that served is replaced at once (after a short floor so a server
-            // that accepts and drops cannot spin us); failures back off exponentially.
-            let delay = backoff.delay(afterUsefulConnection: wasUsed)
-            do {
-                try await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
-            } catch {
-                break
+                return false
             }
         }
     }

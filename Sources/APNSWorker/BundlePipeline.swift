@@ -15,38 +15,15 @@ import Synchronization
 /// unacknowledged jobs, and the task group never runs more than `prefetch` at once. A held
 /// outcome (provider fault) stops consuming; the pipeline then probes with one job at a time
 /// (`basic.get`) until one is not held, and consumes again, with no restart.
-public final class BundlePipeline: Sendable {
-    public struct Settings: Sendable {
-        public var bundleID: String
-        public var defaultEnvironment: APNSEnvironment
-        public var transportKind: TransportKind
-        public var prefetch: UInt16
-        public var retryPolicy: RetryPolicy
-        /// Time between probes while the bundle is held.
-        public var probeInterval: Duration
-        /// On graceful shutdown, how long jobs in flight may take to finish.
-        public var shutdownDeadline: Duration
-        /// Deliveries after which a job is a poison job (`DeliveryLimit`).
-        public var maxDeliveries: Int
-
-        public init(
-            bundleID: String, defaultEnvironment: APNSEnvironment = .production, transportKind: TransportKind = .http2,
-            prefetch: UInt16 = 500, retryPolicy: RetryPolicy = .standard, probeInterval: Duration = .seconds(5),
-            shutdownDeadline: Duration = .seconds(30), maxDeliveries: Int = 20
-        ) {
-            self.maxDeliveries = maxDeliveries
-            self.bundleID = bundleID
-            self.defaultEnvironment = defaultEnvironment
-            self.transportKind = transportKind
-            self.prefetch = prefetch
-            self.retryPolicy = retryPolicy
-            self.probeInterval = probeInterval
-            self.shutdownDeadline = shutdownDeadline
-        }
-    }
+///
+/// The broker is a generic parameter (`AMQPConnection` in production), so the hold, probe,
+/// shutdown-deadline and settle logic are tested against a fake broker and a manual clock while
+/// production calls stay statically dispatched once specialised.
+public final class BundlePipeline<Broker: MessageBroker>: Sendable {
+    public typealias Settings = BundlePipelineSettings
 
     public let settings: Settings
-    let broker: AMQPConnection
+    let broker: Broker
     let transport: any NotificationTransport
     let router: OutcomeRouter
     let statistics: WorkerStatistics
@@ -59,11 +36,15 @@ public final class BundlePipeline: Sendable {
     private let rollout: Mutex<RolloutRule>
     private let breaker: Mutex<HoldBreaker>
     private let deliveryLimit: Mutex<DeliveryLimit>
+    /// The time of the breaker, the probes and the shutdown deadline.
+    let clock: any PipelineClock
 
     public init(
-        settings: Settings, broker: AMQPConnection, transport: any NotificationTransport,
-        rollout: RolloutRule = .open, statistics: WorkerStatistics, logger: Logger, observer: (any JobEndObserver)? = nil
+        settings: BundlePipelineSettings, broker: Broker, transport: any NotificationTransport,
+        rollout: RolloutRule = .open, statistics: WorkerStatistics, logger: Logger, observer: (any JobEndObserver)? = nil,
+        clock: any PipelineClock = SystemPipelineClock()
     ) {
+        self.clock = clock
         self.observer = observer
         self.settings = settings
         self.broker = broker
@@ -143,7 +124,7 @@ public final class BundlePipeline: Sendable {
                 guard running > 0 else { return }
                 let deadline = settings.shutdownDeadline
                 group.addTask {
-                    try? await Task.sleep(for: deadline)
+                    try? await self.clock.sleep(for: deadline)
                     return true
                 }
                 while let isDeadline = try await group.next() {
@@ -170,14 +151,19 @@ public final class BundlePipeline: Sendable {
 
     // MARK: - Probing while held
 
+    /// How often a held pipeline asks the breaker whether a probe is due.
+    static var heldPollInterval: Duration { .milliseconds(200) }
+
     private func probeOnce() async throws {
-        let due = breaker.withLock { $0.probeDue(now: .now) }
+        let now = clock.now
+        let due = breaker.withLock { $0.probeDue(now: now) }
         guard due == .sendProbe else {
-            try await Task.sleep(for: .milliseconds(200))
+            try await clock.sleep(for: Self.heldPollInterval)
             return
         }
         guard let delivery = try await broker.get(queue: queue) else {
-            breaker.withLock { $0.probeFoundNothing(now: .now) }
+            let now = clock.now
+            breaker.withLock { $0.probeFoundNothing(now: now) }
             return
         }
         logger.info("probing held bundle with one job")
@@ -271,26 +257,10 @@ public final class BundlePipeline: Sendable {
     }
 
     func routeOutcome(_ outcome: Outcome, delivery: AMQPDelivery, context: OutcomeRouter.JobContext, started: ContinuousClock.Instant) async {
-        let now = ContinuousClock.now
-        // Every outcome is named: a new one must decide here whether it holds the bundle.
-        switch outcome {
-        case .held(let reason, let status):
-            let action = breaker.withLock { $0.heldOutcome(reason: reason, now: now) }
-            if case .pauseAndAlert = action {
-                bundleStatistics.held(true)
-                logger.error(
-                    "APNs rejects this bundle's credentials or topic: bundle HELD, jobs stay in the broker until a probe succeeds",
-                    metadata: ["apns.reason": "\(reason)", "apns.status": "\(status)"])
-            }
-        case .delivered, .invalidToken, .retry, .dead:
-            if case .resume(let heldFor) = breaker.withLock({ $0.healthyOutcome(now: now) }) {
-                bundleStatistics.held(false)
-                logger.notice("bundle resumed: APNs accepts its credentials again", metadata: ["held.seconds": "\(heldFor)"])
-            }
-        }
-        let route = router.route(outcome, job: context, now: Date())
-        await settle(delivery, route)
-        let end = Self.end(of: route)
+        let decision = router.decide(outcome, job: context, now: Date())
+        applyToBreaker(decision.breaker)
+        await settle(delivery, decision.route)
+        let end = decision.end
         count(end, since: started)
         let jobID = context.jobID ?? "-"
         switch outcome {
@@ -312,21 +282,36 @@ public final class BundlePipeline: Sendable {
         case .dead(let reason, let status, _):
             logger.warning("job dead-lettered", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
         case .held:
-            break  // logged once by the breaker above
+            break  // logged once by the breaker
         }
     }
 
-    /// One job reached `end`: for the stop line, the metrics and the admin page.
+    /// Carries out an outcome's effect on the hold breaker: one error line when a hold starts,
+    /// one notice when it ends.
+    func applyToBreaker(_ effect: OutcomeRouter.BreakerEffect) {
+        let now = clock.now
+        switch effect {
+        case .hold(let reason, let status):
+            if case .pauseAndAlert = breaker.withLock({ $0.heldOutcome(reason: reason, now: now) }) {
+                bundleStatistics.held(true)
+                logger.error(
+                    "APNs rejects this bundle's credentials or topic: bundle HELD, jobs stay in the broker until a probe succeeds",
+                    metadata: ["apns.reason": "\(reason)", "apns.status": "\(status)"])
+            }
+        case .healthy:
+            if case .resume(let heldFor) = breaker.withLock({ $0.healthyOutcome(now: now) }) {
+                bundleStatistics.held(false)
+                logger.notice("bundle resumed: APNs accepts its credentials again", metadata: ["held.seconds": "\(heldFor)"])
+            }
+        }
+    }
+
+    /// One job reached `end`. The one place a job's end is counted: the tally behind the stop
+    /// line, the admin page and `/api/status`, the Prometheus counter (both in
+    /// `BundleStatistics.jobEnded`), and the registry's hourly counts (the observer).
     func count(_ end: OutcomeRouter.End, since started: ContinuousClock.Instant) {
         if let kind = JobEndKind(end) { observer?.jobEnded(bundleID: settings.bundleID, end: kind) }
         bundleStatistics.jobEnded(end, after: started.duration(to: .now))
-    }
-
-    static func end(of route: OutcomeRouter.Route) -> OutcomeRouter.End {
-        switch route {
-        case .ack: return .delivered
-        case .publishThenAck(_, let end): return end
-        }
     }
 
     /// Carries out a route: publish (confirmed), then ack. A publish that fails (connection lost,
@@ -354,4 +339,34 @@ final class StopSignal: Sendable {
     private let flag = Atomic<Bool>(false)
     var isSet: Bool { flag.load(ordering: .acquiring) }
     func set() { flag.store(true, ordering: .releasing) }
+}
+
+/// What a bundle's pipeline is told by the configuration.
+public struct BundlePipelineSettings: Sendable {
+    public var bundleID: String
+    public var defaultEnvironment: APNSEnvironment
+    public var transportKind: TransportKind
+    public var prefetch: UInt16
+    public var retryPolicy: RetryPolicy
+    /// Time between probes while the bundle is held.
+    public var probeInterval: Duration
+    /// On graceful shutdown, how long jobs in flight may take to finish.
+    public var shutdownDeadline: Duration
+    /// Deliveries after which a job is a poison job (`DeliveryLimit`).
+    public var maxDeliveries: Int
+
+    public init(
+        bundleID: String, defaultEnvironment: APNSEnvironment = .production, transportKind: TransportKind = .http2,
+        prefetch: UInt16 = 500, retryPolicy: RetryPolicy = .standard, probeInterval: Duration = .seconds(5),
+        shutdownDeadline: Duration = .seconds(30), maxDeliveries: Int = 20
+    ) {
+        self.maxDeliveries = maxDeliveries
+        self.bundleID = bundleID
+        self.defaultEnvironment = defaultEnvironment
+        self.transportKind = transportKind
+        self.prefetch = prefetch
+        self.retryPolicy = retryPolicy
+        self.probeInterval = probeInterval
+        self.shutdownDeadline = shutdownDeadline
+    }
 }

@@ -23,9 +23,7 @@ public struct OutcomeRouter: Sendable {
     }
 
     /// The end a job reached, for logs and metrics (a fixed, small label set).
-    public enum End: String, Sendable, Hashable, CaseIterable {
-        case delivered, invalidToken = "invalid_token", retry, dead, held, gated
-    }
+    public typealias End = JobEnd
 
     /// The job as the router needs it: the delivered message, left untouched in what it forwards.
     public struct JobContext: Sendable {
@@ -52,6 +50,40 @@ public struct OutcomeRouter: Sendable {
             if let string = value.stringValue, let int = Int(string) { return max(int, 0) }
             return 0
         }
+    }
+
+    /// What the hold breaker learns from an outcome (`HoldBreaker`).
+    public enum BreakerEffect: Sendable, Hashable {
+        /// A provider fault: the bundle holds, or stays held.
+        case hold(reason: String, status: Int)
+        /// APNs judged the job, not the provider's credentials: a hold ends.
+        case healthy
+    }
+
+    /// Everything the pipeline does with an outcome, decided in one place: the route for the
+    /// job's delivery, its end, and the breaker's effect.
+    public struct Decision: Sendable, Hashable {
+        public var route: Route
+        public var breaker: BreakerEffect
+
+        /// The end the job reached (for logs, metrics and the registry's counts).
+        public var end: End {
+            switch route {
+            case .ack: return .delivered
+            case .publishThenAck(_, let end): return end
+            }
+        }
+    }
+
+    /// The decision for an outcome reached after sending the job to APNs (this attempt counted).
+    /// Every outcome is named: a new one must say here whether it holds the bundle.
+    public func decide(_ outcome: Outcome, job: JobContext, now: Date) -> Decision {
+        let breaker: BreakerEffect
+        switch outcome {
+        case .held(let reason, let status): breaker = .hold(reason: reason, status: status)
+        case .delivered, .invalidToken, .retry, .dead: breaker = .healthy
+        }
+        return Decision(route: route(outcome, job: job, now: now), breaker: breaker)
     }
 
     /// The route for an outcome reached after sending the job to APNs (this attempt counted).

@@ -1,3 +1,4 @@
+import AMQPClient
 import Logging
 import ServiceLifecycle
 import UnixSignals
@@ -6,12 +7,12 @@ import UnixSignals
 /// editing `allowSyncServers`, `denySyncServers` or `rolloutPercentage`. A file that no longer
 /// loads is logged and ignored: the rules in force stay.
 public struct RolloutReloader: Service {
-    let pipelines: [BundlePipeline]
+    let pipelines: [BundlePipeline<AMQPConnection>]
     /// Reads the rules from the configuration again, keyed by bundle ID.
     let loadRules: @Sendable () throws -> [String: RolloutRule]
     let logger: Logger
 
-    public init(pipelines: [BundlePipeline], logger: Logger, loadRules: @escaping @Sendable () throws -> [String: RolloutRule]) {
+    public init(pipelines: [BundlePipeline<AMQPConnection>], logger: Logger, loadRules: @escaping @Sendable () throws -> [String: RolloutRule]) {
         self.pipelines = pipelines
         self.loadRules = loadRules
         self.logger = logger

@@ -7,12 +7,12 @@ import ServiceLifecycle
 /// runs one `BundlePipeline` per configured bundle until graceful shutdown. Any number of
 /// instances may run against the same broker: they are competing consumers of the same queues.
 public final class WorkerService: Service, Sendable {
-    public let pipelines: [BundlePipeline]
+    public let pipelines: [BundlePipeline<AMQPConnection>]
     let broker: AMQPConnection
     let topology: TopologyPlan
     let logger: Logger
 
-    public init(broker: AMQPConnection, topology: TopologyPlan, pipelines: [BundlePipeline], logger: Logger) {
+    public init(broker: AMQPConnection, topology: TopologyPlan, pipelines: [BundlePipeline<AMQPConnection>], logger: Logger) {
         self.broker = broker
         self.topology = topology
         self.pipelines = pipelines

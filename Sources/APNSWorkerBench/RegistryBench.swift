@@ -8,6 +8,7 @@ import APNSConfig
 import APNSCore
 import APNSRegistry
 import APNSSimulator
+import APNSTopology
 import ArgumentParser
 import Foundation
 import Logging

@@ -6,6 +6,7 @@
 import AMQPClient
 import APNSCore
 import APNSSimulator
+import APNSTopology
 import ArgumentParser
 import Foundation
 import Logging

@@ -1,4 +1,5 @@
 import AMQPClient
+import APNSTopology
 import Crypto
 import APNSAdmin
 import APNSConfig
@@ -53,7 +54,7 @@ struct RunCommand: AsyncParsableCommand {
                 logger: logger)
         }
         var services: [any Service] = []
-        var pipelines: [BundlePipeline] = []
+        var pipelines: [BundlePipeline<AMQPConnection>] = []
         let statistics = WorkerStatistics()
         let tokenSources = TokenSources()
         for bundle in configuration.bundles {
@@ -63,7 +64,7 @@ struct RunCommand: AsyncParsableCommand {
                 services.append(transport)
                 transports[environment] = transport
             }
-            let settings = BundlePipeline.Settings(
+            let settings = BundlePipelineSettings(
                 bundleID: bundle.bundleID, defaultEnvironment: bundle.environment,
                 transportKind: bundle.transport == .binary ? .binary : .http2,
                 prefetch: UInt16(clamping: configuration.amqp.prefetch),

@@ -3,6 +3,7 @@
 import AMQPClient
 import APNSConfig
 import APNSCore
+import APNSTopology
 import ArgumentParser
 import Foundation
 import Logging

@@ -2,6 +2,7 @@
 // whose application is stopped and started again (on a private node).
 import AMQPClient
 import APNSCore
+import APNSTopology
 import Foundation
 import Synchronization
 import Testing

@@ -7,6 +7,7 @@ import APNSConfig
 import APNSCore
 import APNSOperations
 import APNSSimulator
+import APNSTopology
 import APNSTransport
 import APNSWorker
 import Foundation

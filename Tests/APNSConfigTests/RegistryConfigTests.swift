@@ -1,5 +1,7 @@
+import AMQPClient
 import APNSConfig
 import APNSCore
+import APNSTopology
 import Foundation
 import Testing
 

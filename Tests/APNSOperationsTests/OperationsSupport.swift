@@ -3,6 +3,7 @@
 import AMQPClient
 import APNSCore
 import APNSOperations
+import APNSTopology
 import Foundation
 import Logging
 import TestSupport

@@ -3,6 +3,7 @@ import APNSConfig
 import APNSCore
 import APNSRegistry
 import APNSSimulator
+import APNSTopology
 import Foundation
 import Logging
 import NIOCore

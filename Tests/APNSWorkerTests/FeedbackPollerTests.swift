@@ -4,6 +4,7 @@
 import AMQPClient
 import APNSCore
 import APNSSimulator
+import APNSTopology
 import APNSTransport
 import Foundation
 import Logging

@@ -1,6 +1,7 @@
 import AMQPClient
 import APNSCore
 import APNSSimulator
+import APNSTopology
 import Foundation
 import Logging
 import NIOCore

@@ -1,3 +1,4 @@
+import APNSCore
 import Synchronization
 import Testing
 

@@ -1,0 +1,57 @@
+/// The channels of one connection, as a value with no IO: which are open and in which
+/// generation, and which numbers consumers get. Every channel opened, across reconnects, gets a
+/// new generation; a delivery tag is honoured only while its channel's generation is still open
+/// (`AMQPDeliveryTag`). Channel 1 carries RPCs, 2 publishes (confirm mode), 3 and up one
+/// consumer each, numbers reused once freed.
+struct ChannelTable: Equatable {
+    static let control: UInt16 = 1
+    static let publish: UInt16 = 2
+    static let firstConsumer: UInt16 = 3
+
+    /// Channel number → generation of the channels open now.
+    private(set) var generations: [UInt16: UInt64] = [:]
+    private var nextGeneration: UInt64 = 1
+    private var freeConsumerChannels: [UInt16] = []
+    private var nextConsumerChannel = ChannelTable.firstConsumer
+
+    func generation(of channel: UInt16) -> UInt64? { generations[channel] }
+
+    /// Whether a delivery's channel is still open in the generation that delivered it.
+    func isCurrent(_ tag: AMQPDeliveryTag) -> Bool { generations[tag.channel] == tag.generation }
+
+    /// The broker confirmed `channel.open`: a new generation begins.
+    @discardableResult
+    mutating func opened(_ channel: UInt16) -> UInt64 {
+        defer { nextGeneration += 1 }
+        generations[channel] = nextGeneration
+        return nextGeneration
+    }
+
+    /// The channel closed (by us or the broker): its generation's tags are stale from now on.
+    mutating func closed(_ channel: UInt16) {
+        generations[channel] = nil
+    }
+
+    /// A number for a new consumer's channel: a freed one first.
+    mutating func allocateConsumerChannel() -> UInt16 {
+        if let channel = freeConsumerChannels.popLast() { return channel }
+        defer { nextConsumerChannel += 1 }
+        return nextConsumerChannel
+    }
+
+    /// A consumer's channel number may be used again (ignored for the control and publish channels).
+    mutating func releaseConsumerChannel(_ channel: UInt16) {
+        if channel >= Self.firstConsumer && !freeConsumerChannels.contains(channel) { freeConsumerChannels.append(channel) }
+    }
+
+    /// The connection died: every generation ends.
+    mutating func connectionLost() {
+        generations.removeAll()
+    }
+
+    /// A new connection numbers its consumer channels from the first again; generations go on.
+    mutating func newConnection() {
+        nextConsumerChannel = Self.firstConsumer
+        freeConsumerChannels.removeAll()
+    }
+}

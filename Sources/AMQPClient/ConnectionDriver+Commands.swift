@@ -1,0 +1,224 @@
+// The owner thread carrying out its callers' commands: settlements (coalesced acks), publishes
+// with confirms, consumers, RPCs, close; and the same commands answered while disconnected.
+import CRabbitMQ
+import CRabbitMQShim
+import Foundation
+import Logging
+
+extension ConnectionDriver {
+    // MARK: Commands
+
+    func handleWhileDisconnected(_ command: Command) {
+        let notConnected = AMQPError(stopRequested ? .closed : .notConnected, stopRequested ? "the connection is closed" : "not connected to the broker (reconnecting)")
+        switch command {
+        case .publish(_, let continuation): continuation.resume(throwing: notConnected)
+        case .settle: break
+        case .rpc(let request, let continuation):
+            if case .declarePlan(let plan) = request, !stopRequested, reconnect.everConnected {
+                // Remembered and declared with the next connection, like consumers.
+                if !plans.contains(plan) { plans.append(plan) }
+            }
+            continuation.resume(throwing: notConnected)
+        case .consume(let request, let continuation):
+            if stopRequested {
+                continuation.resume(throwing: notConnected)
+            } else {
+                consumers.add(request.id, request)
+                continuation.resume()
+            }
+        case .cancelConsumer(let id, let continuation):
+            consumers.remove(id)?.buffer.finish()
+            continuation.resume()
+        case .close(let continuation):
+            stopRequested = true
+            closeWaiters.append(continuation)
+        }
+    }
+
+    func handle(_ command: Command) throws(ConnectionFailure) {
+        guard let state = conn else {
+            handleWhileDisconnected(command)
+            return
+        }
+        switch command {
+        case .publish(let message, let continuation):
+            if blocked {
+                publishesWhileBlocked.append((message, continuation))
+            } else {
+                try send(message, continuation, on: state)
+            }
+        case .settle(let tag, let kind):
+            // Checked again here: the channel may have died after the caller queued this.
+            guard channels.isCurrent(tag) else {
+                logger.debug("AMQP settlement of a stale delivery dropped", metadata: ["amqp.delivery_tag": "\(tag)"])
+                return
+            }
+            let coalesced = tag.channel >= ChannelTable.firstConsumer
+            let status: Int32
+            switch kind {
+            case .ack where coalesced:
+                let now = Self.monotonicNanoseconds()
+                coalescing(tag.channel, tag.generation) { $0.ack(tag.value, now: now) }
+                return
+            case .ack: status = amqp_basic_ack(state, tag.channel, tag.value, 0)
+            case .nack(let requeue): status = amqp_basic_nack(state, tag.channel, tag.value, 0, requeue ? 1 : 0)
+            case .reject(let requeue): status = amqp_basic_reject(state, tag.channel, tag.value, requeue ? 1 : 0)
+            }
+            guard status == AMQP_STATUS_OK.rawValue else {
+                throw ConnectionFailure(error: AMQPError(.connectionLost, "sending an ack failed", libraryStatus: Self.statusString(status)))
+            }
+            if coalesced { coalescing(tag.channel, tag.generation) { $0.settledElsewhere(tag.value) } }
+        case .rpc(let request, let continuation):
+            do {
+                continuation.resume(returning: try perform(request))
+            } catch let error as AMQPError {
+                continuation.resume(throwing: error)
+            } catch let failure as ConnectionFailure {
+                continuation.resume(throwing: failure.error)
+                throw failure
+            } catch {
+                continuation.resume(throwing: error)
+            }
+        case .consume(let request, let continuation):
+            consumers.add(request.id, request)
+            do {
+                try establish(request.id)
+                continuation.resume()
+            } catch let error as AMQPError {
+                consumers.remove(request.id)
+                continuation.resume(throwing: error)
+            } catch let failure as ConnectionFailure {
+                consumers.remove(request.id)
+                continuation.resume(throwing: failure.error)
+                throw failure
+            } catch {
+                consumers.remove(request.id)
+                continuation.resume(throwing: error)
+            }
+        case .cancelConsumer(let id, let continuation):
+            defer { continuation.resume() }
+            guard let consumer = consumers.cancel(id) else { return }
+            consumer.request.buffer.finish()
+            if let channel = consumer.channel {
+                _ = amqp_basic_cancel(state, channel, arena.bytes(consumer.request.tag))
+                arena.reset()
+                let reply = amqp_get_rpc_reply(state)
+                if reply.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION {
+                    throw ConnectionFailure(error: AMQPError(.connectionLost, "basic.cancel failed", libraryStatus: Self.statusString(reply.library_error)))
+                }
+                amqp_maybe_release_buffers_on_channel(state, channel)
+            }
+        case .close(let continuation):
+            stopRequested = true
+            closeWaiters.append(continuation)
+        }
+    }
+
+    // MARK: Coalesced acks
+
+    /// Sends what the coalescers of open consumer channels have ready (everything with
+    /// `force`); coalescers of channels closed since are dropped, unsent: the broker has
+    /// requeued their deliveries.
+    func flushAcks(force: Bool = false) throws(ConnectionFailure) {
+        guard !ackCoalescers.isEmpty, let state = conn else { return }
+        let now = Self.monotonicNanoseconds()
+        for channel in Array(ackCoalescers.keys) {
+            guard let generation = ackCoalescers[channel]?.generation, channels.generation(of: channel) == generation else {
+                ackCoalescers[channel] = nil
+                continue
+            }
+            guard ackCoalescers[channel]!.acks.waitingCount > 0 else { continue }
+            let frames = ackCoalescers[channel]!.acks.flush(now: now, force: force)
+            for frame in frames {
+                let status: Int32
+                switch frame {
+                case .ackThrough(let tag): status = amqp_basic_ack(state, channel, tag, 1)
+                case .ackOne(let tag): status = amqp_basic_ack(state, channel, tag, 0)
+                }
+                guard status == AMQP_STATUS_OK.rawValue else {
+                    throw ConnectionFailure(error: AMQPError(.connectionLost, "sending an ack failed", libraryStatus: Self.statusString(status)))
+                }
+            }
+        }
+    }
+
+    /// The coalescer of a consumer channel's current generation, made on first use.
+    func coalescing(_ channel: amqp_channel_t, _ generation: UInt64, _ change: (inout AckCoalescer) -> Void) {
+        if ackCoalescers[channel]?.generation != generation { ackCoalescers[channel] = (generation, AckCoalescer()) }
+        change(&ackCoalescers[channel]!.acks)
+    }
+
+    /// How long the thread may sleep before a held ack is due, at most `limit`.
+    func untilNextAckDeadline(atMost limit: Duration) -> Duration {
+        let deadlines = ackCoalescers.values.compactMap { $0.acks.nextDeadline() }
+        guard let next = deadlines.min() else { return limit }
+        let now = Self.monotonicNanoseconds()
+        let remaining = next > now ? Duration.nanoseconds(Int64(clamping: next - now)) : .zero
+        return min(limit, remaining)
+    }
+
+    static func monotonicNanoseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+    }
+
+    // MARK: Publishing
+
+    func openPublishChannel() throws(ConnectionFailure) {
+        try openChannel(ChannelTable.publish)
+        guard let state = conn else { return }
+        _ = amqp_confirm_select(state, ChannelTable.publish)
+        do {
+            try check(amqp_get_rpc_reply(state), channel: ChannelTable.publish, reopen: false, context: "confirm.select")
+        } catch let error as AMQPError {
+            throw ConnectionFailure(error: error)
+        } catch let failure as ConnectionFailure {
+            throw failure
+        } catch {}
+        confirms.restartNumbering()
+    }
+
+    func send(_ message: AMQPOutboundMessage, _ continuation: CheckedContinuation<Void, any Error>, on state: amqp_connection_state_t) throws(ConnectionFailure) {
+        arena.reset()
+        var properties = arena.properties(message.properties)
+        let exchange = arena.bytes(message.exchange)
+        let routingKey = arena.bytes(message.routingKey)
+        let status = message.body.withUnsafeBytes { body in
+            amqp_basic_publish(
+                state, ChannelTable.publish, exchange, routingKey, message.mandatory ? 1 : 0, 0, &properties,
+                amqp_bytes_t(len: body.count, bytes: body.count == 0 ? nil : UnsafeMutableRawPointer(mutating: body.baseAddress)))
+        }
+        arena.reset()
+        guard status == AMQP_STATUS_OK.rawValue else {
+            continuation.resume(throwing: AMQPError(.connectionLost, "sending the publish failed", libraryStatus: Self.statusString(status)))
+            throw ConnectionFailure(error: AMQPError(.connectionLost, "publishing failed", libraryStatus: Self.statusString(status)))
+        }
+        confirms.sent(
+            continuation,
+            returnKey: message.mandatory ? .init(exchange: message.exchange, routingKey: message.routingKey, body: message.body) : nil)
+    }
+
+    /// `basic.ack` / `basic.nack` on the confirm channel, `multiple` included.
+    func confirm(upTo tag: UInt64, multiple: Bool, ack: Bool) {
+        confirms.confirmed(upTo: tag, multiple: multiple, ack: ack) { waiter, error in
+            if let error { waiter.resume(throwing: error) } else { waiter.resume() }
+        }
+    }
+
+    /// A `basic.return`: the publish it belongs to fails when its ack comes.
+    func matchReturn(_ assembly: ContentAssembler.Message, replyCode: UInt16, replyText: String) {
+        let error = AMQPError(
+            .publishReturned,
+            "the broker returned the message: exchange '\(assembly.exchange)' has no queue bound for routing key '\(assembly.routingKey)'",
+            replyCode: replyCode, replyText: replyText, exchange: assembly.exchange)
+        let key = PublishConfirms<CheckedContinuation<Void, any Error>>.ReturnKey(
+            exchange: assembly.exchange, routingKey: assembly.routingKey, body: assembly.body)
+        guard !confirms.returned(key, error: error) else { return }
+        logger.warning("AMQP basic.return matched no publish in flight", metadata: ["amqp.exchange": "\(assembly.exchange)", "amqp.routing_key": "\(assembly.routingKey)"])
+    }
+
+    func failInFlightPublishes(_ error: AMQPError) {
+        confirms.failAll { $0.resume(throwing: error) }
+    }
+}

@@ -1,0 +1,193 @@
+// The owner thread reading the broker: frames assembled into deliveries and returns, confirms,
+// cancellations and closes; and the channels it opens and closes.
+import CRabbitMQ
+import CRabbitMQShim
+import Foundation
+import Logging
+
+extension ConnectionDriver {
+    // MARK: Frames
+
+    func handleFrame(_ frame: inout amqp_frame_t) throws(ConnectionFailure) {
+        let channel = frame.channel
+        switch Int32(frame.frame_type) {
+        case AMQP_FRAME_METHOD:
+            try handleMethod(frame.payload.method, channel: channel)
+        case AMQP_FRAME_HEADER:
+            let header = frame.payload.properties
+            let message = assembler.header(on: channel, bodySize: Int(header.body_size)) {
+                header.decoded.map { FieldDecoder.properties($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee) }
+            }
+            if let message { complete(message, channel: channel) }
+        case AMQP_FRAME_BODY:
+            if let message = assembler.body(on: channel, FieldDecoder.bytes(frame.payload.body_fragment)) {
+                complete(message, channel: channel)
+            }
+        default:
+            break
+        }
+    }
+
+    func handleMethod(_ method: amqp_method_t, channel: amqp_channel_t) throws(ConnectionFailure) {
+        guard let decoded = method.decoded else { return }
+        switch method.id {
+        case AMQPMethod.basicDeliver:
+            let m = decoded.assumingMemoryBound(to: amqp_basic_deliver_t.self).pointee
+            assembler.begin(
+                .delivery(tag: m.delivery_tag, redelivered: m.redelivered != 0, consumerTag: FieldDecoder.string(m.consumer_tag)),
+                exchange: FieldDecoder.string(m.exchange), routingKey: FieldDecoder.string(m.routing_key), on: channel)
+        case AMQPMethod.basicReturn:
+            let m = decoded.assumingMemoryBound(to: amqp_basic_return_t.self).pointee
+            assembler.begin(
+                .returned(replyCode: m.reply_code, replyText: FieldDecoder.string(m.reply_text)),
+                exchange: FieldDecoder.string(m.exchange), routingKey: FieldDecoder.string(m.routing_key), on: channel)
+        case AMQPMethod.basicAck where channel == ChannelTable.publish:
+            let m = decoded.assumingMemoryBound(to: amqp_basic_ack_t.self).pointee
+            confirm(upTo: m.delivery_tag, multiple: m.multiple != 0, ack: true)
+        case AMQPMethod.basicNack where channel == ChannelTable.publish:
+            let m = decoded.assumingMemoryBound(to: amqp_basic_nack_t.self).pointee
+            confirm(upTo: m.delivery_tag, multiple: m.multiple != 0, ack: false)
+        case AMQPMethod.basicCancel:
+            let m = decoded.assumingMemoryBound(to: amqp_basic_cancel_t.self).pointee
+            try consumerCancelledByBroker(channel: channel, tag: FieldDecoder.string(m.consumer_tag))
+        case AMQPMethod.channelClose:
+            let m = decoded.assumingMemoryBound(to: amqp_channel_close_t.self).pointee
+            try channelClosedByBroker(channel, replyCode: m.reply_code, replyText: FieldDecoder.string(m.reply_text))
+        case AMQPMethod.connectionClose:
+            let m = decoded.assumingMemoryBound(to: amqp_connection_close_t.self).pointee
+            let text = FieldDecoder.string(m.reply_text)
+            if let state = conn {
+                var ok = amqp_connection_close_ok_t(dummy: 0)
+                _ = amqp_send_method(state, 0, AMQPMethod.connectionCloseOk, &ok)
+            }
+            throw ConnectionFailure(error: AMQPError(.connectionClosedByServer, "the broker closed the connection", replyCode: m.reply_code, replyText: text))
+        case AMQPMethod.connectionBlocked:
+            let m = decoded.assumingMemoryBound(to: amqp_connection_blocked_t.self).pointee
+            blocked = true
+            setState(.blocked)
+            logger.warning("AMQP broker blocked publishing", metadata: ["amqp.reason": "\(FieldDecoder.string(m.reason))"])
+        case AMQPMethod.connectionUnblocked:
+            blocked = false
+            setState(.connected)
+            logger.info("AMQP broker unblocked publishing")
+            guard let state = conn else { return }
+            while !publishesWhileBlocked.isEmpty {
+                let (message, continuation) = publishesWhileBlocked.removeFirst()
+                // On failure the rest stay queued; teardown fails them.
+                try send(message, continuation, on: state)
+            }
+        default:
+            break
+        }
+    }
+
+    func complete(_ assembly: ContentAssembler.Message, channel: amqp_channel_t) {
+        switch assembly.kind {
+        case .delivery(let tag, let redelivered, let consumerTag):
+            guard let consumer = consumers.consumer(on: channel)?.entry, let generation = channels.generation(of: channel) else { return }
+            let message = AMQPDeliveredMessage(
+                exchange: assembly.exchange, routingKey: assembly.routingKey, redelivered: redelivered,
+                body: assembly.body, properties: assembly.properties)
+            let accepted = consumer.request.buffer.push(AMQPDelivery(
+                message: message, tag: AMQPDeliveryTag(channel: channel, generation: generation, value: tag), consumerTag: consumerTag))
+            if !accepted, let state = conn {
+                // Sent by the broker before it processed our basic.cancel: the consumer's
+                // sequence has ended, so nobody would ever settle it and it would sit unacked
+                // on this still-open channel until the connection closed. Hand it back now.
+                _ = amqp_basic_reject(state, channel, tag, 1)
+                coalescing(channel, generation) { $0.settledElsewhere(tag) }
+            }
+        case .returned(let replyCode, let replyText):
+            matchReturn(assembly, replyCode: replyCode, replyText: replyText)
+        }
+    }
+
+    func consumerCancelledByBroker(channel: amqp_channel_t, tag: String) throws(ConnectionFailure) {
+        guard let (id, consumer) = consumers.consumer(on: channel) else { return }
+        logger.warning("AMQP broker cancelled a consumer (queue deleted?)", metadata: ["amqp.queue": "\(consumer.request.queue)", "amqp.consumer_tag": "\(tag)"])
+        consumers.remove(id)
+        consumer.request.buffer.finish(throwing: AMQPError(
+            .consumerCancelled, "the broker cancelled the consumer of queue '\(consumer.request.queue)' (the queue was deleted or its node went down)",
+            queue: consumer.request.queue))
+        closeChannel(channel)
+    }
+
+    /// A channel exception on a channel we did not wait on synchronously: answer close-ok,
+    /// then repair what used the channel.
+    func channelClosedByBroker(_ channel: amqp_channel_t, replyCode: UInt16, replyText: String) throws(ConnectionFailure) {
+        guard let state = conn else { return }
+        var ok = amqp_channel_close_ok_t(dummy: 0)
+        _ = amqp_send_method(state, channel, AMQPMethod.channelCloseOk, &ok)
+        channels.closed(channel)
+        assembler.discard(channel: channel)
+        logger.warning("AMQP broker closed a channel", metadata: ["amqp.channel": "\(channel)", "amqp.reply_code": "\(replyCode)", "amqp.reply_text": "\(replyText)"])
+        if channel == ChannelTable.publish {
+            failInFlightPublishes(AMQPError(.channelClosed, "the broker closed the publishing channel", replyCode: replyCode, replyText: replyText))
+            try openPublishChannel()
+        } else if channel == ChannelTable.control {
+            try openChannel(ChannelTable.control)
+        } else if let (id, consumer) = consumers.channelClosed(channel) {
+            channels.releaseConsumerChannel(channel)
+            guard !consumer.cancelled else { return }
+            do {
+                try establish(id)
+            } catch let error as AMQPError {
+                consumers.remove(id)
+                consumer.request.buffer.finish(throwing: error)
+            } catch let failure as ConnectionFailure {
+                throw failure
+            } catch {}
+        }
+    }
+
+    // MARK: Channels
+
+    func openChannel(_ channel: amqp_channel_t) throws(ConnectionFailure) {
+        guard let state = conn else { throw ConnectionFailure(error: AMQPError(.notConnected, "not connected")) }
+        _ = amqp_channel_open(state, channel)
+        let reply = amqp_get_rpc_reply(state)
+        do {
+            try check(reply, channel: channel, reopen: false, context: "channel.open")
+        } catch let error as AMQPError {
+            throw ConnectionFailure(error: error)
+        } catch let failure as ConnectionFailure {
+            throw failure
+        } catch {}
+        amqp_maybe_release_buffers_on_channel(state, channel)
+        channels.opened(channel)
+    }
+
+    func closeChannel(_ channel: amqp_channel_t) {
+        channels.closed(channel)
+        assembler.discard(channel: channel)
+        _ = consumers.channelClosed(channel)
+        if let state = conn {
+            _ = amqp_channel_close(state, channel, AMQP_REPLY_SUCCESS)
+            amqp_maybe_release_buffers_on_channel(state, channel)
+        }
+        channels.releaseConsumerChannel(channel)
+    }
+
+    /// Opens a channel for the consumer, sets its prefetch and starts `basic.consume`.
+    func establish(_ id: Int) throws {
+        guard let state = conn, let consumer = consumers.entry(id) else { return }
+        let request = consumer.request
+        let channel = channels.allocateConsumerChannel()
+        try openChannel(channel)
+        do {
+            _ = amqp_basic_qos(state, channel, 0, request.prefetch, 0)
+            try check(amqp_get_rpc_reply(state), channel: channel, reopen: false, context: "basic.qos on queue '\(request.queue)'")
+            arena.reset()
+            _ = amqp_basic_consume(state, channel, arena.bytes(request.queue), arena.bytes(request.tag), 0, 0, 0, amqp_table_t(num_entries: 0, entries: nil))
+            arena.reset()
+            try check(amqp_get_rpc_reply(state), channel: channel, reopen: false, context: "consuming queue '\(request.queue)'", queue: request.queue)
+        } catch {
+            channels.closed(channel)
+            channels.releaseConsumerChannel(channel)
+            throw error
+        }
+        amqp_maybe_release_buffers_on_channel(state, channel)
+        consumers.started(id, on: channel)
+        logger.debug("AMQP consumer started", metadata: ["amqp.queue": "\(request.queue)", "amqp.channel": "\(channel)", "amqp.prefetch": "\(request.prefetch)"])
+    }
+}

@@ -1,0 +1,54 @@
+/// What `AMQPConnection.declare` takes: exchanges, queues and bindings as plain values. The
+/// client knows nothing of what they are for; the APNs topology is built from these above it.
+
+/// A value in an AMQP argument table, reduced to what declarations need.
+public enum TopologyArgument: Sendable, Hashable {
+    case string(String)
+    case int(Int64)
+}
+
+public struct ExchangeDeclaration: Sendable, Hashable {
+    public enum Kind: String, Sendable, Hashable { case direct, fanout, topic }
+    public var name: String
+    public var kind: Kind
+    public var arguments: [String: TopologyArgument]
+    public init(name: String, kind: Kind, arguments: [String: TopologyArgument] = [:]) {
+        self.name = name
+        self.kind = kind
+        self.arguments = arguments
+    }
+}
+
+public struct QueueDeclaration: Sendable, Hashable {
+    public var name: String
+    public var arguments: [String: TopologyArgument]
+    public init(name: String, arguments: [String: TopologyArgument] = [:]) {
+        self.name = name
+        self.arguments = arguments
+    }
+}
+
+public struct BindingDeclaration: Sendable, Hashable {
+    public var queue: String
+    public var exchange: String
+    public var routingKey: String
+    public init(queue: String, exchange: String, routingKey: String) {
+        self.queue = queue
+        self.exchange = exchange
+        self.routingKey = routingKey
+    }
+}
+
+/// Everything to declare, in an order that works on an empty broker: exchanges, queues, bindings.
+/// All of it is durable; declaring it again with the same arguments is a no-op on the broker.
+public struct TopologyPlan: Sendable, Hashable {
+    public var exchanges: [ExchangeDeclaration]
+    public var queues: [QueueDeclaration]
+    public var bindings: [BindingDeclaration]
+
+    public init(exchanges: [ExchangeDeclaration] = [], queues: [QueueDeclaration] = [], bindings: [BindingDeclaration] = []) {
+        self.exchanges = exchanges
+        self.queues = queues
+        self.bindings = bindings
+    }
+}

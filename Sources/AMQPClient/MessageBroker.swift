@@ -1,0 +1,27 @@
+/// The part of a broker connection that a consumer of jobs uses (consume, get, ack, nack,
+/// confirmed publish), as a protocol so that the code deciding what to do with each message can
+/// be tested against a fake broker, with no socket. `AMQPConnection` is the real one.
+///
+/// Users take it as a generic parameter, not as an existential: once the optimiser specialises
+/// them for `AMQPConnection` the calls are direct, so the seam costs nothing per message.
+public protocol MessageBroker: Sendable {
+    associatedtype Consumer: MessageConsumer
+
+    /// Starts a consumer with manual acks and at most `prefetch` unacknowledged deliveries.
+    func consume(queue: String, prefetch: UInt16) async throws -> Consumer
+    /// `basic.get`: the next message of `queue`, or nil when it is empty.
+    func get(queue: String) async throws -> AMQPDelivery?
+    @discardableResult func ack(_ delivery: AMQPDelivery) async -> AMQPSettlement
+    @discardableResult func nack(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement
+    /// Returns once the broker confirmed the message; throws when it did not take it.
+    func publish(_ message: AMQPOutboundMessage) async throws
+}
+
+/// The deliveries of one consumer (see `AMQPConsumer`): they end after `cancel()`, once the
+/// deliveries already received have been read.
+public protocol MessageConsumer: AsyncSequence, Sendable where Element == AMQPDelivery {
+    func cancel() async
+}
+
+extension AMQPConnection: MessageBroker {}
+extension AMQPConsumer: MessageConsumer {}

@@ -1,0 +1,277 @@
+import Testing
+
+@testable import AMQPClient
+
+/// The decisions of the connection's owner thread, without a broker: publisher confirms, the
+/// channel table and the reconnect policy. What the broker does with them is tested against
+/// RabbitMQ (`MessagingTests`, `RecoveryTests`).
+@Suite struct PublishConfirmsTests {
+    typealias Confirms = PublishConfirms<String>
+
+    /// What each settled publish got: "ok", or its error's code.
+    static func settle(_ confirms: inout Confirms, upTo tag: UInt64, multiple: Bool, ack: Bool = true) -> [String: String] {
+        var settled: [String: String] = [:]
+        confirms.confirmed(upTo: tag, multiple: multiple, ack: ack) { waiter, error in settled[waiter] = error.map { "\($0.code)" } ?? "ok" }
+        return settled
+    }
+
+    @Test func publishesAreNumberedFromOneAndAgainOnANewChannel() {
+        var confirms = Confirms()
+        #expect(confirms.sent("a", returnKey: nil) == 1)
+        #expect(confirms.sent("b", returnKey: nil) == 2)
+        confirms.failAll { _ in }
+        confirms.restartNumbering()
+        #expect(confirms.sent("c", returnKey: nil) == 1)
+    }
+
+    @Test func aMultipleAckSettlesEverythingUpToItsTagAndASingleOneOnlyItself() {
+        var confirms = Confirms()
+        for name in ["a", "b", "c", "d"] { confirms.sent(name, returnKey: nil) }
+        #expect(Self.settle(&confirms, upTo: 3, multiple: false) == ["c": "ok"])
+        #expect(Self.settle(&confirms, upTo: 2, multiple: true) == ["a": "ok", "b": "ok"])
+        #expect(Self.settle(&confirms, upTo: 4, multiple: true) == ["d": "ok"])
+        #expect(confirms.count == 0)
+        // A confirm for something no longer in flight settles nothing.
+        #expect(Self.settle(&confirms, upTo: 4, multiple: true).isEmpty)
+    }
+
+    @Test func aNackFailsThePublishesItCovers() {
+        var confirms = Confirms()
+        confirms.sent("a", returnKey: nil)
+        confirms.sent("b", returnKey: nil)
+        #expect(Self.settle(&confirms, upTo: 2, multiple: true, ack: false) == ["a": "\(AMQPError.Code.publishNacked)", "b": "\(AMQPError.Code.publishNacked)"])
+    }
+
+    @Test func aReturnFailsTheOldestMatchingMandatoryPublishWhenItsAckComes() {
+        var confirms = Confirms()
+        let key = Confirms.ReturnKey(exchange: "x", routingKey: "k", body: [1])
+        confirms.sent("not mandatory", returnKey: nil)
+        confirms.sent("first", returnKey: key)
+        confirms.sent("second", returnKey: key)
+        confirms.sent("other", returnKey: .init(exchange: "x", routingKey: "k", body: [2]))
+        let returned = AMQPError(.publishReturned, "returned")
+        let matched = confirms.returned(key, error: returned)
+        #expect(matched)
+        #expect(
+            Self.settle(&confirms, upTo: 4, multiple: true)
+                == ["not mandatory": "ok", "first": "\(AMQPError.Code.publishReturned)", "second": "ok", "other": "ok"])
+        let matchedAgain = confirms.returned(key, error: returned)
+        #expect(!matchedAgain)
+    }
+
+    @Test func failingAllHandsOverEveryPublishOldestFirst() {
+        var confirms = Confirms()
+        for name in ["a", "b", "c"] { confirms.sent(name, returnKey: nil) }
+        _ = Self.settle(&confirms, upTo: 2, multiple: false)
+        var failed: [String] = []
+        confirms.failAll { failed.append($0) }
+        #expect(failed == ["a", "c"])
+        #expect(confirms.count == 0)
+        // Numbering goes on until the channel is opened again.
+        #expect(confirms.sent("d", returnKey: nil) == 4)
+    }
+}
+
+/// Channel generations (which delivery tags are still good) and consumer channel numbers.
+@Suite struct ChannelTableTests {
+    @Test func everyOpeningIsANewGenerationAndOnlyTheOpenOneIsCurrent() {
+        var table = ChannelTable()
+        let first = table.opened(3)
+        let tag = AMQPDeliveryTag(channel: 3, generation: first, value: 1)
+        #expect(table.isCurrent(tag))
+        table.closed(3)
+        #expect(!table.isCurrent(tag))
+        let second = table.opened(3)
+        #expect(second > first)
+        #expect(!table.isCurrent(tag))
+        #expect(table.isCurrent(AMQPDeliveryTag(channel: 3, generation: second, value: 1)))
+    }
+
+    @Test func aLostConnectionEndsEveryGenerationButNotTheNumbering() {
+        var table = ChannelTable()
+        let control = table.opened(ChannelTable.control)
+        table.opened(ChannelTable.publish)
+        table.connectionLost()
+        #expect(table.generations.isEmpty)
+        table.newConnection()
+        #expect(table.opened(ChannelTable.control) > control)
+    }
+
+    @Test func consumerChannelsStartAtThreeAndFreedNumbersAreReused() {
+        var table = ChannelTable()
+        #expect(table.allocateConsumerChannel() == 3)
+        #expect(table.allocateConsumerChannel() == 4)
+        #expect(table.allocateConsumerChannel() == 5)
+        table.releaseConsumerChannel(4)
+        table.releaseConsumerChannel(4)
+        table.releaseConsumerChannel(ChannelTable.publish)
+        #expect(table.allocateConsumerChannel() == 4)
+        #expect(table.allocateConsumerChannel() == 6)
+        table.newConnection()
+        #expect(table.allocateConsumerChannel() == 3)
+    }
+}
+
+/// The failover list, the backoff, and when `connect` gives up.
+@Suite struct ReconnectPolicyTests {
+    /// Jitter-free: the generator always draws the top of the range.
+    struct Highest: RandomNumberGenerator {
+        mutating func next() -> UInt64 { .max }
+    }
+
+    static let backoff = AMQPBackoff(initial: .milliseconds(100), maximum: .milliseconds(400))
+
+    @Test func beforeTheFirstConnectionItGivesUpOnceEveryURLFailed() {
+        var policy = ReconnectPolicy(urlCount: 3, backoff: Self.backoff)
+        var random = Highest()
+        #expect(policy.urlIndex == 0)
+        #expect(policy.failed(using: &random) == .retry(after: .milliseconds(100)))
+        #expect(policy.urlIndex == 1)
+        #expect(policy.failed(using: &random) == .retry(after: .milliseconds(200)))
+        #expect(policy.urlIndex == 2)
+        #expect(policy.failed(using: &random) == .giveUp)
+    }
+
+    @Test func afterAConnectionItRotatesTheListForeverWithACappedBackoff() {
+        var policy = ReconnectPolicy(urlCount: 2, backoff: Self.backoff)
+        var random = Highest()
+        policy.opened()
+        policy.established()
+        var delays: [Duration] = []
+        var urls: [Int] = []
+        for _ in 0..<5 {
+            guard case .retry(let delay) = policy.failed(using: &random) else {
+                Issue.record("gave up after a connection")
+                return
+            }
+            delays.append(delay)
+            urls.append(policy.urlIndex)
+        }
+        #expect(delays == [100, 200, 400, 400, 400].map { .milliseconds($0) })
+        #expect(urls == [1, 0, 1, 0, 1])
+    }
+
+    @Test func aConnectionThatOpenedStartsTheBackoffOver() {
+        var policy = ReconnectPolicy(urlCount: 1, backoff: Self.backoff)
+        var random = Highest()
+        policy.opened()
+        policy.established()
+        _ = policy.failed(using: &random)
+        _ = policy.failed(using: &random)
+        policy.opened()
+        #expect(policy.failed(using: &random) == .retry(after: .milliseconds(100)))
+    }
+
+    @Test func aConnectionThatOpenedButWasNeverEstablishedStillCountsTowardsGivingUp() {
+        var policy = ReconnectPolicy(urlCount: 2, backoff: Self.backoff)
+        var random = Highest()
+        policy.opened()
+        #expect(policy.failed(using: &random) == .retry(after: .milliseconds(100)))
+        #expect(policy.failed(using: &random) == .giveUp)
+    }
+}
+
+/// Consumers across channels, cancellations and reconnects.
+@Suite struct ConsumerRegistryTests {
+    typealias Registry = ConsumerRegistry<String>
+
+    @Test func aStartedConsumerIsFoundByItsChannelUntilTheChannelCloses() {
+        var registry = Registry()
+        registry.add(1, "jobs")
+        #expect(registry.consumer(on: 3) == nil)
+        registry.started(1, on: 3)
+        #expect(registry.consumer(on: 3)?.id == 1)
+        let closed = registry.channelClosed(3)
+        #expect(closed?.id == 1)
+        #expect(closed?.entry.channel == nil)
+        #expect(registry.consumer(on: 3) == nil)
+        #expect(registry.entry(1)?.request == "jobs")
+    }
+
+    @Test func aCancelledConsumerKeepsItsChannelUntilTheNextConnectionForgetsIt() {
+        var registry = Registry()
+        registry.add(1, "a")
+        registry.add(2, "b")
+        registry.started(1, on: 3)
+        registry.started(2, on: 4)
+        #expect(registry.cancel(1)?.channel == 3)
+        #expect(registry.cancel(1) == nil)
+        #expect(registry.consumer(on: 3)?.entry.cancelled == true)
+        #expect(registry.liveIDs == [2])
+        registry.connectionLost()
+        #expect(registry.consumer(on: 4) == nil)
+        #expect(registry.toRestore() == [2])
+        #expect(registry.entry(1) == nil)
+    }
+
+    @Test func consumersAreRestoredInTheOrderTheyWereAskedFor() {
+        var registry = Registry()
+        for id in [5, 2, 9] { registry.add(id, "q\(id)") }
+        #expect(registry.toRestore() == [2, 5, 9])
+        #expect(registry.removeAll() == ["q2", "q5", "q9"])
+        #expect(registry.entries.isEmpty)
+    }
+
+    @Test func removingAConsumerFreesItsChannel() {
+        var registry = Registry()
+        registry.add(1, "a")
+        registry.started(1, on: 3)
+        #expect(registry.remove(1) == "a")
+        #expect(registry.consumer(on: 3) == nil)
+        #expect(registry.channelClosed(3) == nil)
+        #expect(registry.remove(1) == nil)
+    }
+}
+
+/// Deliveries and returns put together from their method, header and body frames.
+@Suite struct ContentAssemblerTests {
+    typealias Kind = ContentAssembler.Message.Kind
+
+    @Test func aDeliveryIsFinishedByItsLastBodyFrame() {
+        var assembler = ContentAssembler()
+        assembler.begin(.delivery(tag: 7, redelivered: true, consumerTag: "c"), exchange: "x", routingKey: "k", on: 3)
+        var properties = AMQPProperties()
+        properties.messageID = "m-1"
+        #expect(assembler.header(on: 3, bodySize: 5) { properties } == nil)
+        #expect(assembler.body(on: 3, [1, 2]) == nil)
+        let message = assembler.body(on: 3, [3, 4, 5])
+        #expect(message?.body == [1, 2, 3, 4, 5])
+        #expect(message?.properties.messageID == "m-1")
+        #expect(message?.kind == .delivery(tag: 7, redelivered: true, consumerTag: "c"))
+        #expect(message?.exchange == "x")
+        #expect(!assembler.isAssembling(on: 3))
+    }
+
+    @Test func anEmptyBodyIsFinishedByTheHeader() {
+        var assembler = ContentAssembler()
+        assembler.begin(.returned(replyCode: 312, replyText: "NO_ROUTE"), exchange: "x", routingKey: "k", on: 2)
+        let message = assembler.header(on: 2, bodySize: 0) { nil }
+        #expect(message?.kind == .returned(replyCode: 312, replyText: "NO_ROUTE"))
+        #expect(message?.body == [])
+    }
+
+    @Test func channelsAreAssembledApartAndFramesOfNothingAreIgnored() {
+        var assembler = ContentAssembler()
+        var decoded = 0
+        #expect(assembler.header(on: 4, bodySize: 1) { decoded += 1; return nil } == nil)
+        #expect(decoded == 0)
+        #expect(assembler.body(on: 4, [9]) == nil)
+        assembler.begin(.delivery(tag: 1, redelivered: false, consumerTag: "a"), exchange: "", routingKey: "a", on: 3)
+        assembler.begin(.delivery(tag: 1, redelivered: false, consumerTag: "b"), exchange: "", routingKey: "b", on: 4)
+        _ = assembler.header(on: 3, bodySize: 1) { nil }
+        _ = assembler.header(on: 4, bodySize: 1) { nil }
+        #expect(assembler.body(on: 4, [4])?.routingKey == "b")
+        #expect(assembler.body(on: 3, [3])?.routingKey == "a")
+    }
+
+    @Test func aClosedChannelDropsItsHalfMessage() {
+        var assembler = ContentAssembler()
+        assembler.begin(.delivery(tag: 1, redelivered: false, consumerTag: "a"), exchange: "", routingKey: "a", on: 3)
+        _ = assembler.header(on: 3, bodySize: 2) { nil }
+        assembler.discard(channel: 3)
+        #expect(assembler.body(on: 3, [1, 2]) == nil)
+        assembler.begin(.delivery(tag: 2, redelivered: false, consumerTag: "a"), exchange: "", routingKey: "a", on: 3)
+        assembler.discardAll()
+        #expect(!assembler.isAssembling(on: 3))
+    }
+}

@@ -1,0 +1,252 @@
+import AMQPClient
+import APNSCore
+import Foundation
+import Logging
+import ServiceLifecycleTestKit
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import APNSWorker
+
+/// The pipeline's own logic (hold, probe, shutdown deadline, settle) against a fake broker and a
+/// manual clock: no socket, no real waiting for intervals or deadlines. What RabbitMQ does with
+/// the pipeline's acks and publishes is tested end to end (`EndToEndTests`, `RolloutAndHoldTests`).
+@Suite struct BundlePipelineTests {
+    static let bundle = "com.example.fake"
+    static let token = String(repeating: "ab", count: 32)
+
+    struct Rig: Sendable {
+        let broker = FakeBroker(workQueue: TopologyNames.workQueue(BundlePipelineTests.bundle))
+        let clock = ManualClock()
+        let transport: ScriptedTransport
+        let statistics = WorkerStatistics()
+        let pipeline: BundlePipeline<FakeBroker>
+
+        init(answer: TransportResult?, prefetch: UInt16 = 10, shutdownDeadline: Duration = .seconds(30), rollout: RolloutRule = .open) {
+            transport = ScriptedTransport(answer: answer)
+            var logger = Logger(label: "pipeline-test")
+            logger.logLevel = .critical
+            pipeline = BundlePipeline(
+                settings: BundlePipelineSettings(
+                    bundleID: BundlePipelineTests.bundle, prefetch: prefetch, retryPolicy: .standard, probeInterval: .seconds(5),
+                    shutdownDeadline: shutdownDeadline),
+                broker: broker, transport: transport, rollout: rollout, statistics: statistics, logger: logger, clock: clock)
+        }
+
+        func enqueueJob(syncServer: String? = nil, headers: AMQPTable? = nil, redelivered: Bool = false) {
+            let userInfo = syncServer.map { #","userInfo":{"syncServer":"\#($0)"}"# } ?? ""
+            broker.enqueue(
+                body: Array(#"{"token":"\#(BundlePipelineTests.token)","payload":{"aps":{"alert":"hi"}},"id":"\#(UUID().uuidString)"\#(userInfo)}"#.utf8),
+                redelivered: redelivered, headers: headers)
+        }
+
+        func jobs(_ end: OutcomeRouter.End) -> Int {
+            statistics.activity(bundle: BundlePipelineTests.bundle).jobs[end.rawValue] ?? 0
+        }
+
+        /// Runs the pipeline while `body` drives it, then shuts it down gracefully and waits for it.
+        func running(_ body: (GracefulShutdownTestTrigger) async throws -> Void) async throws {
+            try await testGracefulShutdown { trigger in
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { try await pipeline.run() }
+                    do {
+                        try await body(trigger)
+                    } catch {
+                        group.cancelAll()
+                        throw error
+                    }
+                    trigger.triggerGracefulShutdown()
+                    // A held pipeline polls its breaker on the manual clock: keep time moving
+                    // so that it sees the shutdown.
+                    group.addTask {
+                        while !Task.isCancelled {
+                            clock.advance(by: BundlePipeline<FakeBroker>.heldPollInterval)
+                            try? await Task.sleep(for: .milliseconds(10))
+                        }
+                    }
+                    _ = try await group.next()
+                    group.cancelAll()
+                }
+            }
+        }
+    }
+
+    @Test func deliveredJobsAreAckedAndCountedOnce() async throws {
+        let rig = Rig(answer: ScriptedTransport.accepted)
+        try await rig.running { _ in
+            for _ in 0..<3 { rig.enqueueJob() }
+            try await waitUntil("3 acks") { rig.broker.snapshot.acked.count == 3 }
+        }
+        #expect(rig.broker.snapshot.published.isEmpty)
+        #expect(rig.broker.snapshot.nacked.isEmpty)
+        #expect(rig.jobs(.delivered) == 3)
+        #expect(rig.statistics.activity(bundle: Self.bundle).inFlight == 0)
+    }
+
+    @Test func aHeldOutcomeStopsConsumingAndProbesOnlyAtTheInterval() async throws {
+        let rig = Rig(answer: ScriptedTransport.providerFault)
+        try await rig.running { _ in
+            rig.enqueueJob()
+            // The held job goes back to the end of its queue as a new message, then is acked.
+            try await waitUntil("the hold") { rig.pipeline.isHeld && rig.broker.snapshot.acked.count == 1 }
+            // (The job sent back may reach the consumer before it is cancelled; it is then nacked
+            // back into the queue: at most once per hold.)
+            try await waitUntil("the consumer cancelled, the job back in the queue") {
+                rig.broker.snapshot.consumersCancelled == 1 && rig.broker.snapshot.ready.count == 1
+            }
+            #expect(rig.broker.snapshot.published.map(\.routingKey) == [TopologyNames.workQueue(Self.bundle)])
+
+            // Asleep on the clock, before the interval: no probe yet.
+            try await waitUntil("the pipeline asleep on the clock") { rig.clock.sleepers == 1 }
+            #expect(rig.broker.snapshot.gets == 0)
+            rig.clock.advance(by: .seconds(4))
+            try await waitUntil("the pipeline asleep again") { rig.clock.sleepers == 1 }
+            #expect(rig.broker.snapshot.gets == 0)
+
+            // The interval passed: one probe, still held, the job back in the queue.
+            rig.clock.advance(by: .seconds(1))
+            try await waitUntil("the first probe settled") { rig.broker.snapshot.acked.count == 2 }
+            #expect(rig.broker.snapshot.gets == 1)
+            #expect(rig.pipeline.isHeld)
+            #expect(rig.transport.sends == 2)
+
+            // APNs accepts the credentials again: the next probe resumes consuming.
+            rig.transport.answer(ScriptedTransport.accepted)
+            try await waitUntil("the pipeline asleep after the probe") { rig.clock.sleepers == 1 }
+            rig.clock.advance(by: .seconds(5))
+            try await waitUntil("resumed") { !rig.pipeline.isHeld && rig.broker.snapshot.consumersStarted == 2 }
+            #expect(rig.broker.snapshot.gets == 2)
+            rig.enqueueJob()
+            try await waitUntil("a job consumed after the resume") { rig.broker.snapshot.acked.count == 4 }
+        }
+        #expect(rig.jobs(.held) == 2)
+        #expect(rig.jobs(.delivered) == 2)
+    }
+
+    @Test func aProbeThatFindsTheQueueEmptyWaitsAnotherInterval() async throws {
+        let rig = Rig(answer: ScriptedTransport.providerFault)
+        try await rig.running { _ in
+            rig.enqueueJob()
+            try await waitUntil("the hold") { rig.pipeline.isHeld && rig.broker.snapshot.acked.count == 1 }
+            // Someone else took the job sent back.
+            rig.broker.state.withLock { $0.ready.removeAll() }
+            try await waitUntil("the pipeline asleep on the clock") { rig.clock.sleepers == 1 }
+            rig.clock.advance(by: .seconds(5))
+            try await waitUntil("the empty probe") { rig.broker.snapshot.gets == 1 }
+            try await waitUntil("the pipeline asleep again") { rig.clock.sleepers == 1 }
+            rig.clock.advance(by: .seconds(4))
+            try await waitUntil("the pipeline asleep again") { rig.clock.sleepers == 1 }
+            #expect(rig.broker.snapshot.gets == 1)
+            rig.clock.advance(by: .seconds(1))
+            try await waitUntil("the second probe") { rig.broker.snapshot.gets == 2 }
+            #expect(rig.pipeline.isHeld)
+        }
+    }
+
+    @Test func atTheShutdownDeadlineJobsInFlightAreLeftToTheBroker() async throws {
+        let rig = Rig(answer: nil, shutdownDeadline: .seconds(30))
+        try await rig.running { trigger in
+            rig.enqueueJob()
+            rig.enqueueJob()
+            try await waitUntil("two sends waiting for APNs") { rig.transport.waiting == 2 }
+            trigger.triggerGracefulShutdown()
+            try await waitUntil("the deadline's timer") { rig.clock.sleepers == 1 }
+            rig.clock.advance(by: .seconds(29))
+            #expect(rig.transport.waiting == 2)
+            rig.clock.advance(by: .seconds(1))
+            try await waitUntil("the sends cancelled") { rig.transport.waiting == 0 }
+        }
+        // Neither acked nor nacked: unacked, the broker delivers them again.
+        #expect(rig.broker.snapshot.acked.isEmpty)
+        #expect(rig.broker.snapshot.nacked.isEmpty)
+        #expect(rig.broker.snapshot.published.isEmpty)
+        #expect(rig.broker.snapshot.consumersCancelled == 1)
+        #expect(OutcomeRouter.End.allCases.allSatisfy { rig.jobs($0) == 0 })
+    }
+
+    @Test func jobsThatFinishBeforeTheShutdownDeadlineAreSettled() async throws {
+        let rig = Rig(answer: nil)
+        try await rig.running { trigger in
+            rig.enqueueJob()
+            try await waitUntil("a send waiting for APNs") { rig.transport.waiting == 1 }
+            trigger.triggerGracefulShutdown()
+            try await waitUntil("the deadline's timer") { rig.clock.sleepers == 1 }
+            rig.transport.answer(ScriptedTransport.accepted)
+            try await waitUntil("the ack") { rig.broker.snapshot.acked.count == 1 }
+        }
+        #expect(rig.jobs(.delivered) == 1)
+        // The deadline's timer was cancelled, not waited out.
+        #expect(rig.clock.sleepers == 0)
+    }
+
+    @Test func aPublishTheBrokerRefusesLeavesTheJobForRedelivery() async throws {
+        let rig = Rig(answer: nil)
+        let event = AMQPOutboundMessage(exchange: TopologyNames.feedbackExchange, routingKey: Self.bundle, body: [], properties: .persistentJSON)
+        rig.enqueueJob()
+        let delivery = try #require(try await rig.broker.get(queue: rig.broker.workQueue))
+        rig.broker.state.withLock { $0.failPublishes = true }
+        await rig.pipeline.settle(delivery, .publishThenAck(event, end: .invalidToken))
+        #expect(rig.broker.snapshot.nacked == [delivery.tag])
+        #expect(rig.broker.snapshot.acked.isEmpty)
+        // Delivered again, and this time the broker confirms: published first, then acked.
+        let again = try #require(try await rig.broker.get(queue: rig.broker.workQueue))
+        #expect(again.message.redelivered)
+        rig.broker.state.withLock { $0.failPublishes = false }
+        await rig.pipeline.settle(again, .publishThenAck(event, end: .invalidToken))
+        #expect(rig.broker.snapshot.published == [event])
+        #expect(rig.broker.snapshot.acked == [again.tag])
+    }
+
+    @Test func aMalformedJobIsDeadLetteredUnsent() async throws {
+        let rig = Rig(answer: ScriptedTransport.accepted)
+        try await rig.running { _ in
+            rig.broker.enqueue(body: Array(#"{"token":"zz"}"#.utf8), messageID: "m-1")
+            try await waitUntil("the ack") { rig.broker.snapshot.acked.count == 1 }
+        }
+        #expect(rig.broker.snapshot.published.map(\.routingKey) == [TopologyNames.deadQueue(Self.bundle)])
+        #expect(rig.transport.sends == 0)
+        #expect(rig.jobs(.dead) == 1)
+    }
+
+    @Test func aJobDeliveredTooOftenIsDeadLetteredUnsent() async throws {
+        let rig = Rig(answer: ScriptedTransport.accepted)
+        try await rig.running { _ in
+            rig.enqueueJob(headers: [JobHeaders.deliveryCount: .int64(25)], redelivered: true)
+            try await waitUntil("the ack") { rig.broker.snapshot.acked.count == 1 }
+        }
+        let published = try #require(rig.broker.snapshot.published.first)
+        #expect(published.routingKey == TopologyNames.deadQueue(Self.bundle))
+        #expect(published.properties.headers?[JobHeaders.reason] == .string(OutcomeRouter.deliveryLimitExceeded))
+        #expect(rig.transport.sends == 0)
+        #expect(rig.jobs(.dead) == 1)
+    }
+
+    @Test func aJobTheRolloutGateHoldsBackGoesToTheFirstRetryQueueUnsent() async throws {
+        let rig = Rig(answer: ScriptedTransport.accepted, rollout: RolloutRule(deny: ["old-server"]))
+        try await rig.running { _ in
+            rig.enqueueJob(syncServer: "old-server")
+            rig.enqueueJob(syncServer: "new-server")
+            try await waitUntil("two acks") { rig.broker.snapshot.acked.count == 2 }
+        }
+        #expect(rig.broker.snapshot.published.map(\.routingKey) == [TopologyNames.retryQueue(Self.bundle, delay: RetryPolicy.standard.delays[0])])
+        #expect(rig.transport.sends == 1)
+        #expect(rig.jobs(.gated) == 1)
+        #expect(rig.jobs(.delivered) == 1)
+    }
+
+    @Test func jobsTakenBeforeAHoldAreSentBackNotLost() async throws {
+        // Prefetch 1: the second job waits in the consumer while the first is held.
+        let rig = Rig(answer: ScriptedTransport.providerFault, prefetch: 1)
+        try await rig.running { _ in
+            for _ in 0..<3 { rig.enqueueJob() }
+            try await waitUntil("the hold, every job back in the queue") {
+                rig.pipeline.isHeld && rig.broker.snapshot.consumer == nil && rig.broker.snapshot.ready.count == 3
+            }
+        }
+        // However each came back (held and published anew, or nacked unsent), none was acked
+        // without its copy published first.
+        #expect(rig.broker.snapshot.acked.count == rig.broker.snapshot.published.count)
+        #expect(rig.jobs(.held) == rig.broker.snapshot.published.count)
+    }
+}

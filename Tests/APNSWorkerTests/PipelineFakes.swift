@@ -1,0 +1,204 @@
+// Stand-ins for the pipeline's unit tests: a broker behind `MessageBroker` that keeps its queue
+// in memory, a transport whose answers the test decides, and a clock the test moves. No socket:
+// the broker's real behaviour is covered by the end-to-end tests against RabbitMQ.
+import AMQPClient
+import APNSCore
+import CancellableWait
+import Foundation
+import Synchronization
+
+@testable import APNSWorker
+
+/// One work queue in memory, with RabbitMQ's shapes of consume, get, ack, nack and confirmed
+/// publish. A message published to the work queue (a held job sent back) joins its end, as on
+/// the broker; a nack with requeue puts it back at the front, marked redelivered.
+final class FakeBroker: MessageBroker {
+    struct State {
+        var ready: [AMQPDelivery] = []
+        var acked: [AMQPDeliveryTag] = []
+        var nacked: [AMQPDeliveryTag] = []
+        var published: [AMQPOutboundMessage] = []
+        var consumer: AsyncThrowingStream<AMQPDelivery, any Error>.Continuation?
+        var consumersStarted = 0
+        var consumersCancelled = 0
+        var gets = 0
+        var nextTag: UInt64 = 0
+        /// When set, publishes fail as a lost connection would.
+        var failPublishes = false
+    }
+
+    let workQueue: String
+    let state = Mutex(State())
+
+    init(workQueue: String) {
+        self.workQueue = workQueue
+    }
+
+    var snapshot: State { state.withLock { $0 } }
+
+    /// A job arrives from the sync server.
+    func enqueue(body: [UInt8], messageID: String? = nil, redelivered: Bool = false, headers: AMQPTable? = nil) {
+        state.withLock { state in
+            var delivery = Self.delivery(&state, body: body, messageID: messageID, redelivered: redelivered)
+            delivery.message.properties.headers = headers
+            if let consumer = state.consumer {
+                consumer.yield(delivery)
+            } else {
+                state.ready.append(delivery)
+            }
+        }
+    }
+
+    private static func delivery(_ state: inout State, body: [UInt8], messageID: String?, redelivered: Bool) -> AMQPDelivery {
+        state.nextTag += 1
+        var properties = AMQPProperties.persistentJSON
+        properties.messageID = messageID
+        return AMQPDelivery(
+            message: AMQPDeliveredMessage(exchange: "apns.jobs", routingKey: "", redelivered: redelivered, body: body, properties: properties),
+            tag: AMQPDeliveryTag(channel: 1, generation: 1, value: state.nextTag), consumerTag: nil)
+    }
+
+    struct Consumer: MessageConsumer {
+        typealias Element = AMQPDelivery
+        let stream: AsyncThrowingStream<AMQPDelivery, any Error>
+        let broker: FakeBroker
+        func makeAsyncIterator() -> AsyncThrowingStream<AMQPDelivery, any Error>.AsyncIterator { stream.makeAsyncIterator() }
+        func cancel() async { broker.cancelConsumer() }
+    }
+
+    func consume(queue: String, prefetch: UInt16) async throws -> Consumer {
+        precondition(queue == workQueue)
+        let (stream, continuation) = AsyncThrowingStream<AMQPDelivery, any Error>.makeStream()
+        state.withLock { state in
+            precondition(state.consumer == nil, "one consumer at a time")
+            state.consumersStarted += 1
+            state.consumer = continuation
+            for delivery in state.ready { continuation.yield(delivery) }
+            state.ready.removeAll()
+        }
+        return Consumer(stream: stream, broker: self)
+    }
+
+    private func cancelConsumer() {
+        let consumer = state.withLock { state -> AsyncThrowingStream<AMQPDelivery, any Error>.Continuation? in
+            defer { state.consumer = nil }
+            if state.consumer != nil { state.consumersCancelled += 1 }
+            return state.consumer
+        }
+        consumer?.finish()
+    }
+
+    func get(queue: String) async throws -> AMQPDelivery? {
+        state.withLock { state in
+            state.gets += 1
+            return state.ready.isEmpty ? nil : state.ready.removeFirst()
+        }
+    }
+
+    @discardableResult
+    func ack(_ delivery: AMQPDelivery) async -> AMQPSettlement {
+        state.withLock { $0.acked.append(delivery.tag) }
+        return .settled
+    }
+
+    @discardableResult
+    func nack(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement {
+        state.withLock { state in
+            state.nacked.append(delivery.tag)
+            guard requeue else { return }
+            var again = delivery
+            again.message.redelivered = true
+            if let consumer = state.consumer { consumer.yield(again) } else { state.ready.insert(again, at: 0) }
+        }
+        return .settled
+    }
+
+    func publish(_ message: AMQPOutboundMessage) async throws {
+        try state.withLock { state in
+            if state.failPublishes { throw AMQPError(.connectionLost, "the fake broker refuses publishes") }
+            state.published.append(message)
+            guard message.exchange.isEmpty, message.routingKey == workQueue else { return }
+            let delivery = Self.delivery(&state, body: message.body, messageID: message.properties.messageID, redelivered: false)
+            if let consumer = state.consumer { consumer.yield(delivery) } else { state.ready.append(delivery) }
+        }
+    }
+}
+
+/// A transport that answers what the test says; with `answer == nil` every send waits until the
+/// test sets one or the sending task is cancelled.
+final class ScriptedTransport: NotificationTransport {
+    private let state: Mutex<(answer: TransportResult?, sends: Int, waiting: Int)>
+
+    init(answer: TransportResult?) {
+        state = Mutex((answer, 0, 0))
+    }
+
+    static let accepted = TransportResult.http(HTTPAnswer(status: 200))
+    /// 403 without a reason: a provider fault, the bundle holds.
+    static let providerFault = TransportResult.http(HTTPAnswer(status: 403))
+    static let unregistered = TransportResult.http(HTTPAnswer(status: 410, reason: .unregistered, timestamp: 1_700_000_000_000))
+
+    var sends: Int { state.withLock { $0.sends } }
+    /// Sends waiting for an answer right now.
+    var waiting: Int { state.withLock { $0.waiting } }
+
+    func answer(_ result: TransportResult?) { state.withLock { $0.answer = result } }
+
+    func send(_ notification: PushNotification) async -> TransportResult {
+        state.withLock {
+            $0.sends += 1
+            $0.waiting += 1
+        }
+        defer { state.withLock { $0.waiting -= 1 } }
+        while true {
+            if let answer = state.withLock({ $0.answer }) { return answer }
+            if Task.isCancelled { return .failed(.shutdown) }
+            // A fake's own wait, not an assertion: how soon it sees a new answer does not matter.
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+    }
+}
+
+/// A clock that moves only when the test says; sleepers wake when it passes their deadline.
+final class ManualClock: PipelineClock {
+    private struct State {
+        var offset: Duration = .zero
+        var sleepers: [UInt64: (deadline: Duration, continuation: CheckedContinuation<Void, any Error>)] = [:]
+        var nextID: UInt64 = 0
+    }
+
+    private let origin = ContinuousClock.now
+    private let state = Mutex(State())
+
+    var now: ContinuousClock.Instant { origin.advanced(by: state.withLock { $0.offset }) }
+
+    /// Tasks asleep on this clock right now.
+    var sleepers: Int { state.withLock { $0.sleepers.count } }
+
+    func sleep(for duration: Duration) async throws {
+        let id = state.withLock { state in
+            state.nextID += 1
+            return state.nextID
+        }
+        try await withCancellableWait(
+            register: { continuation -> Result<Void, any Error>? in
+                state.withLock { state in
+                    guard duration > .zero else { return .success(()) }
+                    state.sleepers[id] = (state.offset + duration, continuation)
+                    return nil
+                }
+            },
+            withdraw: { [self] in state.withLock { $0.sleepers.removeValue(forKey: id)?.continuation } })
+    }
+
+    func advance(by duration: Duration) {
+        let due = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
+            state.offset += duration
+            let now = state.offset
+            let due = state.sleepers.filter { $0.value.deadline <= now }
+            for id in due.keys { state.sleepers[id] = nil }
+            return due.values.map(\.continuation)
+        }
+        for continuation in due { continuation.resume() }
+    }
+}
