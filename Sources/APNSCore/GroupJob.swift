@@ -83,7 +83,7 @@ public enum GroupJobParser {
         if let bad = JSONReader.firstInvalidUTF8Offset(body) {
             throw .malformed("body", "the body is not valid UTF-8 (byte \(bad))")
         }
-        let members: [String: JSONTopLevelMember]
+        let members: JSONTopLevelObject
         do {
             members = try JSONReader.parseTopLevelObject(body, maxDepth: maxDepth)
         } catch {

@@ -72,6 +72,35 @@ extension JSONValue {
     }
 }
 
+/// A top-level object: its members, and the one member read without being built, if asked for.
+/// The members are a list, not a dictionary: a job has about ten, and hashing their keys was the
+/// largest single cost of parsing a job (`perf`, docs/benchmarks.md).
+struct JSONTopLevelObject {
+    private(set) var members: [(key: String, member: JSONTopLevelMember)] = []
+    var skimmed: JSONSkimmedMember?
+    /// Every key, once there are more than `linearLimit`: a hostile body of thousands of keys
+    /// stays linear to check for duplicates.
+    private var keys: Set<String>?
+    private static var linearLimit: Int { 16 }
+
+    subscript(key: String) -> JSONTopLevelMember? {
+        for entry in members where entry.key == key { return entry.member }
+        return nil
+    }
+
+    /// Adds a member; false (and nothing added) when the key is already there.
+    mutating func add(_ key: String, _ member: JSONTopLevelMember) -> Bool {
+        if keys != nil {
+            guard keys!.insert(key).inserted else { return false }
+        } else {
+            guard self[key] == nil else { return false }
+            if members.count == Self.linearLimit { keys = Set(members.map(\.key) + [key]) }
+        }
+        members.append((key, member))
+        return true
+    }
+}
+
 /// One member of the top-level object: its value and where the value's bytes lie in the body.
 struct JSONTopLevelMember {
     var value: JSONValue
@@ -123,9 +152,10 @@ enum JSONReader {
     }
 
     /// Parses a body whose top level must be an object. The body must already be valid UTF-8.
+    /// The member named `skimming` (a job's `payload`) is checked but not built: see JSONSkim.swift.
     static func parseTopLevelObject(
-        _ bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int
-    ) throws(JSONSyntaxError) -> [String: JSONTopLevelMember] {
+        _ bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int, skimming skimmedKey: String? = nil
+    ) throws(JSONSyntaxError) -> JSONTopLevelObject {
         var parser = Parser(bytes: bytes, maxDepth: maxDepth)
         parser.skipWhitespace()
         guard parser.peek() == UInt8(ascii: "{") else {
@@ -133,7 +163,8 @@ enum JSONReader {
             throw parser.error("the body must be a JSON object")
         }
         parser.index += 1
-        var members: [String: JSONTopLevelMember] = [:]
+        var object = JSONTopLevelObject()
+        var keys: [Parser.KeyRef] = []
         parser.skipWhitespace()
         if parser.peek() == UInt8(ascii: "}") {
             parser.index += 1
@@ -146,19 +177,29 @@ enum JSONReader {
                 parser.skipWhitespace()
                 let start = parser.index
                 let whitespaceBefore = parser.whitespaceSkipped
-                let value = try parser.parseValue(depth: 1)
-                if members[key] != nil {
-                    throw JSONSyntaxError(offset: keyOffset, message: "duplicate key \"\(key)\"")
+                if key == skimmedKey {
+                    var summary = JSONPayloadSummary()
+                    summary.kind = try parser.skimValue(depth: 1, role: .payload, summary: &summary, keys: &keys)
+                    if object.skimmed != nil {
+                        throw JSONSyntaxError(offset: keyOffset, message: "duplicate key \"\(key)\"")
+                    }
+                    object.skimmed = JSONSkimmedMember(
+                        summary: summary, range: start..<parser.index, hasWhitespace: parser.whitespaceSkipped != whitespaceBefore)
+                } else {
+                    let value = try parser.parseValue(depth: 1)
+                    let member = JSONTopLevelMember(
+                        value: value, range: start..<parser.index, hasWhitespace: parser.whitespaceSkipped != whitespaceBefore)
+                    guard object.add(key, member) else {
+                        throw JSONSyntaxError(offset: keyOffset, message: "duplicate key \"\(key)\"")
+                    }
                 }
-                members[key] = JSONTopLevelMember(
-                    value: value, range: start..<parser.index, hasWhitespace: parser.whitespaceSkipped != whitespaceBefore)
                 parser.skipWhitespace()
                 if try parser.endOfContainer(closing: UInt8(ascii: "}")) { break }
             }
         }
         parser.skipWhitespace()
         guard parser.index == bytes.count else { throw parser.error("unexpected data after the top-level object") }
-        return members
+        return object
     }
 
     /// Parses any single JSON value (tests and tools).
@@ -204,7 +245,7 @@ enum JSONReader {
         return out
     }
 
-    private struct Parser {
+    struct Parser {
         let bytes: UnsafeBufferPointer<UInt8>
         let maxDepth: Int
         var index = 0

@@ -68,14 +68,14 @@ public enum JobParser {
         if let bad = JSONReader.firstInvalidUTF8Offset(body) {
             throw .malformed("body", "the body is not valid UTF-8 (byte \(bad))")
         }
-        let members: [String: JSONTopLevelMember]
+        let object: JSONTopLevelObject
         do {
-            members = try JSONReader.parseTopLevelObject(body, maxDepth: limits.maxDepth)
+            object = try JSONReader.parseTopLevelObject(body, maxDepth: limits.maxDepth, skimming: "payload")
         } catch {
             throw .malformed("body", "invalid JSON at byte \(error.offset): \(error.message)")
         }
         func present(_ name: String) -> JSONTopLevelMember? {
-            guard let member = members[name], member.value != .null else { return nil }
+            guard let member = object[name], member.value != .null else { return nil }
             return member
         }
 
@@ -86,17 +86,16 @@ public enum JobParser {
         }
         let token = try parseToken(tokenHex, transport: transport)
 
-        // payload
-        guard let payloadMember = present("payload") else { throw .malformed("payload", "is required") }
-        guard case .object(let payloadObject) = payloadMember.value else {
-            throw .malformed("payload", "must be an object, got \(payloadMember.value.typeName)")
+        // payload (skimmed, not built: only these facts about it are needed)
+        guard let payloadMember = object.skimmed, payloadMember.summary.kind != .null else {
+            throw .malformed("payload", "is required")
         }
-        guard let apsValue = payloadObject["aps"] else {
-            throw .malformed("payload.aps", "is required in the payload")
+        let summary = payloadMember.summary
+        guard summary.kind == .object else {
+            throw .malformed("payload", "must be an object, got \(summary.kind.typeName)")
         }
-        guard case .object(let aps) = apsValue else {
-            throw .malformed("payload.aps", "must be an object, got \(apsValue.typeName)")
-        }
+        guard let apsKind = summary.aps else { throw .malformed("payload.aps", "is required in the payload") }
+        guard apsKind == .object else { throw .malformed("payload.aps", "must be an object, got \(apsKind.typeName)") }
         let payloadText = UnsafeBufferPointer(rebasing: body[payloadMember.range])
         let payload = payloadMember.hasWhitespace ? JSONReader.compact(payloadText) : Array(payloadText)
 
@@ -112,8 +111,8 @@ public enum JobParser {
             }
             pushType = known
         } else {
-            let silent = aps["content-available"] == .integer(1)
-                && aps["alert"] == nil && aps["sound"] == nil && aps["badge"] == nil
+            let silent = summary.contentAvailableIsOne
+                && !summary.apsHasAlert && !summary.apsHasSound && !summary.apsHasBadge
             pushType = silent ? .background : .alert
         }
 
@@ -241,20 +240,22 @@ public enum JobParser {
 
     private static func canonicalUUID(_ utf8: UnsafeBufferPointer<UInt8>) -> UUID? {
         guard utf8.count == 36 else { return nil }
-        var bytes = [UInt8](repeating: 0, count: 16)
-        var nibbles = 0
-        for (i, c) in utf8.enumerated() {
-            if i == 8 || i == 13 || i == 18 || i == 23 {
-                guard c == UInt8(ascii: "-") else { return nil }
-                continue
+        // Written into the UUID's own 16 bytes: no array per job.
+        var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        let valid = withUnsafeMutableBytes(of: &uuid) { bytes in
+            var nibbles = 0
+            for (i, c) in utf8.enumerated() {
+                if i == 8 || i == 13 || i == 18 || i == 23 {
+                    guard c == UInt8(ascii: "-") else { return false }
+                    continue
+                }
+                guard let v = DeviceToken.hexDigitValue(c) else { return false }
+                bytes[nibbles / 2] |= nibbles % 2 == 0 ? v << 4 : v
+                nibbles += 1
             }
-            guard let v = DeviceToken.hexDigitValue(c) else { return nil }
-            bytes[nibbles / 2] |= nibbles % 2 == 0 ? v << 4 : v
-            nibbles += 1
+            return true
         }
-        return UUID(uuid: (
-            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-            bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+        return valid ? UUID(uuid: uuid) : nil
     }
 
     /// A value quoted in an error line: at most 40 characters, control characters replaced, so a

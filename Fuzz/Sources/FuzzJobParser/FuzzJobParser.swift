@@ -40,5 +40,17 @@ public func fuzzJobParser(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     case (.success, .success), (.failure, .failure): break
     default: fatalError("JobParser.parse gave two different answers for one body")
     }
+    // The parser skims the payload instead of building it (JSONSkim.swift): it must still call
+    // a body bad JSON exactly when the reader that builds every value does.
+    if body.count <= JobParser.Limits().maxBodyBytes, body.first(where: { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }) == UInt8(ascii: "{") {
+        let builtReaderAccepts = (try? JSONValue(parsing: body)) != nil
+        var parserRefusesTheText = false
+        if case .failure(let error) = result, error.field == "body" {
+            parserRefusesTheText = error.message.hasPrefix("invalid JSON") || error.message.contains("not valid UTF-8")
+        }
+        if builtReaderAccepts == parserRefusesTheText {
+            fatalError("JobParser and JSONValue(parsing:) disagree on whether this body is JSON")
+        }
+    }
     return 0
 }
