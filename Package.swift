@@ -129,7 +129,7 @@ let package = Package(
         .target(
             name: "APNSWorker",
             dependencies: [
-                "APNSCore", "AMQPClient", "APNSTransport",
+                "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -163,7 +163,7 @@ let package = Package(
         .target(
             name: "APNSAdmin",
             dependencies: [
-                "APNSCore", "APNSConfig", "APNSWorker", "APNSOperations", "APNSRegistry",
+                "APNSCore", "APNSConfig", "APNSTopology", "APNSWorker", "APNSOperations", "APNSRegistry",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -108,12 +108,12 @@ public final class AMQPConnection: Sendable {
         _ = try await rpc(.declarePlan(plan))
     }
 
-    /// Declares one durable exchange (not remembered for reconnects; see `declare(_:)`).
+    /// Declares one exchange, durable unless it says otherwise (not remembered for reconnects; see `declare(_:)`).
     public func declareExchange(_ exchange: ExchangeDeclaration) async throws {
         _ = try await rpc(.declareExchange(exchange))
     }
 
-    /// Declares one durable queue; returns its counts.
+    /// Declares one queue, durable unless it is exclusive (then auto-deleted too); returns its counts.
     @discardableResult
     public func declareQueue(_ queue: QueueDeclaration) async throws -> AMQPQueueInfo {
         guard case .queueInfo(let info) = try await rpc(.declareQueue(queue)) else { throw unexpectedReply() }

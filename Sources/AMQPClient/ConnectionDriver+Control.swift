@@ -61,7 +61,7 @@ extension ConnectionDriver {
         defer { arena.reset() }
         _ = amqp_exchange_declare(
             state, ChannelTable.control, arena.bytes(exchange.name), arena.bytes(exchange.kind.rawValue),
-            0, 1, 0, 0, arena.table(exchange.arguments))
+            0, exchange.durable ? 1 : 0, 0, 0, arena.table(exchange.arguments))
         try check(amqp_get_rpc_reply(state), channel: ChannelTable.control, reopen: true, context: "declaring exchange '\(exchange.name)'", exchange: exchange.name)
         amqp_maybe_release_buffers_on_channel(state, ChannelTable.control)
     }
@@ -70,7 +70,10 @@ extension ConnectionDriver {
     func declare(_ queue: QueueDeclaration) throws -> AMQPQueueInfo {
         guard let state = conn else { throw AMQPError(.notConnected, "not connected to the broker") }
         defer { arena.reset() }
-        let ok = amqp_queue_declare(state, ChannelTable.control, arena.bytes(queue.name), 0, 1, 0, 0, arena.table(queue.arguments))
+        // passive, durable, exclusive, auto-delete: an exclusive queue is neither durable nor kept.
+        let ok = amqp_queue_declare(
+            state, ChannelTable.control, arena.bytes(queue.name), 0, queue.exclusive ? 0 : 1, queue.exclusive ? 1 : 0,
+            queue.exclusive ? 1 : 0, arena.table(queue.arguments))
         try check(amqp_get_rpc_reply(state), channel: ChannelTable.control, reopen: true, context: "declaring queue '\(queue.name)'", queue: queue.name)
         let info = AMQPQueueInfo(name: queue.name, messageCount: ok?.pointee.message_count ?? 0, consumerCount: ok?.pointee.consumer_count ?? 0)
         amqp_maybe_release_buffers_on_channel(state, ChannelTable.control)

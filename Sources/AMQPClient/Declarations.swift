@@ -12,19 +12,25 @@ public struct ExchangeDeclaration: Sendable, Hashable {
     public var name: String
     public var kind: Kind
     public var arguments: [String: TopologyArgument]
-    public init(name: String, kind: Kind, arguments: [String: TopologyArgument] = [:]) {
+    /// False for a transient exchange, gone after a broker restart.
+    public var durable: Bool
+    public init(name: String, kind: Kind, arguments: [String: TopologyArgument] = [:], durable: Bool = true) {
         self.name = name
         self.kind = kind
         self.arguments = arguments
+        self.durable = durable
     }
 }
 
 public struct QueueDeclaration: Sendable, Hashable {
     public var name: String
     public var arguments: [String: TopologyArgument]
-    public init(name: String, arguments: [String: TopologyArgument] = [:]) {
+    /// Exclusive to the declaring connection and deleted with it (so not durable either).
+    public var exclusive: Bool
+    public init(name: String, arguments: [String: TopologyArgument] = [:], exclusive: Bool = false) {
         self.name = name
         self.arguments = arguments
+        self.exclusive = exclusive
     }
 }
 
@@ -40,7 +46,8 @@ public struct BindingDeclaration: Sendable, Hashable {
 }
 
 /// Everything to declare, in an order that works on an empty broker: exchanges, queues, bindings.
-/// All of it is durable; declaring it again with the same arguments is a no-op on the broker.
+/// Durable unless a declaration says otherwise; declaring it again with the same arguments is a
+/// no-op on the broker.
 public struct TopologyPlan: Sendable, Hashable {
     public var exchanges: [ExchangeDeclaration]
     public var queues: [QueueDeclaration]

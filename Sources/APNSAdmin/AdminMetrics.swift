@@ -1,6 +1,6 @@
 /// Metrics that are states rather than events, sampled from the worker's status on every
-/// `/metrics` scrape so they are current when read: APNs connections by state and whether
-/// each bundle's consumer is paused, with fixed label sets (bundle, state); and the Prometheus
+/// `/metrics` scrape so they are current when read: APNs connections by state, whether each
+/// bundle's consumer is paused by a provider fault (held) or by an operator, with fixed label sets (bundle, state); and the Prometheus
 /// factory settings `apns-worker run` bootstraps swift-metrics with.
 import APNSCore
 import APNSWorker
@@ -27,6 +27,7 @@ public enum AdminMetrics {
         Gauge(label: "apns_worker_broker_connected").record(status.brokerConnected ? 1 : 0)
         for bundle in status.bundles {
             Gauge(label: "apns_worker_consumer_paused", dimensions: [("bundle", bundle.bundleID)]).record(bundle.held ? 1 : 0)
+            Gauge(label: "apns_worker_bundle_paused_by_operator", dimensions: [("bundle", bundle.bundleID)]).record(bundle.paused ? 1 : 0)
             guard !bundle.connections.isEmpty else { continue }
             for state in TransportConnectionState.allCases {
                 Gauge(label: "apns_transport_connections", dimensions: [("bundle", bundle.bundleID), ("state", state.rawValue)])

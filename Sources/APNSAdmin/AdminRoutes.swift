@@ -18,6 +18,9 @@ struct AdminRoutes: Sendable {
     let registry: PrometheusCollectorRegistry?
     let token: String?
     let logger: Logger
+    /// This instance's part in the fleet: heartbeats heard, pause and resume. Nil in tests of
+    /// the routes alone; the page then shows this instance only.
+    var fleet: FleetService? = nil
 
     /// Dead jobs the HTML page lists at most (the JSON API lists any number).
     static let pageJobLimit = 100
@@ -77,7 +80,8 @@ struct AdminRoutes: Sendable {
                 return Response(status: .seeOther, headers: [.location: "/"])
             }
         }
-        router.get("/") { _, _ -> Response in await self.page() }
+        router.get("/") { request, _ -> Response in await self.page(request) }
+        AdminFleetRoutes(routes: self).register(on: router)
     }
 
     /// The `:jobID` path segment, percent-decoded: the router hands it over as sent, and the
@@ -143,19 +147,39 @@ struct AdminRoutes: Sendable {
 
     // MARK: - HTML
 
-    func page() async -> Response {
+    /// The page; `?bundle=&reason=` filter its dead jobs. One pooled connection reads the depths
+    /// and one short-lived connection lists the retry and dead jobs together (closing it is
+    /// what hands them back in order).
+    func page(_ request: Request) async -> Response {
         let status = worker.status()
         var (depths, queueError) = await queueDepths()
         var deadJobs: [QueuedJob] = []
+        var retryJobs: [QueuedJob] = []
+        var deadFilter = JobFilter()
+        deadFilter.bundleID = request.uri.queryParameters.get("bundle").flatMap { $0.isEmpty ? nil : $0 }
+        deadFilter.reason = request.uri.queryParameters.get("reason").flatMap { $0.isEmpty ? nil : $0 }
         if let queues, queueError == nil {
             do {
-                deadJobs = try await queues.list(.dead, limit: Self.pageJobLimit + 1)
+                let lists = try await queues.list([
+                    (kind: .retry, filter: JobFilter(), limit: Self.pageJobLimit + 1),
+                    (kind: .dead, filter: deadFilter, limit: Self.pageJobLimit + 1),
+                ])
+                retryJobs = lists[0]
+                deadJobs = lists[1]
             } catch {
                 queueError = "\(error)"
                 depths = nil
             }
         }
-        let html = StatusPage(status: status, depths: depths, queueError: queueError, deadJobs: deadJobs, limit: Self.pageJobLimit).render()
+        let html = StatusPage(
+            status: status, fleet: fleet?.report(), fleetView: fleet?.snapshot(), instanceID: fleet?.identity.instanceID,
+            depths: depths, retryDelays: queues?.retryDelays ?? [], queueError: queueError, deadJobs: deadJobs, retryJobs: retryJobs,
+            deadFilter: deadFilter, limit: Self.pageJobLimit
+        ).render()
+        return Self.html(html)
+    }
+
+    static func html(_ html: String) -> Response {
         var headers = HTTPFields()
         headers[.contentType] = "text/html; charset=utf-8"
         headers[.cacheControl] = "no-store"

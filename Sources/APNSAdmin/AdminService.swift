@@ -21,6 +21,9 @@ public final class AdminService: Service, Sendable {
     let onListening: @Sendable (Int) async -> Void
     /// The device registry's store, when the worker has a `[registry]` (its routes and page parts).
     public let registryStore: RegistryStore?
+    /// This instance's fleet service (`apns-worker run`): `/api/fleet`, pause and resume, the
+    /// page's fleet-wide view. Nil shows this instance only and answers the fleet routes 503.
+    public let fleet: FleetService?
 
     /// - Parameters:
     ///   - worker: the running worker's state (`WorkerService`).
@@ -32,10 +35,11 @@ public final class AdminService: Service, Sendable {
     ///   (the configuration loader already refuses that; this guards settings built in code).
     public init(
         settings: AdminSettings, worker: any WorkerStatusProviding, queues: QueueInspector?,
-        registry: PrometheusCollectorRegistry?, logger: Logger, registryStore: RegistryStore? = nil,
+        registry: PrometheusCollectorRegistry?, logger: Logger, registryStore: RegistryStore? = nil, fleet: FleetService? = nil,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws {
         self.registryStore = registryStore
+        self.fleet = fleet
         if settings.token == nil, !settings.listen.isLoopback {
             throw AdminConfigurationError(
                 description: "[admin] token: required when listen (\(settings.listen)) is not a loopback address")
@@ -54,7 +58,7 @@ public final class AdminService: Service, Sendable {
     public func makeRouter() -> Router<BasicRequestContext> {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: AdminAuthentication(token: settings.token))
-        AdminRoutes(worker: worker, queues: queues, registry: registry, token: settings.token, logger: logger).register(on: router)
+        AdminRoutes(worker: worker, queues: queues, registry: registry, token: settings.token, logger: logger, fleet: fleet).register(on: router)
         if let registryStore { AdminRegistryRoutes(store: registryStore).register(on: router) }
         return router
     }
@@ -76,7 +80,13 @@ public final class AdminService: Service, Sendable {
 
     /// Serves until graceful shutdown.
     public func run() async throws {
-        try await makeApplication().run()
+        do {
+            try await makeApplication().run()
+        } catch {
+            await queues?.reads?.close()
+            throw error
+        }
+        await queues?.reads?.close()
     }
 }
 

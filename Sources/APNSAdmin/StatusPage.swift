@@ -1,6 +1,9 @@
-/// The view model of the admin HTML page: the worker's status, queue depths and dead jobs turned
-/// into the plain strings and numbers `Templates.statusPage` shows (Mustache escapes them all).
+/// The view model of the admin HTML page: the fleet (every instance's latest heartbeat, fleet
+/// totals and rates), this worker's own status, queue depths and latency, and the retry and dead
+/// jobs, turned into the plain strings and numbers `Templates.statusPage` shows (Mustache
+/// escapes them all).
 import APNSCore
+import APNSTopology
 import APNSOperations
 import APNSWorker
 import Foundation
@@ -8,74 +11,169 @@ import Mustache
 
 struct StatusPage {
     let status: WorkerStatus
+    /// Nil when this process runs no fleet service (tests of the admin routes alone).
+    let fleet: FleetReport?
+    let fleetView: FleetView?
+    let instanceID: String?
     let depths: [QueueDepth]?
+    let retryDelays: [Duration]
     let queueError: String?
     let deadJobs: [QueuedJob]
+    let retryJobs: [QueuedJob]
+    let deadFilter: JobFilter
     let limit: Int
+    var now = Date()
 
     func render() -> String {
         Templates.library.render(context, withTemplate: "status") ?? ""
     }
 
     var context: [String: Any] {
-        let shown = Array(deadJobs.prefix(limit))
+        let shownDead = Array(deadJobs.prefix(limit))
+        let shownRetry = Array(retryJobs.prefix(limit))
+        let bundles = bundleIDs
         var context: [String: Any] = [
             "broker": status.broker,
             "ready": status.isReady ? "yes" : "no",
-            "generatedAt": Self.timestamp(Date()),
-            "bundles": status.bundles.map(bundleRow),
-            "deadJobs": shown.map(jobRow),
+            "instanceID": instanceID ?? "-",
+            "generatedAt": Self.timestamp(now),
+            "instances": (fleet?.instances ?? []).map(instanceRow),
+            "instanceCount": fleet?.instances.count ?? 1,
+            "bundles": bundles.map(bundleRow),
+            "queues": (depths ?? []).map(queueRow),
+            "retryJobs": shownRetry.map { jobRow($0, kind: .retry) },
+            "retryJobsTruncated": retryJobs.count > limit,
+            "retryJobsShown": shownRetry.count,
+            "deadJobs": shownDead.map { jobRow($0, kind: .dead) },
             "deadJobsTruncated": deadJobs.count > limit,
-            "deadJobsShown": shown.count,
+            "deadJobsShown": shownDead.count,
+            "bundleChoices": bundles.map { ["value": $0, "selected": $0 == deadFilter.bundleID] },
+            "deadReason": deadFilter.reason ?? "",
+            "bulkRequeuePath": Self.path("/dead/confirm", ["action": "requeue", "bundle": deadFilter.bundleID, "reason": deadFilter.reason]),
+            "bulkPurgePath": Self.path("/dead/confirm", ["action": "purge", "bundle": deadFilter.bundleID, "reason": deadFilter.reason]),
         ]
+        let held = Set(status.heldBundles).union(fleetTotals.filter(\.value.held).keys).sorted()
+        if !held.isEmpty { context["heldBundles"] = held.joined(separator: ", ") }
+        if let paused = fleet?.paused, !paused.isEmpty { context["pausedBundles"] = paused.joined(separator: ", ") }
         if let queueError { context["queueError"] = queueError }
+        if fleet == nil { context["fleetMissing"] = true }
         return context
     }
 
-    func bundleRow(_ bundle: WorkerStatus.Bundle) -> [String: Any] {
-        // Keyed by the ends' raw values (the JSON API's names); read through the enum so a
-        // renamed end cannot silently show zeros here.
-        let jobs = { (end: OutcomeRouter.End) in bundle.activity.jobs[end.rawValue, default: 0] }
-        let perMinute = { (end: OutcomeRouter.End) in bundle.activity.perMinute[end.rawValue, default: 0] }
-        let totals = depths.map { QueueTotals(depths: $0, bundleID: bundle.bundleID) }
-        let connections = bundle.connections.isEmpty
-            ? "-" : bundle.connections.sorted { $0.key < $1.key }.filter { $0.value > 0 }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
-        return [
-            "bundleID": bundle.bundleID,
-            "held": bundle.held,
-            "heldText": bundle.held ? "yes" : "no",
-            "delivered": jobs(.delivered),
-            "invalidToken": jobs(.invalidToken),
-            "retried": jobs(.retry),
-            "dead": jobs(.dead),
-            "deliveredPerMinute": perMinute(.delivered),
-            "retriedPerMinute": perMinute(.retry),
-            "deadPerMinute": perMinute(.dead),
-            "inFlight": bundle.activity.inFlight,
-            "connections": connections.isEmpty ? "none" : connections,
+    var fleetTotals: [String: FleetInstance.Bundle] { fleetView?.totals(now: now) ?? [:] }
+
+    /// This instance's bundles first, then those only other instances run.
+    var bundleIDs: [String] {
+        var ids = status.bundles.map(\.bundleID)
+        for id in fleetTotals.keys.sorted() where !ids.contains(id) { ids.append(id) }
+        return ids
+    }
+
+    func instanceRow(_ instance: FleetInstance) -> [String: Any] {
+        [
+            "id": instance.id, "isSelf": instance.id == instanceID, "host": instance.host, "pid": String(instance.pid),
+            "version": instance.version, "startedAt": Self.timestamp(instance.startedAt),
+            "lastSeen": instance.lastSeen.map { "\(Int(now.timeIntervalSince($0).rounded())) s ago" } ?? "-",
+            "rss": String(format: "%.1f MiB", Double(instance.rssBytes) / 1_048_576),
+            "cpu": String(format: "%.1f s", instance.cpuSeconds), "inFlight": String(instance.inFlight),
+            "broker": instance.broker,
+            "held": instance.heldBundles.joined(separator: ", "),
+            "paused": instance.bundles.filter(\.value.paused).keys.sorted().joined(separator: ", "),
+        ]
+    }
+
+    func bundleRow(_ bundleID: String) -> [String: Any] {
+        let local = status.bundles.first { $0.bundleID == bundleID }
+        // The fleet's sums when heartbeats were heard, else this instance's own counts.
+        let counts: FleetInstance.Bundle
+        let perMinute: [FleetEnd: Int]
+        if let fleetView, let total = fleetTotals[bundleID] {
+            counts = total
+            perMinute = fleetView.rates.recent(now: now, seconds: 60, bundleID: bundleID)
+        } else {
+            let jobs = { (end: OutcomeRouter.End) in local?.activity.jobs[end.rawValue, default: 0] ?? 0 }
+            let minute = { (end: OutcomeRouter.End) in local?.activity.perMinute[end.rawValue, default: 0] ?? 0 }
+            counts = FleetInstance.Bundle(
+                delivered: jobs(.delivered), invalidToken: jobs(.invalidToken), retry: jobs(.retry), dead: jobs(.dead),
+                inFlight: local?.activity.inFlight ?? 0, held: local?.held ?? false, connections: local?.connections ?? [:])
+            perMinute = [.delivered: minute(.delivered), .invalidToken: minute(.invalidToken), .retry: minute(.retry), .dead: minute(.dead)]
+        }
+        let paused = fleet?.paused.contains(bundleID) ?? false
+        let held = counts.held || (local?.held ?? false)
+        // Depths are read for this instance's bundles only.
+        let totals = depths.flatMap { depths in depths.contains { $0.bundleID == bundleID } ? QueueTotals(depths: depths, bundleID: bundleID) : nil }
+        let connections = counts.connections.sorted { $0.key < $1.key }.filter { $0.value > 0 }.map { "\($0.key) \($0.value)" }
+        let state = [held ? "HELD" : nil, paused ? "PAUSED" : nil].compactMap { $0 }
+        var row: [String: Any] = [
+            "bundleID": bundleID,
+            "state": state.isEmpty ? "running" : state.joined(separator: ", "),
+            "alarming": !state.isEmpty,
+            "delivered": counts.delivered, "invalidToken": counts.invalidToken, "retried": counts.retry, "dead": counts.dead,
+            "deliveredPerMinute": perMinute[.delivered, default: 0], "invalidPerMinute": perMinute[.invalidToken, default: 0],
+            "retriedPerMinute": perMinute[.retry, default: 0], "deadPerMinute": perMinute[.dead, default: 0],
+            "inFlight": counts.inFlight,
+            "connections": connections.isEmpty ? "none" : connections.joined(separator: ", "),
             "workDepth": totals.map { "\($0.work)" } ?? "?",
             "retryDepth": totals.map { "\($0.retry)" } ?? "?",
             "deadDepth": totals.map { "\($0.dead)" } ?? "?",
         ]
+        // Only bundle IDs the routes accept get a button (they need no percent-encoding).
+        if fleet != nil, FleetTopology.isPausable(bundleID) {
+            row[paused ? "resumePath" : "pausePath"] = "/bundles/\(bundleID)/\(paused ? "resume" : "pause")"
+        }
+        return row
     }
 
-    func jobRow(_ job: QueuedJob) -> [String: Any] {
+    func queueRow(_ depth: QueueDepth) -> [String: Any] {
+        var row: [String: Any] = [
+            "queue": depth.queue, "role": depth.role, "messages": depth.messages, "consumers": depth.consumers, "delay": "", "latency": "",
+        ]
+        if depth.role == "retry",
+            let delay = retryDelays.first(where: { TopologyNames.retryQueue(depth.bundleID, delay: $0) == depth.queue })
+        {
+            row["delay"] = TopologyNames.delayLabel(delay)
+        }
+        if depth.role == "work" {
+            row["latency"] = QueueLatency.estimate(
+                ready: depth.messages, consumers: depth.consumers,
+                lastTakenPublishedAt: fleetTotals[depth.bundleID]?.lastTakenPublishedAt, now: now
+            ).text
+        }
+        return row
+    }
+
+    func jobRow(_ job: QueuedJob, kind: JobQueueKind) -> [String: Any] {
         var row: [String: Any] = [
             "bundleID": job.bundleID,
+            "queue": job.queue,
             "jobID": job.jobID ?? "-",
             "reason": job.reason ?? "-",
+            "lastReason": job.lastReason ?? "-",
             "status": job.status.map(String.init) ?? "-",
             "attempts": job.attempts.map(String.init) ?? "-",
             "failedAt": job.failedAt.map(Self.timestamp) ?? "-",
+            "publishedAt": job.publishedAt.map(Self.timestamp) ?? "-",
             "token": job.tokenRedacted ?? "-",
             "error": job.error ?? "",
             "body": JobInspection.redactingToken(job.body),
         ]
-        // A job without an id cannot be selected for a requeue: no button.
+        // A job without an id cannot be selected for a requeue or purge: no buttons.
         if let jobID = job.jobID, let encoded = jobID.addingPercentEncoding(withAllowedCharacters: .urlPathSegmentAllowed) {
-            row["requeuePath"] = "/dead/\(encoded)/requeue"
+            row["requeuePath"] = "/\(kind.rawValue)/\(encoded)/requeue"
+            row["purgePath"] = "/\(kind.rawValue)/\(encoded)/purge"
         }
         return row
+    }
+
+    /// A path with the given query items (nil values left out), percent-encoded.
+    static func path(_ path: String, _ query: KeyValuePairs<String, String?>) -> String {
+        let items = query.compactMap { key, value -> String? in
+            guard let value, !value.isEmpty,
+                let encoded = value.addingPercentEncoding(withAllowedCharacters: .urlPathSegmentAllowed)
+            else { return nil }
+            return "\(key)=\(encoded)"
+        }
+        return items.isEmpty ? path : path + "?" + items.joined(separator: "&")
     }
 
     static func timestamp(_ date: Date) -> String {

@@ -1,13 +1,16 @@
 /// The Mustache templates of the admin HTML page, kept as string constants so the executable
 /// needs no resource files. Every value is inserted with `{{ }}`, which HTML-escapes it; the
-/// templates never use the unescaped `{{{ }}}` or `{{& }}` forms, because job bodies, reasons
-/// and errors come from outside (the sync server, Apple) and must not become markup.
+/// templates never use the unescaped `{{{ }}}` or `{{& }}` forms, because job bodies, reasons,
+/// errors, host names and bundle IDs come from outside (the sync server, Apple, other
+/// instances' heartbeats) and must not become markup.
 import Mustache
 
 enum Templates {
-    /// The status page: the per-bundle table and the dead-job list with a requeue button each.
-    /// The two tables' header colours are distinctive on purpose: the headless-browser test
-    /// finds them in a screenshot.
+    /// The status page of the whole fleet: held and paused bundles first and loud, the instances,
+    /// the live graph (its own self-refreshing frame), per-bundle fleet totals with pause and
+    /// resume, queue depths and latency, and the retry and dead jobs with their actions. The
+    /// tables' header colours are distinctive on purpose: the headless-browser test finds them
+    /// in a screenshot.
     static let statusPage = """
         <!DOCTYPE html>
         <html lang="en">
@@ -18,43 +21,105 @@ enum Templates {
           body { font-family: sans-serif; margin: 16px; color: #222; background: #fff; }
           table { border-collapse: collapse; margin-bottom: 24px; }
           th, td { border: 1px solid #bbb; padding: 4px 8px; text-align: left; vertical-align: top; }
+          #instances th { background: rgb(0, 128, 0); color: #fff; }
           #bundles th { background: rgb(0, 102, 204); color: #fff; }
+          #queues th { background: rgb(80, 80, 80); color: #fff; }
+          #retry-jobs th { background: rgb(128, 0, 160); color: #fff; }
           #dead-jobs th { background: rgb(204, 51, 0); color: #fff; }
-          .held { color: rgb(204, 0, 0); font-weight: bold; }
+          .held, .paused { color: rgb(204, 0, 0); font-weight: bold; }
+          .alert { padding: 8px 12px; border: 3px solid rgb(204, 0, 0); font-size: 18px; font-weight: bold; margin-bottom: 12px; }
           .body { font-family: monospace; min-width: 320px; max-width: 480px; word-break: break-all; }
           .notice { padding: 6px; background: #fff3cd; }
+          iframe { border: 1px solid #bbb; width: 940px; height: 300px; }
+          form.inline { display: inline; }
         </style>
         </head>
         <body>
         <h1>apns-worker</h1>
-        <p>Broker: <span id="broker-state">{{broker}}</span> · Ready: <span id="ready">{{ready}}</span> · Generated {{generatedAt}}</p>
-        {{#queueError}}<p class="notice" id="queue-error">Queue depths and dead jobs unavailable: {{queueError}}</p>{{/queueError}}
-        <h2>Bundles</h2>
+        <p>Broker: <span id="broker-state">{{broker}}</span> · Ready: <span id="ready">{{ready}}</span> · This instance: {{instanceID}} · Generated {{generatedAt}}</p>
+        {{#heldBundles}}<p class="alert" id="held-alert">HELD (APNs refuses the credentials or topic; jobs wait in the broker): {{.}}</p>{{/heldBundles}}
+        {{#pausedBundles}}<p class="alert" id="paused-alert">PAUSED by an operator on every instance (jobs wait in the broker): {{.}}</p>{{/pausedBundles}}
+        {{#queueError}}<p class="notice" id="queue-error">Queue depths and jobs unavailable: {{queueError}}</p>{{/queueError}}
+        {{#fleetMissing}}<p class="notice">The fleet view is not running here: this page shows this instance only.</p>{{/fleetMissing}}
+        <h2>Instances ({{instanceCount}})</h2>
+        <table id="instances">
+        <tr><th>instance</th><th>host</th><th>pid</th><th>version</th><th>started</th><th>last seen</th><th>memory (RSS)</th>
+        <th>CPU</th><th>in flight</th><th>broker</th><th>held</th><th>paused</th></tr>
+        {{#instances}}
+        <tr class="instance-row" data-instance="{{id}}"><td>{{id}}{{#isSelf}} (this one){{/isSelf}}</td><td>{{host}}</td><td>{{pid}}</td><td>{{version}}</td>
+        <td>{{startedAt}}</td><td>{{lastSeen}}</td><td>{{rss}}</td><td>{{cpu}}</td><td>{{inFlight}}</td><td>{{broker}}</td>
+        <td class="held">{{held}}</td><td class="paused">{{paused}}</td></tr>
+        {{/instances}}
+        {{^instances}}<tr><td colspan="12">No heartbeat heard yet.</td></tr>{{/instances}}
+        </table>
+        <h2>Jobs per second, whole fleet, last 15 minutes</h2>
+        <iframe id="graph-frame" src="/fleet/graph" title="jobs per second by end, last 15 minutes"></iframe>
+        <h2>Bundles (whole fleet)</h2>
         <table id="bundles">
-        <tr><th>bundle</th><th>held</th><th>delivered</th><th>invalid token</th><th>retried</th><th>dead</th>
-        <th>delivered/min</th><th>retried/min</th><th>dead/min</th><th>in flight</th><th>connections</th>
-        <th>work</th><th>retry</th><th>dead queue</th></tr>
+        <tr><th>bundle</th><th>state</th><th>delivered</th><th>invalid token</th><th>retried</th><th>dead</th>
+        <th>last minute<br>delivered / invalid / retried / dead</th><th>in flight</th><th>connections</th>
+        <th>queued<br>work / retry / dead</th><th></th></tr>
         {{#bundles}}
-        <tr class="bundle-row" data-bundle="{{bundleID}}"><td>{{bundleID}}</td><td{{#held}} class="held"{{/held}}>{{heldText}}</td>
+        <tr class="bundle-row" data-bundle="{{bundleID}}"><td>{{bundleID}}</td><td{{#alarming}} class="held"{{/alarming}}>{{state}}</td>
         <td>{{delivered}}</td><td>{{invalidToken}}</td><td>{{retried}}</td><td>{{dead}}</td>
-        <td>{{deliveredPerMinute}}</td><td>{{retriedPerMinute}}</td><td>{{deadPerMinute}}</td><td>{{inFlight}}</td>
-        <td>{{connections}}</td><td>{{workDepth}}</td><td>{{retryDepth}}</td><td>{{deadDepth}}</td></tr>
+        <td class="rates">{{deliveredPerMinute}} / {{invalidPerMinute}} / {{retriedPerMinute}} / {{deadPerMinute}}</td><td>{{inFlight}}</td>
+        <td>{{connections}}</td><td class="depths">{{workDepth}} / {{retryDepth}} / {{deadDepth}}</td>
+        <td>{{#pausePath}}<form class="inline" method="post" action="{{pausePath}}"><button type="submit">Pause everywhere</button></form>{{/pausePath}}
+        {{#resumePath}}<form class="inline" method="post" action="{{resumePath}}"><button type="submit">Resume everywhere</button></form>{{/resumePath}}</td></tr>
         {{/bundles}}
         </table>
+        <h2>Queues</h2>
+        <table id="queues">
+        <tr><th>queue</th><th>role</th><th>ready</th><th>consumers</th><th>retry delay</th><th>oldest ready job</th></tr>
+        {{#queues}}
+        <tr class="queue-row" data-queue="{{queue}}"><td>{{queue}}</td><td>{{role}}</td><td>{{messages}}</td><td>{{consumers}}</td><td>{{delay}}</td><td>{{latency}}</td></tr>
+        {{/queues}}
+        </table>
+        <h2>Retry jobs</h2>
+        <table id="retry-jobs">
+        <tr><th>bundle</th><th>queue</th><th>job id</th><th>attempt</th><th>last reason</th><th>published</th><th>token</th><th>body</th><th></th></tr>
+        {{#retryJobs}}
+        <tr class="retry-job" data-job-id="{{jobID}}"><td>{{bundleID}}</td><td>{{queue}}</td><td>{{jobID}}</td><td>{{attempts}}</td><td>{{lastReason}}</td>
+        <td>{{publishedAt}}</td><td>{{token}}</td><td class="body">{{body}}</td>
+        <td>{{#requeuePath}}<form class="inline" method="post" action="{{requeuePath}}"><button type="submit">Requeue now</button></form>
+        <form class="inline" method="post" action="{{purgePath}}"><button type="submit">Purge</button></form>{{/requeuePath}}</td></tr>
+        {{/retryJobs}}
+        {{^retryJobs}}<tr><td colspan="9">No retry jobs.</td></tr>{{/retryJobs}}
+        </table>
+        {{#retryJobsTruncated}}<p>Showing the first {{retryJobsShown}} retry jobs; use the JSON API for all.</p>{{/retryJobsTruncated}}
         <h2>Dead jobs</h2>
+        <form method="get" action="/" id="dead-filter">Bundle <select name="bundle"><option value="">every bundle</option>
+        {{#bundleChoices}}<option value="{{value}}"{{#selected}} selected{{/selected}}>{{value}}</option>{{/bundleChoices}}</select>
+        Reason <input name="reason" value="{{deadReason}}" placeholder="e.g. BadDeviceToken"> <button type="submit">Filter</button></form>
+        <p>With this filter: <a href="{{bulkRequeuePath}}">requeue every selected dead job…</a> · <a href="{{bulkPurgePath}}">purge every selected dead job…</a> (each asks to confirm)</p>
         <table id="dead-jobs">
         <tr><th>bundle</th><th>job id</th><th>reason</th><th>status</th><th>attempts</th><th>failed at</th>
         <th>token</th><th>error</th><th>body</th><th></th></tr>
         {{#deadJobs}}
         <tr class="dead-job" data-job-id="{{jobID}}"><td>{{bundleID}}</td><td>{{jobID}}</td><td>{{reason}}</td><td>{{status}}</td>
         <td>{{attempts}}</td><td>{{failedAt}}</td><td>{{token}}</td><td>{{error}}</td><td class="body">{{body}}</td>
-        <td>{{#requeuePath}}<form method="post" action="{{requeuePath}}"><button type="submit">Requeue</button></form>{{/requeuePath}}</td></tr>
+        <td>{{#requeuePath}}<form method="post" action="{{requeuePath}}"><button type="submit">Requeue</button></form>
+        <form method="post" action="{{purgePath}}"><button type="submit">Purge</button></form>{{/requeuePath}}</td></tr>
         {{/deadJobs}}
         {{^deadJobs}}<tr><td colspan="10">No dead jobs.</td></tr>{{/deadJobs}}
         </table>
         {{#deadJobsTruncated}}<p>Showing the first {{deadJobsShown}} dead jobs; use the JSON API for all.</p>{{/deadJobsTruncated}}
         </body>
         </html>
+        """
+
+    /// The confirmation step of a bulk requeue or purge: what will happen, to how many jobs,
+    /// and one button that does it.
+    static let confirmPage = """
+        <!DOCTYPE html>
+        <html lang="en"><head><meta charset="utf-8"><title>apns-worker admin: confirm</title>
+        <style>body { font-family: sans-serif; margin: 16px; } .warn { font-weight: bold; color: rgb(204, 0, 0); }</style></head>
+        <body><h1>Confirm</h1>
+        <p id="confirm-summary">{{verb}} <strong>{{count}}</strong> {{kind}} jobs ({{selection}}).</p>
+        {{#purge}}<p class="warn">Purged jobs are gone for good.</p>{{/purge}}
+        <form method="post" action="{{actionPath}}"><button type="submit">{{verb}} {{count}} jobs</button></form>
+        <p><a href="/">Cancel</a></p>
+        </body></html>
         """
 
     /// What a browser sees without the token: how to log in, nothing else.
@@ -70,6 +135,7 @@ enum Templates {
         var library = MustacheLibrary()
         // The templates are constants of this file: a parse error is a programming error.
         try! library.register(statusPage, named: "status")
+        try! library.register(confirmPage, named: "confirm")
         try! library.register(loginPage, named: "login")
         return library
     }()

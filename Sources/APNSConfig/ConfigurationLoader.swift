@@ -29,7 +29,7 @@ public enum ConfigurationLoader {
     public static let globalSections: [(name: String, keys: [String])] = [
         ("amqp", ["url", "prefetch", "heartbeat", "queueType", "caFile"]),
         ("retry", ["delays", "maxAttempts"]),
-        ("admin", ["listen", "token"]),
+        ("admin", ["listen", "token", "heartbeatInterval"]),
         ("worker", ["shutdownDeadline", "requestTimeout", "connectTimeout", "probeInterval", "providerTokenRefresh", "maxDeliveries"]),
         ("registry", registryKeys),
     ]
@@ -276,6 +276,15 @@ public enum ConfigurationLoader {
                     throw ValueProblem("must be at least 16 printable ASCII characters without spaces")
                 }
                 return v
+            }
+        }
+        if let setting = settings.string("admin", "heartbeatInterval") {
+            admin.heartbeatInterval = try settings.parse(setting, "admin", "heartbeatInterval") { v throws(ValueProblem) in
+                let value = try ValueSyntax.duration(v)
+                guard (Duration.milliseconds(100) ... .seconds(300)).contains(value) else {
+                    throw ValueProblem("\(ValueSyntax.quoted(v)) is out of range (100ms to 5m)")
+                }
+                return value
             }
         }
         // Beyond loopback the admin API can requeue and purge jobs: never serve it unauthenticated.

@@ -7,7 +7,7 @@ extension WorkerConfiguration {
         let urlCount = amqp.urls.count == 1 ? "1 url" : "\(amqp.urls.count) urls (failover)"
         lines.append("amqp: \(urlCount): \(amqp.maskedURLs.joined(separator: ", ")); prefetch \(amqp.prefetch), \(amqp.queueType.rawValue) queues")
         lines.append("retry: delays \(retry.delays.map(TopologyNames.delayLabel).joined(separator: ", ")), maxAttempts \(retry.maxAttempts)")
-        lines.append("admin: listen \(admin.listen)\(admin.token == nil ? "" : ", bearer token set")")
+        lines.append("admin: listen \(admin.listen)\(admin.token == nil ? "" : ", bearer token set"), fleet heartbeat every \(TopologyNames.delayLabel(admin.heartbeatInterval))")
         lines.append("bundles: \(bundles.count)")
         for bundle in bundles {
             let endpoint = bundle.endpoint(for: bundle.environment)

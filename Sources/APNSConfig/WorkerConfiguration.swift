@@ -121,12 +121,18 @@ public struct AdminSettings: Sendable, Hashable {
     /// `Authorization: Bearer <token>` (or the cookie `/login` sets). Required when `listen` is
     /// not a loopback address. Best given as `APNS_WORKER_ADMIN_TOKEN`.
     public var token: String?
+    /// `heartbeatInterval`: how often this instance announces itself on `apns.fleet` (contract
+    /// §5); listeners forget an instance silent for three intervals, and a pause reaches every
+    /// instance within one. 100ms to 5m, default 5s.
+    public var heartbeatInterval: Duration
 
     public static let defaultListen = ListenAddress(host: "127.0.0.1", port: 8080)
+    public static let defaultHeartbeatInterval = Duration.seconds(5)
 
-    public init(listen: ListenAddress = defaultListen, token: String? = nil) {
+    public init(listen: ListenAddress = defaultListen, token: String? = nil, heartbeatInterval: Duration = defaultHeartbeatInterval) {
         self.listen = listen
         self.token = token
+        self.heartbeatInterval = heartbeatInterval
     }
 }
 

@@ -17,7 +17,9 @@ import Logging
 ///
 /// A move is a confirmed publish to the work queue, then the ack of the source message: an
 /// interruption between the two leaves the job in both queues (at-least-once), never in none.
-/// Every operation opens its own connection and closes it before returning.
+/// Listings and moves open a connection of their own and close it before returning; depths and
+/// the hand-back checks do too, unless `pooledReads` gives them one long-lived connection (the
+/// admin server).
 public final class QueueInspector: Sendable {
     public let amqp: AMQPConfiguration
     public let bundleIDs: [String]
@@ -28,6 +30,10 @@ public final class QueueInspector: Sendable {
     /// How long an operation waits, before returning, for the messages it held to be ready in
     /// their queues again (see `waitForHandBack`).
     public let handBackWait: Duration
+    /// When set (the admin server), depths and hand-back checks use this one long-lived
+    /// connection instead of one each; listings and moves always take a connection of their
+    /// own, because closing it is what hands the messages back in their order.
+    public let reads: PooledConnection?
     private let logger: Logger
 
     /// The most messages one consumer can hold unacked (AMQP prefetch is 16 bits): a listing
@@ -38,8 +44,11 @@ public final class QueueInspector: Sendable {
 
     public init(
         amqp: AMQPConfiguration, bundleIDs: [String], retryDelays: [Duration], logger: Logger,
-        deliveryWait: Duration = .seconds(3), handBackWait: Duration = .seconds(5)
+        deliveryWait: Duration = .seconds(3), handBackWait: Duration = .seconds(5), pooledReads: Bool = false
     ) {
+        var readsConfiguration = amqp
+        readsConfiguration.connectionName = "\(amqp.connectionName) (reads)"
+        self.reads = pooledReads ? PooledConnection(configuration: readsConfiguration, logger: logger) : nil
         self.amqp = amqp
         self.bundleIDs = bundleIDs
         self.retryDelays = retryDelays
@@ -49,12 +58,13 @@ public final class QueueInspector: Sendable {
     }
 
     /// The broker, bundles and retry delays of a worker configuration.
-    public convenience init(configuration: WorkerConfiguration, connectionName: String, logger: Logger) throws {
+    public convenience init(configuration: WorkerConfiguration, connectionName: String, logger: Logger, pooledReads: Bool = false) throws {
         var amqp = try AMQPConfiguration(urlStrings: configuration.amqp.urls, connectionName: connectionName)
         amqp.heartbeat = configuration.amqp.heartbeat
         if let caFile = configuration.amqp.caFile { amqp.tls.caFile = caFile }
         self.init(
-            amqp: amqp, bundleIDs: configuration.bundles.map(\.bundleID), retryDelays: configuration.retry.delays, logger: logger)
+            amqp: amqp, bundleIDs: configuration.bundles.map(\.bundleID), retryDelays: configuration.retry.delays, logger: logger,
+            pooledReads: pooledReads)
     }
 
     // MARK: - Reading
@@ -62,7 +72,7 @@ public final class QueueInspector: Sendable {
     /// Ready messages and consumers of every configured queue: per bundle its work queue, retry
     /// queues and dead queue, then `apns.unrouted`. Queues that do not exist are left out.
     public func depths() async throws -> [QueueDepth] {
-        try await withConnection("depths") { connection in
+        try await withReadConnection("depths") { connection in
             var depths: [QueueDepth] = []
             for bundle in bundleIDs {
                 var queues = [(TopologyNames.workQueue(bundle), "work")]
@@ -87,29 +97,39 @@ public final class QueueInspector: Sendable {
     /// The jobs of `kind` that `filter` selects, by bundle (configuration order), queue (retry
     /// delays in order) and position; at most `limit`. Nothing is consumed or reordered.
     public func list(_ kind: JobQueueKind, filter: JobFilter = JobFilter(), limit: Int? = nil) async throws -> [QueuedJob] {
+        try await list([(kind, filter, limit)])[0]
+    }
+
+    /// Several listings on one connection (the admin page shows dead and retry jobs at once):
+    /// one answer per request, in order.
+    public func list(_ requests: [(kind: JobQueueKind, filter: JobFilter, limit: Int?)]) async throws -> [[QueuedJob]] {
         let now = Date()
         var readyBefore: [String: Int] = [:]
-        let jobs = try await withConnection("list") { connection in
-            var jobs: [QueuedJob] = []
-            for (bundle, queue) in scope(kind, bundleID: filter.bundleID) {
-                let remaining = limit.map { $0 - jobs.count }
-                if let remaining, remaining <= 0 { break }
-                // Without criteria beyond the bundle, the first `limit` messages are the answer.
-                let cap = filter.selectsWholeQueues ? remaining : nil
-                let (deliveries, ready) = try await take(connection, queue, cap: cap)
-                readyBefore[queue] = ready
-                for (position, delivery) in deliveries.enumerated() {
-                    let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
-                    guard JobInspection.matches(job, filter, now: now) else { continue }
-                    if let limit, jobs.count >= limit { break }
-                    jobs.append(job)
+        let answers = try await withConnection("list") { connection in
+            var answers: [[QueuedJob]] = []
+            for (kind, filter, limit) in requests {
+                var jobs: [QueuedJob] = []
+                for (bundle, queue) in scope(kind, bundleID: filter.bundleID) {
+                    let remaining = limit.map { $0 - jobs.count }
+                    if let remaining, remaining <= 0 { break }
+                    // Without criteria beyond the bundle, the first `limit` messages are the answer.
+                    let cap = filter.selectsWholeQueues ? remaining : nil
+                    let (deliveries, ready) = try await take(connection, queue, cap: cap)
+                    readyBefore[queue] = ready
+                    for (position, delivery) in deliveries.enumerated() {
+                        let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
+                        guard JobInspection.matches(job, filter, now: now) else { continue }
+                        if let limit, jobs.count >= limit { break }
+                        jobs.append(job)
+                    }
                 }
+                answers.append(jobs)
             }
             // Closing the connection (withConnection) hands every message back, unacked.
-            return jobs
+            return answers
         }
         await waitForHandBack(readyBefore)
-        return jobs
+        return answers
     }
 
     /// The first job with this id in the queues of `kind` (of one bundle, or all), or nil.
@@ -264,7 +284,7 @@ public final class QueueInspector: Sendable {
         guard !pending.isEmpty else { return }
         let deadline = ContinuousClock.now + handBackWait
         do {
-            try await withConnection("hand-back") { connection in
+            try await withReadConnection("hand-back") { connection in
                 for (queue, expected) in pending {
                     while let info = try await inspect(connection, queue), Int(info.messageCount) < expected {
                         guard ContinuousClock.now < deadline else {
@@ -315,6 +335,12 @@ public final class QueueInspector: Sendable {
         return bundles.flatMap { bundle in
             JobInspection.queues(kind, bundleID: bundle, retryDelays: retryDelays).map { (bundle, $0) }
         }
+    }
+
+    /// The pooled read connection when there is one, else a connection of its own.
+    func withReadConnection<Result: Sendable>(_ purpose: String, _ body: (AMQPConnection) async throws -> Result) async throws -> Result {
+        guard let reads else { return try await withConnection(purpose, body) }
+        return try await body(try await reads.get())
     }
 
     private func withConnection<Result: Sendable>(_ purpose: String, _ body: (AMQPConnection) async throws -> Result) async throws -> Result {

@@ -38,6 +38,8 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     private let deliveryLimit: Mutex<DeliveryLimit>
     /// The time of the breaker, the probes and the shutdown deadline.
     let clock: any PipelineClock
+    /// The operator's fleet-wide pause and the queue latency estimate (`BundleFleetState`).
+    public let fleet = BundleFleetState()
 
     public init(
         settings: BundlePipelineSettings, broker: Broker, transport: any NotificationTransport,
@@ -65,6 +67,9 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     /// Whether a provider fault holds the bundle right now (for `/ready`).
     public var isHeld: Bool { breaker.withLock { $0.isHeld } }
 
+    /// Whether an operator paused the bundle fleet-wide (contract §5): no consuming, no probing.
+    public var isPaused: Bool { fleet.isPaused }
+
     /// The bundle's APNs connections by state, when its transport reports them.
     public func connectionStates() -> [TransportConnectionState: Int]? {
         (transport as? any TransportStatusReporting)?.connectionStates()
@@ -80,7 +85,9 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     public func run() async throws {
         logger.info("pipeline started", metadata: ["amqp.queue": "\(queue)", "amqp.prefetch": "\(settings.prefetch)"])
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
-            if isHeld {
+            if isPaused {
+                try await Task.sleep(for: .milliseconds(200))
+            } else if isHeld {
                 try await probeOnce()
             } else {
                 try await consumeUntilHeldOrShutdown()
@@ -100,12 +107,15 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
         // Stop taking jobs as soon as shutdown starts or the bundle becomes held; jobs already
         // taken run on in the group below, within the shutdown deadline.
         let stop = StopSignal()
+        // A pause must end a consumer that waits for its next delivery, as a shutdown does.
+        let pauseWatcher = fleet.whenPaused { Task { await consumer.cancel() } }
+        defer { fleet.removeWatcher(pauseWatcher) }
         try await withGracefulShutdownHandler {
             try await withThrowingTaskGroup(of: Bool.self) { group in
                 var running = 0
                 var iterator = consumer.makeAsyncIterator()
-                while !stop.isSet, !isHeld, let delivery = try await iterator.next() {
-                    if stop.isSet || isHeld {
+                while !stop.isSet, !isHeld, !isPaused, let delivery = try await iterator.next() {
+                    if stop.isSet || isHeld || isPaused {
                         await broker.nack(delivery, requeue: true)
                         break
                     }
@@ -176,6 +186,7 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     func process(_ delivery: AMQPDelivery) async {
         bundleStatistics.jobStarted()
         defer { bundleStatistics.jobFinished() }
+        fleet.taken(publishedAt: delivery.message.properties.timestamp)
         let started = ContinuousClock.now
         let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
         // A first delivery cannot be one too many; only redeliveries are counted.

@@ -9,14 +9,19 @@ public struct WorkerStatus: Sendable, Hashable, Codable {
         public var bundleID: String
         /// A provider fault holds the bundle: its consumer is paused and it only probes.
         public var held: Bool
+        /// An operator paused it fleet-wide (contract §5): not a fault, so not in `heldBundles`.
+        public var paused: Bool
         public var activity: WorkerStatistics.BundleActivity
         /// APNs connections by state (`TransportConnectionState` raw values, every state present);
         /// empty when the transport does not report them.
         public var connections: [String: Int]
 
-        public init(bundleID: String, held: Bool, activity: WorkerStatistics.BundleActivity, connections: [String: Int]) {
+        public init(
+            bundleID: String, held: Bool, paused: Bool = false, activity: WorkerStatistics.BundleActivity, connections: [String: Int]
+        ) {
             self.bundleID = bundleID
             self.held = held
+            self.paused = paused
             self.activity = activity
             self.connections = connections
         }
@@ -51,7 +56,7 @@ extension WorkerService: WorkerStatusProviding {
             bundles: pipelines.map { pipeline in
                 let connections = pipeline.connectionStates() ?? [:]
                 return WorkerStatus.Bundle(
-                    bundleID: pipeline.settings.bundleID, held: pipeline.isHeld,
+                    bundleID: pipeline.settings.bundleID, held: pipeline.isHeld, paused: pipeline.isPaused,
                     activity: pipeline.statistics.activity(bundle: pipeline.settings.bundleID),
                     connections: Dictionary(uniqueKeysWithValues: connections.map { ($0.key.rawValue, $0.value) }))
             })

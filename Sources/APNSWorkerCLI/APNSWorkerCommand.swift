@@ -9,7 +9,8 @@ struct APNSWorkerCommand: AsyncParsableCommand {
         version: APNSWorkerVersion.current,
         subcommands: [
             RunCommand.self, PublishCommand.self, CheckConfigCommand.self, SimulatorCommand.self, TopologyCommand.self,
-            DeadCommand.self, RetryCommand.self, RegistryCommand.self, StatsCommand.self,
+            DeadCommand.self, RetryCommand.self, RegistryCommand.self, StatsCommand.self, FleetCommand.self,
+            PauseCommand<PauseBundle>.self, PauseCommand<ResumeBundle>.self,
         ]
     )
 }

@@ -81,7 +81,7 @@ struct JobFilterOptions: ParsableArguments {
     var isEmpty: Bool { reason == nil && olderThan == nil && newerThan == nil }
 }
 
-private func parseDuration(_ text: String) throws -> Duration {
+func parseDuration(_ text: String) throws -> Duration {
     guard let duration = DurationText.parse(text) else {
         throw ValidationError("'\(text)' is not a duration (\(DurationText.hint))")
     }

@@ -82,14 +82,19 @@ struct RunCommand: AsyncParsableCommand {
             return poller
         }
         let worker = WorkerService(broker: broker, topology: configuration.topologyPlan, pipelines: pipelines, logger: logger)
-        // The admin server reads and moves dead and retry jobs on connections of its own, never
-        // on the worker's. First in the group, so it shuts down last and answers while the
-        // worker drains.
+        let fleet = FleetService(
+            broker: broker, worker: worker, identity: .current(version: APNSWorkerVersion.current),
+            interval: configuration.admin.heartbeatInterval, logger: logger)
+        // Before any pipeline consumes: a bundle paused fleet-wide stays paused through a restart.
+        try await fleet.applyStoredPauses()
+        // The admin server reads depths on one pooled connection and lists and moves dead and
+        // retry jobs on connections of its own, never on the worker's. First in the group, so it
+        // shuts down last and answers while the worker drains.
         let admin = try AdminService(
             settings: configuration.admin,
             worker: registry.map { registry in RegistryAwareStatus(base: worker, registryHeld: { registry.isHeld }) as any WorkerStatusProviding } ?? worker,
-            queues: try QueueInspector(configuration: configuration, connectionName: "apns-worker admin", logger: logger),
-            registry: metricsRegistry, logger: logger, registryStore: registry?.store)
+            queues: try QueueInspector(configuration: configuration, connectionName: "apns-worker admin", logger: logger, pooledReads: true),
+            registry: metricsRegistry, logger: logger, registryStore: registry?.store, fleet: fleet)
         services.insert(admin, at: 0)
         let configPath = configPath
         services.append(
@@ -104,6 +109,8 @@ struct RunCommand: AsyncParsableCommand {
         }
         // Graceful shutdown runs in reverse order: the worker stops taking jobs and finishes
         // those in flight first, while the transports it sends through are still up.
+        // Heartbeats go on while the worker drains: the fleet sees it until it exits.
+        services.append(fleet)
         services.append(worker)
         let group = ServiceGroup(
             configuration: .init(

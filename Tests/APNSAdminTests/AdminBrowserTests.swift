@@ -1,5 +1,8 @@
 import APNSAdmin
 import APNSConfig
+import APNSCore
+import APNSSimulator
+import APNSWorker
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -8,8 +11,9 @@ import Testing
 import TestSupport
 
 /// The admin server on a real socket: HTTP requests with curl, and the HTML page opened in
-/// headless Chromium, its screenshot checked for the two tables' header colours and its DOM for
-/// the bundle row and the dead-job rows.
+/// headless Chromium with a fleet service running, its screenshot checked for the header
+/// colours of the instances, bundles, retry and dead-job tables and for the live graph's plot
+/// area, and its DOM for the rows.
 @Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the test broker (scripts/test)"))
 struct AdminBrowserTests {
     static let chromium = "/usr/bin/chromium"
@@ -17,15 +21,22 @@ struct AdminBrowserTests {
     /// The header colours of `Templates.statusPage`.
     static let bundleHeaderColour = "0,102,204"
     static let deadJobsHeaderColour = "204,51,0"
+    static let instancesHeaderColour = "0,128,0"
+    static let retryJobsHeaderColour = "128,0,160"
+    /// The plot area of `FleetGraph`.
+    static let graphColour = "235,242,250"
+    /// The frame of the held and paused banners.
+    static let alertColour = "204,0,0"
 
     /// Runs a second `AdminService` of the harness's worker on a free port for `body`.
-    static func serving(_ harness: AdminHarness, _ body: (Int) async throws -> Void) async throws {
+    /// With `fleet`, that fleet service runs beside it (heartbeats on the harness's worker connection).
+    static func serving(_ harness: AdminHarness, fleet: FleetService? = nil, _ body: (Int) async throws -> Void) async throws {
         let port = Mutex<Int?>(nil)
         let admin = try AdminService(
             settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: AdminHarness.token),
-            worker: harness.worker, queues: harness.queues, registry: TestMetrics.registry, logger: AdminHarness.logger,
+            worker: harness.worker, queues: harness.queues, registry: TestMetrics.registry, logger: AdminHarness.logger, fleet: fleet,
             onListening: { bound in port.withLock { $0 = bound } })
-        let group = ServiceGroup(services: [admin], logger: AdminHarness.logger)
+        let group = ServiceGroup(services: [admin] + (fleet.map { [$0] } ?? []), logger: AdminHarness.logger)
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
             do {
@@ -76,22 +87,53 @@ struct AdminBrowserTests {
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: chromium), "chromium is not installed (scripts/install-deps.sh installs it)"))
     func thePageInHeadlessChromium() async throws {
         try await AdminHarness.with { harness in
-            for n in 0..<2 { try await harness.publishJob(token: n) }
-            let dead = [try await harness.publishMalformedJob(), try await harness.publishMalformedJob(), try await harness.publishMalformedJob()]
-            try await waitUntil("jobs to reach their ends") { harness.jobs("delivered") == 2 && harness.jobs("dead") == 3 }
-            try await Self.serving(harness) { port in
+            let fleet = FleetService(
+                broker: harness.workerConnection, worker: harness.worker, identity: .current(version: "0.1.0"), interval: .seconds(1),
+                logger: AdminHarness.logger)
+            try await Self.serving(harness, fleet: fleet) { port in
+                // Jobs after the first heartbeat, so the graph has something to draw.
+                try await waitUntil("this instance's first heartbeat") { fleet.report().instances.contains { $0.id == fleet.identity.instanceID } }
+                let failing = 77
+                harness.simulator.script(token: AdminHarness.token(failing), .always(status: 500, reason: .internalServerError))
+                for n in 0..<40 { try await harness.publishJob(token: n) }
+                let retried = [try await harness.publishJob(token: failing), try await harness.publishJob(token: failing)]
+                let dead = [try await harness.publishMalformedJob(), try await harness.publishMalformedJob(), try await harness.publishMalformedJob()]
+                try await waitUntil("jobs to reach their ends") {
+                    harness.jobs("delivered") == 40 && harness.jobs("dead") == 3 && harness.jobs("retry") == 2
+                }
+                try await waitUntil("the fleet view to count them") {
+                    let totals = fleet.snapshot().totals(now: Date())[harness.bundle]
+                    return totals?.delivered == 40 && totals?.retry == 2
+                }
+                // The graph draws complete 10-second steps: wait for the one with the deliveries.
+                try await waitUntil("the graph to draw the deliveries") {
+                    fleet.snapshot().rates.series(now: Date()).contains { ($0.perSecond[.delivered] ?? 0) > 0 }
+                }
+                let svg = try await Self.get("http://127.0.0.1:\(port)/fleet/graph.svg", bearer: true)
+                let delivered = try #require(svg.body.split(separator: "\n").first { $0.contains(#"data-end="delivered""#) })
+                let heights = Set(delivered.split(separator: " ").compactMap { $0.split(separator: ",").last.flatMap { Double($0.prefix { $0 != "\"" }) } })
+                #expect(heights.count > 1, "the delivered line leaves the baseline: \(delivered)")
                 let directory = harness.directory + "/chromium"
                 try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
                 // /login sets the cookie and redirects to the page, as an operator's browser does.
                 let url = "http://127.0.0.1:\(port)/login?token=\(AdminHarness.token)"
                 let common = [
                     "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-                    "--user-data-dir=\(directory)/profile", "--window-size=1280,1024",
+                    // Tall: on a shared test broker every other suite's workers are in the fleet
+                    // too, and their rows push the retry and dead tables down the page.
+                    "--user-data-dir=\(directory)/profile", "--window-size=1400,8000",
                 ]
 
                 let dom = try await runProcess(Self.chromium, common + ["--dump-dom", url])
                 #expect(dom.status == 0, "chromium --dump-dom: \(dom.stderr.suffix(500))")
                 #expect(dom.stdout.contains(#"<tr class="bundle-row" data-bundle="\#(harness.bundle)">"#))
+                #expect(dom.stdout.contains(#"<tr class="instance-row" data-instance="\#(fleet.identity.instanceID)">"#))
+                #expect(dom.stdout.contains(#"<iframe id="graph-frame" src="/fleet/graph""#))
+                for id in retried {
+                    #expect(dom.stdout.contains(#"<tr class="retry-job" data-job-id="\#(id)">"#), "retry job \(id) in the DOM")
+                    #expect(dom.stdout.contains(#"action="/retry/\#(id)/requeue""#))
+                    #expect(dom.stdout.contains(#"action="/retry/\#(id)/purge""#))
+                }
                 for id in dead {
                     #expect(dom.stdout.contains(#"<tr class="dead-job" data-job-id="\#(id)">"#), "dead job \(id) in the DOM")
                     #expect(dom.stdout.contains(#"action="/dead/\#(id)/requeue""#))
@@ -101,27 +143,53 @@ struct AdminBrowserTests {
                 #expect(!dom.stdout.contains("<b>bogus</b>"))
                 #expect(dom.stdout.contains("&lt;script&gt;alert('x')&lt;/script&gt;"))
 
-                let screenshot = directory + "/page.png"
-                let shot = try await runProcess(Self.chromium, common + ["--screenshot=\(screenshot)", url])
-                #expect(shot.status == 0, "chromium --screenshot: \(shot.stderr.suffix(500))")
-                // For a person to look at: APNS_TEST_SCREENSHOT=/path/page.png keeps a copy.
-                if let keep = ProcessInfo.processInfo.environment["APNS_TEST_SCREENSHOT"] {
-                    try? FileManager.default.removeItem(atPath: keep)
-                    try FileManager.default.copyItem(atPath: screenshot, toPath: keep)
-                }
-                let colours = try await runProcess(
-                    "/usr/bin/env",
-                    ["python3", repositoryRoot + "/Tests/APNSAdminTests/Scripts/png_colors.py", screenshot, Self.bundleHeaderColour, Self.deadJobsHeaderColour])
-                #expect(colours.status == 0, "png_colors.py: \(colours.stderr)")
-                var counts: [String: Int] = [:]
-                for line in colours.stdout.split(separator: "\n") {
-                    let parts = line.split(separator: " ")
-                    if parts.count == 2 { counts[String(parts[0])] = Int(parts[1]) }
-                }
-                // Each header row is 14 or 10 cells wide and ~20 px high: thousands of pixels.
+                let counts = try await Self.screenshotColours(
+                    url, options: common, path: directory + "/page.png", keepAs: "",
+                    [Self.bundleHeaderColour, Self.deadJobsHeaderColour, Self.instancesHeaderColour, Self.retryJobsHeaderColour, Self.graphColour])
+                // Each header row is 10 to 16 cells wide and ~20 px high: thousands of pixels.
                 #expect((counts[Self.bundleHeaderColour] ?? 0) > 2000, "bundle table header pixels: \(counts)")
                 #expect((counts[Self.deadJobsHeaderColour] ?? 0) > 2000, "dead-job table header pixels: \(counts)")
+                #expect((counts[Self.instancesHeaderColour] ?? 0) > 2000, "instances table header pixels: \(counts)")
+                #expect((counts[Self.retryJobsHeaderColour] ?? 0) > 2000, "retry table header pixels: \(counts)")
+                // The plot area is 694 × 220 px; lines and grid cross it, most of it stays bare.
+                #expect((counts[Self.graphColour] ?? 0) > 50000, "graph plot-area pixels: \(counts)")
+
+                // Paused fleet-wide: every page says so at the top, in a red frame.
+                try await fleet.setPaused(harness.bundle, true)
+                try await waitUntil("the fleet report to list the bundle as paused") { fleet.report().paused == [harness.bundle] }
+                let pausedDOM = try await runProcess(Self.chromium, common + ["--dump-dom", url])
+                #expect(pausedDOM.stdout.contains(#"<p class="alert" id="paused-alert">"#))
+                #expect(pausedDOM.stdout.contains(#"<td class="held">PAUSED</td>"#))
+                // The banner is at the top: a short window is enough (and quicker to count).
+                let short = common.map { $0.hasPrefix("--window-size=") ? "--window-size=1400,1000" : $0 }
+                let paused = try await Self.screenshotColours(
+                    url, options: short, path: directory + "/paused.png", keepAs: "-paused", [Self.alertColour])
+                // The banner's 3-px frame alone is ~8,000 px.
+                #expect((paused[Self.alertColour] ?? 0) > 4000, "alert frame pixels: \(paused)")
+                try await fleet.setPaused(harness.bundle, false)
             }
         }
+    }
+
+    /// Takes a screenshot of `url` and counts the pixels of each colour in it. With
+    /// `APNS_TEST_SCREENSHOT=/path/page.png`, a copy is kept for a person to look at (named with
+    /// `keepAs` before the extension).
+    static func screenshotColours(_ url: String, options: [String], path: String, keepAs suffix: String, _ colours: [String]) async throws -> [String: Int] {
+        let shot = try await runProcess(Self.chromium, options + ["--screenshot=\(path)", url])
+        #expect(shot.status == 0, "chromium --screenshot: \(shot.stderr.suffix(500))")
+        if let keep = ProcessInfo.processInfo.environment["APNS_TEST_SCREENSHOT"] {
+            let target = suffix.isEmpty ? keep : keep.replacingOccurrences(of: ".png", with: "\(suffix).png")
+            try? FileManager.default.removeItem(atPath: target)
+            try FileManager.default.copyItem(atPath: path, toPath: target)
+        }
+        let result = try await runProcess(
+            "/usr/bin/env", ["python3", repositoryRoot + "/Tests/APNSAdminTests/Scripts/png_colors.py", path] + colours)
+        #expect(result.status == 0, "png_colors.py: \(result.stderr)")
+        var counts: [String: Int] = [:]
+        for line in result.stdout.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            if parts.count == 2 { counts[String(parts[0])] = Int(parts[1]) }
+        }
+        return counts
     }
 }

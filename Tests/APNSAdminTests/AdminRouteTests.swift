@@ -247,7 +247,8 @@ struct AdminRouteTests {
                     String(buffer: try await client.execute(uri: "/metrics", method: .get, headers: Self.bearer).body))
                 #expect(metrics.value("apns_worker_consumer_paused", ["bundle": harness.bundle]) == 1)
                 let page = String(buffer: try await client.execute(uri: "/", method: .get, headers: Self.bearer).body)
-                #expect(page.contains(#"<td class="held">yes</td>"#))
+                #expect(page.contains(#"<td class="held">HELD</td>"#))
+                #expect(page.contains(#"id="held-alert""#))
                 let status = try Self.json(try await client.execute(uri: "/api/status", method: .get, headers: Self.bearer))
                 #expect(status["heldBundles"] as? [String] == [harness.bundle])
                 // The held job waits in the broker, not dead-lettered.

@@ -67,6 +67,7 @@ struct LoaderTests {
             [admin]
             listen = [::1]:0
             token = "0123456789abcdef-secret"
+            heartbeatInterval = 1500ms
 
             [worker]
             shutdownDeadline = 5s
@@ -109,7 +110,8 @@ struct LoaderTests {
                     heartbeat: .seconds(60), queueType: .classic, caFile: base + "/certs/rabbit-ca.pem"))
         #expect(configuration.amqp.maskedURLs == ["amqp://a:***@rabbit-1:5672/%2f", "amqps://a:***@rabbit-2:5671/prod"])
         #expect(configuration.retry == RetrySettings(delays: [.milliseconds(250), .seconds(2), .seconds(5400)], maxAttempts: 10))
-        #expect(configuration.admin == AdminSettings(listen: ListenAddress(host: "::1", port: 0), token: "0123456789abcdef-secret"))
+        #expect(configuration.admin == AdminSettings(
+                listen: ListenAddress(host: "::1", port: 0), token: "0123456789abcdef-secret", heartbeatInterval: .milliseconds(1500)))
         #expect(configuration.admin.listen.description == "[::1]:0")
         #expect(
             configuration.worker
@@ -127,7 +129,7 @@ struct LoaderTests {
                     rollout: RolloutGate(
                         allowSyncServers: ["sync1.example.com", "sync2.example.com"], denySyncServers: ["bad.example.com"],
                         percentage: 25),
-                    line: 25))
+                    line: 26))
         #expect(token.endpoint(for: .production) == ("simulator.local", 8443))
         let legacy = configuration.bundles[1]
         #expect(
@@ -135,7 +137,7 @@ struct LoaderTests {
                 == BundleConfiguration(
                     bundleID: "com.example.legacy", transport: .binary, environment: .sandbox,
                     auth: .certificate(certFile: base + "/client.pem", keyFile: base + "/client.key"),
-                    binaryHoldWindow: .milliseconds(250), feedbackInterval: .seconds(600), feedbackPort: 12196, line: 39))
+                    binaryHoldWindow: .milliseconds(250), feedbackInterval: .seconds(600), feedbackPort: 12196, line: 40))
         #expect(legacy.connections == 1)
         #expect(try #require(legacy.feedbackEndpoint(for: .sandbox)) == ("feedback.sandbox.push.apple.com", 12196))
         #expect(try #require(legacy.feedbackEndpoint(for: .production)) == ("feedback.push.apple.com", 12196))
@@ -146,7 +148,7 @@ struct LoaderTests {
         #expect(configuration.summaryLines == [
             "amqp: 2 urls (failover): amqp://a:***@rabbit-1:5672/%2f, amqps://a:***@rabbit-2:5671/prod; prefetch 50, classic queues",
             "retry: delays 250ms, 2s, 1h30m, maxAttempts 10",
-            "admin: listen [::1]:0, bearer token set",
+            "admin: listen [::1]:0, bearer token set, fleet heartbeat every 1500ms",
             "bundles: 2",
             "  com.example.token: http2, token auth, sandbox, simulator.local:8443, 4 connections, rollout gate on",
             "  com.example.legacy: binary, certificate auth, sandbox, gateway.sandbox.push.apple.com:2195, 1 connection",
@@ -249,6 +251,8 @@ struct LoaderTests {
         ErrorCase("!\n[amqp]\nurl = amqp://h/\n", nil, nil, nil, .noBundles, "no [apns \"bundle.id\"] section: configure at least one bundle"),
         ErrorCase("\n[admin]\nlisten = 8080", 10, "[admin]", "listen", .badValue, "\"8080\" is not host:port"),
         ErrorCase("\n[admin]\nlisten = 0.0.0.0:8080", 10, "[admin]", "token", .missingKey, "required when listen (0.0.0.0:8080) is not a loopback address"),
+        ErrorCase("\n[admin]\nheartbeatInterval = 50ms", 10, "[admin]", "heartbeatInterval", .badValue, "\"50ms\" is out of range (100ms to 5m)"),
+        ErrorCase("\n[admin]\nheartbeatInterval = often", 10, "[admin]", "heartbeatInterval", .badValue, "\"often\" is not a duration"),
         ErrorCase("\n[admin]\ntoken = short", 10, "[admin]", "token", .badValue, "must be at least 16 printable ASCII characters"),
         ErrorCase("\n[worker]\nshutdownDeadline = 2h", 10, "[worker]", "shutdownDeadline", .badValue, "\"2h\" is out of range (0s to 1h)"),
         ErrorCase("\n[worker]\nrequestTimeout = 10", 10, "[worker]", "requestTimeout", .badValue, "\"10\" is not a duration"),

@@ -27,4 +27,21 @@ import Testing
             == ["apns.registry", "apns.groups", "apns.registry.dead", "apns.groups.dead"])
         #expect(plan.queues.allSatisfy { $0.arguments["x-queue-type"] == .string("classic") })
     }
+
+    /// The fleet of contract §5: a transient exchange, an exclusive queue per admin server, durable pause markers.
+    @Test func theFleetTopology() {
+        let plan = FleetTopology.plan(instanceID: "h-1-abc", messageTTL: .seconds(15))
+        #expect(plan.exchanges == [ExchangeDeclaration(name: "apns.fleet", kind: .fanout, durable: false)])
+        #expect(plan.queues.map(\.name) == ["apns.fleet.instance.h-1-abc"])
+        #expect(plan.queues[0].exclusive)
+        #expect(plan.queues[0].arguments["x-message-ttl"] == .int(15000))
+        #expect(plan.bindings == [BindingDeclaration(queue: "apns.fleet.instance.h-1-abc", exchange: "apns.fleet", routingKey: "")])
+        #expect(FleetTopology.pauseMarker("com.example.app").name == "apns.fleet.paused.com.example.app")
+        #expect(!FleetTopology.pauseMarker("com.example.app").exclusive)
+        #expect(FleetTopology.isPausable("com.omnigroup.OmniFocus2.iPad"))
+        #expect(FleetTopology.isPausable("com.example.my_app-2"))
+        for bad in ["", "a b", "a/b", "é.app", "<b>", String(repeating: "a", count: 201)] {
+            #expect(!FleetTopology.isPausable(bad), "\(bad)")
+        }
+    }
 }

@@ -46,6 +46,8 @@ final class WorkerHarness: Sendable {
         var workerURLs: [String]?
         /// More `key = value` lines for the `[amqp]` section.
         var amqpLines = ""
+        /// More `key = value` lines for the `[admin]` section.
+        var adminLines = ""
         /// The failover list of the harness's own connection; nil: the broker's own URL.
         var clientURLs: [String]?
         /// How many accepted notifications the simulator keeps for `acceptedIDs()` (its default
@@ -102,6 +104,7 @@ final class WorkerHarness: Sendable {
 
             [admin]
             listen = 127.0.0.1:0
+            \(options.adminLines)
 
             [worker]
             shutdownDeadline = \(options.shutdownDeadline)

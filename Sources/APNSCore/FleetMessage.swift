@@ -1,0 +1,145 @@
+import Foundation
+
+/// What instances tell each other on `apns.fleet` (contract §5): a heartbeat with the sender's
+/// state, or an operator's pause/resume of a bundle. JSON, so `GET /api/fleet` and
+/// `apns-worker fleet --json` show the same fields the wire carries.
+public enum FleetMessage: Sendable, Hashable {
+    case heartbeat(FleetInstance)
+    case pause(bundleID: String)
+    case resume(bundleID: String)
+
+    private struct Envelope: Codable {
+        var kind: String
+        var instance: FleetInstance?
+        var bundleId: String?
+    }
+
+    public func encoded() -> [UInt8] {
+        let envelope: Envelope
+        switch self {
+        case .heartbeat(let instance): envelope = Envelope(kind: "heartbeat", instance: instance)
+        case .pause(let bundleID): envelope = Envelope(kind: "pause", bundleId: bundleID)
+        case .resume(let bundleID): envelope = Envelope(kind: "resume", bundleId: bundleID)
+        }
+        // Plain value types always encode.
+        return Array((try? FleetJSON.encoder.encode(envelope)) ?? Data())
+    }
+
+    /// Nil for anything that is not one of ours (another version's kind, garbage): the fleet
+    /// exchange is open to any client of the vhost, and one bad message must not stop a listener.
+    public static func decode(_ body: [UInt8]) -> FleetMessage? {
+        guard let envelope = try? FleetJSON.decoder.decode(Envelope.self, from: Data(body)) else { return nil }
+        switch envelope.kind {
+        case "heartbeat": return envelope.instance.map { .heartbeat($0) }
+        case "pause": return envelope.bundleId.flatMap { $0.isEmpty ? nil : .pause(bundleID: $0) }
+        case "resume": return envelope.bundleId.flatMap { $0.isEmpty ? nil : .resume(bundleID: $0) }
+        default: return nil
+        }
+    }
+}
+
+/// One instance as its heartbeat describes it. `lastSeen` is the receiver's clock at the last
+/// heartbeat (absent on the wire).
+public struct FleetInstance: Sendable, Hashable, Codable {
+    public struct Bundle: Sendable, Hashable, Codable {
+        /// Counts since the instance started, by end.
+        public var delivered: Int
+        public var invalidToken: Int
+        public var retry: Int
+        public var dead: Int
+        public var gated: Int
+        public var inFlight: Int
+        /// A provider fault holds it (contract §4).
+        public var held: Bool
+        /// An operator paused it fleet-wide (contract §5).
+        public var paused: Bool
+        /// APNs connections by state.
+        public var connections: [String: Int]
+        /// The AMQP `timestamp` of the newest job this instance took from the work queue, when
+        /// the publisher set one: the queue latency estimate (`QueueLatency`).
+        public var lastTakenPublishedAt: Date?
+
+        public init(
+            delivered: Int = 0, invalidToken: Int = 0, retry: Int = 0, dead: Int = 0, gated: Int = 0, inFlight: Int = 0,
+            held: Bool = false, paused: Bool = false, connections: [String: Int] = [:], lastTakenPublishedAt: Date? = nil
+        ) {
+            self.delivered = delivered
+            self.invalidToken = invalidToken
+            self.retry = retry
+            self.dead = dead
+            self.gated = gated
+            self.inFlight = inFlight
+            self.held = held
+            self.paused = paused
+            self.connections = connections
+            self.lastTakenPublishedAt = lastTakenPublishedAt
+        }
+
+        /// The count of one end by the names of `FleetRates.ends`.
+        public func count(_ end: FleetEnd) -> Int {
+            switch end {
+            case .delivered: delivered
+            case .invalidToken: invalidToken
+            case .retry: retry
+            case .dead: dead
+            }
+        }
+    }
+
+    public var id: String
+    public var host: String
+    public var pid: Int32
+    public var version: String
+    public var startedAt: Date
+    public var lastSeen: Date?
+    /// Resident memory in bytes.
+    public var rssBytes: Int
+    /// User + system CPU time since the process started.
+    public var cpuSeconds: Double
+    /// The broker connection (`AMQPConnectionState` raw value).
+    public var broker: String
+    /// The sender's heartbeat interval in seconds: a listener forgets it after three of them.
+    public var heartbeatInterval: Double
+    public var bundles: [String: Bundle]
+
+    public init(
+        id: String, host: String, pid: Int32, version: String, startedAt: Date, lastSeen: Date? = nil, rssBytes: Int,
+        cpuSeconds: Double, broker: String, heartbeatInterval: Double, bundles: [String: Bundle]
+    ) {
+        self.id = id
+        self.host = host
+        self.pid = pid
+        self.version = version
+        self.startedAt = startedAt
+        self.lastSeen = lastSeen
+        self.rssBytes = rssBytes
+        self.cpuSeconds = cpuSeconds
+        self.broker = broker
+        self.heartbeatInterval = heartbeatInterval
+        self.bundles = bundles
+    }
+
+    public var heldBundles: [String] { bundles.filter(\.value.held).map(\.key).sorted() }
+    public var inFlight: Int { bundles.values.reduce(0) { $0 + $1.inFlight } }
+}
+
+/// The four ends the fleet view counts and graphs (gated and held jobs go back to the broker).
+public enum FleetEnd: String, Sendable, Hashable, CaseIterable, Codable {
+    case delivered, invalidToken, retry, dead
+}
+
+/// RFC 3339 dates, sorted keys: the one JSON form of the fleet on the wire, the API and the CLI.
+public enum FleetJSON {
+    public static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        return encoder
+    }()
+
+    public static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }()
+}

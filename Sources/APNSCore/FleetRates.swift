@@ -1,0 +1,90 @@
+import Foundation
+
+/// Jobs per second by end over the last 15 minutes, fleet-wide and per bundle, from heartbeats.
+///
+/// A heartbeat carries counts since its sender started; the difference from the sender's
+/// previous heartbeat is the work done in between, and is added to the time bucket the new
+/// heartbeat arrived in. An instance's first heartbeat only sets its baseline (its counts may
+/// span hours), and a forgotten instance takes its baseline with it. Pure: time is a `Date`.
+public struct FleetRates: Sendable {
+    /// Width of one point of the graph.
+    public let bucketSeconds: Int
+    /// How far back the graph goes.
+    public let windowSeconds: Int
+
+    /// bucket index (seconds since 1970 / width) → bundle → end → jobs.
+    private var buckets: [Int64: [String: [FleetEnd: Int]]] = [:]
+    private var baselines: [String: [String: [FleetEnd: Int]]] = [:]
+
+    public init(bucketSeconds: Int = 10, windowSeconds: Int = 15 * 60) {
+        self.bucketSeconds = max(bucketSeconds, 1)
+        self.windowSeconds = max(windowSeconds, self.bucketSeconds)
+    }
+
+    public var bucketCount: Int { windowSeconds / bucketSeconds }
+
+    func bucket(of date: Date) -> Int64 { Int64((date.timeIntervalSince1970 / Double(bucketSeconds)).rounded(.down)) }
+
+    public mutating func record(instance: String, counts: [String: [FleetEnd: Int]], at now: Date) {
+        defer { baselines[instance] = counts }
+        guard let previous = baselines[instance] else { return }
+        let index = bucket(of: now)
+        var slot = buckets[index, default: [:]]
+        for (bundleID, ends) in counts {
+            for (end, count) in ends {
+                // Counts only grow within one process; a smaller one is treated as a fresh start.
+                let delta = count - (previous[bundleID]?[end] ?? 0)
+                if delta > 0 { slot[bundleID, default: [:]][end, default: 0] += delta }
+            }
+        }
+        buckets[index] = slot
+        let oldest = index - Int64(bucketCount)
+        buckets = buckets.filter { $0.key > oldest }
+    }
+
+    public mutating func forget(instance: String) {
+        baselines[instance] = nil
+    }
+
+    /// One point per bucket, oldest first.
+    public struct Point: Sendable, Hashable {
+        public var start: Date
+        /// Jobs per second by end.
+        public var perSecond: [FleetEnd: Double]
+
+        public init(start: Date, perSecond: [FleetEnd: Double]) {
+            self.start = start
+            self.perSecond = perSecond
+        }
+    }
+
+    /// The whole window at `now`, every bucket present (zero when nothing was heard), for every
+    /// bundle together, or one bundle. It ends with the last complete bucket: the one `now` is
+    /// in is still filling, and drawn it would look like a drop.
+    public func series(now: Date, bundleID: String? = nil) -> [Point] {
+        let last = bucket(of: now) - 1
+        return (0..<Int64(bucketCount)).reversed().map { back in
+            let index = last - back
+            var perSecond: [FleetEnd: Double] = [:]
+            for end in FleetEnd.allCases { perSecond[end] = 0 }
+            for (bundle, ends) in buckets[index] ?? [:] where bundleID == nil || bundle == bundleID {
+                for (end, count) in ends { perSecond[end, default: 0] += Double(count) / Double(bucketSeconds) }
+            }
+            return Point(start: Date(timeIntervalSince1970: Double(index * Int64(bucketSeconds))), perSecond: perSecond)
+        }
+    }
+
+    /// Jobs of one bundle (or all) by end in the last `seconds` (whole buckets), for the per-minute rates.
+    public func recent(now: Date, seconds: Int = 60, bundleID: String? = nil) -> [FleetEnd: Int] {
+        let last = bucket(of: now)
+        let span = Int64(max(1, seconds / bucketSeconds))
+        var total: [FleetEnd: Int] = [:]
+        for end in FleetEnd.allCases { total[end] = 0 }
+        for (index, bundles) in buckets where index > last - span && index <= last {
+            for (bundle, ends) in bundles where bundleID == nil || bundle == bundleID {
+                for (end, count) in ends { total[end, default: 0] += count }
+            }
+        }
+        return total
+    }
+}

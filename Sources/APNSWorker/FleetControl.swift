@@ -1,0 +1,83 @@
+import AMQPClient
+import APNSCore
+import APNSTopology
+import Foundation
+import Logging
+
+/// The fleet's broker operations shared by the worker, the admin server and the CLI: pause and
+/// resume a bundle (the durable marker, then the control message), test for a pause, and hear
+/// the fleet's heartbeats for a while (`apns-worker fleet`).
+public enum FleetControl {
+    /// Pauses a bundle fleet-wide: the durable marker first, so an instance that starts or
+    /// reconciles after this sees it, then the control message that makes the running ones stop
+    /// at once.
+    public static func pause(_ bundleID: String, on broker: AMQPConnection) async throws {
+        try await broker.declareQueue(FleetTopology.pauseMarker(bundleID))
+        try await broker.declareExchange(FleetTopology.exchange)
+        try await broker.publish(control(.pause(bundleID: bundleID)))
+    }
+
+    /// Resumes a bundle fleet-wide: removes the marker, then tells the running instances.
+    public static func resume(_ bundleID: String, on broker: AMQPConnection) async throws {
+        try await broker.deleteQueue(TopologyNames.pauseMarker(bundleID))
+        try await broker.declareExchange(FleetTopology.exchange)
+        try await broker.publish(control(.resume(bundleID: bundleID)))
+    }
+
+    /// Whether the bundle's pause marker exists (a passive declare).
+    public static func isPaused(_ bundleID: String, on broker: AMQPConnection) async throws -> Bool {
+        do {
+            _ = try await broker.inspectQueue(TopologyNames.pauseMarker(bundleID))
+            return true
+        } catch let error as AMQPError where error.replyCode == 404 {
+            return false
+        }
+    }
+
+    static func control(_ message: FleetMessage) -> AMQPOutboundMessage {
+        // Not mandatory: with no instance listening there is nobody to tell, and the marker holds.
+        AMQPOutboundMessage(
+            exchange: TopologyNames.fleetExchange, routingKey: "", body: message.encoded(),
+            properties: AMQPProperties(contentType: "application/json", deliveryMode: 1), mandatory: false)
+    }
+
+    /// Listens on the fleet exchange for `duration` (at least one heartbeat interval, so every
+    /// live instance speaks once) and returns what was heard, with the paused bundles among
+    /// `bundleIDs` and the bundles the instances reported.
+    public static func listen(on broker: AMQPConnection, for duration: Duration, bundleIDs: [String]) async throws -> FleetReport {
+        let id = "cli-\(UUID().uuidString.prefix(8).lowercased())"
+        try await broker.declare(FleetTopology.plan(instanceID: id, messageTTL: .seconds(60)))
+        let consumer = try await broker.consume(queue: TopologyNames.fleetQueue(instanceID: id), prefetch: 200)
+        var view = FleetView()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await Task.sleep(for: duration)
+                await consumer.cancel()
+            }
+            for try await delivery in consumer {
+                if case .heartbeat(let instance) = FleetMessage.decode(delivery.message.body) { view.received(instance, at: Date()) }
+                await broker.ack(delivery)
+            }
+            try await group.waitForAll()
+        }
+        let now = Date()
+        let seen = Set(view.live(now: now).flatMap(\.bundles.keys))
+        var paused: [String] = []
+        for bundleID in Set(bundleIDs).union(seen).sorted() where try await isPaused(bundleID, on: broker) {
+            paused.append(bundleID)
+        }
+        return FleetReport(instances: view.live(now: now), paused: paused)
+    }
+}
+
+/// `GET /api/fleet` and `apns-worker fleet --json` (contract §5).
+public struct FleetReport: Sendable, Hashable, Codable {
+    public var instances: [FleetInstance]
+    /// Bundles paused fleet-wide, sorted.
+    public var paused: [String]
+
+    public init(instances: [FleetInstance], paused: [String]) {
+        self.instances = instances
+        self.paused = paused
+    }
+}

@@ -1,0 +1,211 @@
+import AMQPClient
+import APNSCore
+import APNSTopology
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// This instance's part in the fleet (contract §5), as a ServiceLifecycle service on the
+/// worker's broker connection:
+///
+/// - every `interval` it publishes a heartbeat (its id, host, pid, version, start, RSS, CPU,
+///   per-bundle counts, in flight, held and paused bundles, connection states) to `apns.fleet`,
+///   with a TTL of three intervals;
+/// - it hears every instance's heartbeat (its own included) on an exclusive, auto-deleted queue
+///   and keeps the latest of each in a `FleetView`, which the admin server reads;
+/// - it applies pause and resume control messages to its pipelines at once, and reconciles every
+///   pipeline with the durable pause markers every interval, so a lost control message or a
+///   restart costs at most one interval.
+public final class FleetService: Service, Sendable {
+    public struct Identity: Sendable, Hashable {
+        public var instanceID: String
+        public var host: String
+        public var pid: Int32
+        public var version: String
+        public var startedAt: Date
+
+        /// This process: `<host>-<pid>-<random>` (pids repeat across hosts and restarts).
+        public static func current(version: String) -> Identity {
+            let host = ProcessInfo.processInfo.hostName
+            let pid = ProcessInfo.processInfo.processIdentifier
+            let suffix = UUID().uuidString.prefix(6).lowercased()
+            return Identity(instanceID: "\(host)-\(pid)-\(suffix)", host: host, pid: pid, version: version, startedAt: Date())
+        }
+
+        public init(instanceID: String, host: String, pid: Int32, version: String, startedAt: Date) {
+            self.instanceID = instanceID
+            self.host = host
+            self.pid = pid
+            self.version = version
+            self.startedAt = startedAt
+        }
+    }
+
+    public let identity: Identity
+    public let interval: Duration
+    let broker: AMQPConnection
+    let worker: WorkerService
+    let view = Mutex(FleetView())
+    /// Orders pause-marker checks: a check's answer is applied only if no check started later
+    /// was applied first (checks run in order on the connection's control channel).
+    private let pauseChecks = Mutex(PauseChecks())
+    let logger: Logger
+
+    struct PauseChecks {
+        var next = 0
+        var applied: [String: Int] = [:]
+    }
+
+    public init(broker: AMQPConnection, worker: WorkerService, identity: Identity, interval: Duration, logger: Logger) {
+        self.broker = broker
+        self.worker = worker
+        self.identity = identity
+        self.interval = interval
+        var logger = logger
+        logger[metadataKey: "fleet.instance"] = "\(identity.instanceID)"
+        self.logger = logger
+    }
+
+    var pipelines: [String: BundlePipeline<AMQPConnection>] {
+        Dictionary(worker.pipelines.map { ($0.settings.bundleID, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// Reads every bundle's pause marker; `apns-worker run` calls it before the pipelines start,
+    /// so an instance started while a bundle is paused never consumes it.
+    public func applyStoredPauses() async throws {
+        for bundleID in pipelines.keys.sorted() { try await reconcile(bundleID) }
+    }
+
+    /// What `GET /api/fleet` answers and the page shows.
+    public func report(now: Date = Date()) -> FleetReport {
+        let instances = view.withLock { $0.live(now: now) }
+        var paused = Set(worker.pipelines.filter(\.isPaused).map(\.settings.bundleID))
+        for instance in instances { paused.formUnion(instance.bundles.filter(\.value.paused).keys) }
+        return FleetReport(instances: instances, paused: paused.sorted())
+    }
+
+    /// The fleet view as it stands (totals, rates), for the page.
+    public func snapshot() -> FleetView { view.withLock { $0 } }
+
+    /// Pauses (or resumes) a bundle fleet-wide from this instance (the admin routes); this
+    /// instance's own pipeline follows at once, the others when the control message arrives.
+    public func setPaused(_ bundleID: String, _ paused: Bool) async throws {
+        if paused {
+            try await FleetControl.pause(bundleID, on: broker)
+        } else {
+            try await FleetControl.resume(bundleID, on: broker)
+        }
+        try await reconcile(bundleID)
+    }
+
+    public func run() async throws {
+        let queue = TopologyNames.fleetQueue(instanceID: identity.instanceID)
+        // Remembered by the connection: declared again, and the consumer restored, after a reconnect.
+        try await broker.declare(FleetTopology.plan(instanceID: identity.instanceID, messageTTL: interval * 3))
+        let consumer = try await broker.consume(queue: queue, prefetch: 100)
+        logger.info("fleet: announcing this instance", metadata: ["amqp.queue": "\(queue)", "fleet.interval": "\(interval)"])
+        let stop = StopSignal()
+        // Graceful shutdown and cancellation end it alike: the handlers must not block, and
+        // cancelling the consumer is what ends the listener's sequence.
+        let end: @Sendable () -> Void = {
+            stop.set()
+            Task { await consumer.cancel() }
+        }
+        try await withTaskCancellationHandler {
+            try await withGracefulShutdownHandler {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { try await self.listen(consumer) }
+                    group.addTask { await self.beat(until: stop) }
+                    try await group.waitForAll()
+                }
+            } onGracefulShutdown: {
+                end()
+            }
+        } onCancel: {
+            end()
+        }
+    }
+
+    private func listen(_ consumer: AMQPConsumer) async throws {
+        for try await delivery in consumer {
+            switch FleetMessage.decode(delivery.message.body) {
+            case .heartbeat(let instance):
+                view.withLock { $0.received(instance, at: Date()) }
+            case .pause(let bundleID), .resume(let bundleID):
+                // The marker is the truth (the message may be late, or from anyone on the vhost).
+                if pipelines[bundleID] != nil {
+                    do { try await reconcile(bundleID) } catch {
+                        logger.warning("fleet: could not read a pause marker", metadata: ["apns.bundle": "\(bundleID)", "amqp.error": "\(error)"])
+                    }
+                }
+            case nil:
+                logger.debug("fleet: ignored a message that is not a fleet message")
+            }
+            await broker.ack(delivery)
+        }
+    }
+
+    private func beat(until stop: StopSignal) async {
+        while !stop.isSet {
+            do {
+                try await publishHeartbeat()
+                for bundleID in pipelines.keys.sorted() { try await reconcile(bundleID) }
+            } catch {
+                // The connection reconnects by itself; the next beat tries again.
+                logger.debug("fleet: heartbeat not sent", metadata: ["amqp.error": "\(error)"])
+            }
+            let gone = view.withLock { $0.expire(now: Date()) }
+            if !gone.isEmpty { logger.notice("fleet: instances went silent", metadata: ["fleet.gone": "\(gone)"]) }
+            var slept = Duration.zero
+            while slept < interval, !stop.isSet {
+                let step = min(interval - slept, .milliseconds(100))
+                try? await Task.sleep(for: step)
+                slept += step
+            }
+        }
+    }
+
+    func publishHeartbeat() async throws {
+        let status = worker.status()
+        var bundles: [String: FleetInstance.Bundle] = [:]
+        let pipelines = self.pipelines
+        for bundle in status.bundles {
+            let jobs = { (end: OutcomeRouter.End) in bundle.activity.jobs[end.rawValue, default: 0] }
+            bundles[bundle.bundleID] = FleetInstance.Bundle(
+                delivered: jobs(.delivered), invalidToken: jobs(.invalidToken), retry: jobs(.retry), dead: jobs(.dead),
+                gated: jobs(.gated), inFlight: bundle.activity.inFlight, held: bundle.held,
+                paused: bundle.paused, connections: bundle.connections,
+                lastTakenPublishedAt: pipelines[bundle.bundleID]?.fleet.lastTakenPublishedAt)
+        }
+        let instance = FleetInstance(
+            id: identity.instanceID, host: identity.host, pid: identity.pid, version: identity.version,
+            startedAt: identity.startedAt, rssBytes: ProcessUsage.residentBytes(), cpuSeconds: ProcessUsage.cpuSeconds(),
+            broker: status.broker, heartbeatInterval: Double(interval.milliseconds) / 1000, bundles: bundles)
+        var message = FleetControl.control(.heartbeat(instance))
+        // Nobody wants a heartbeat older than the listeners' patience.
+        message.properties.expiration = "\((interval * 3).milliseconds)"
+        try await broker.publish(message)
+    }
+
+    /// Reads the bundle's pause marker and pauses or resumes its pipeline to match.
+    func reconcile(_ bundleID: String) async throws {
+        guard let pipeline = pipelines[bundleID] else { return }
+        let ticket = pauseChecks.withLock { checks in
+            checks.next += 1
+            return checks.next
+        }
+        let paused = try await FleetControl.isPaused(bundleID, on: broker)
+        let apply = pauseChecks.withLock { checks in
+            guard ticket > checks.applied[bundleID, default: 0] else { return false }
+            checks.applied[bundleID] = ticket
+            return true
+        }
+        guard apply, pipeline.fleet.setPaused(paused) else { return }
+        if paused {
+            logger.notice("bundle PAUSED by an operator: its jobs wait in the broker", metadata: ["apns.bundle": "\(bundleID)"])
+        } else {
+            logger.notice("bundle resumed by an operator", metadata: ["apns.bundle": "\(bundleID)"])
+        }
+    }
+}

@@ -1,0 +1,208 @@
+import AMQPClient
+import APNSAdmin
+import APNSConfig
+import APNSCore
+import APNSOperations
+import APNSSimulator
+import APNSWorker
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Testing
+import TestSupport
+
+/// The fleet's admin routes and the page's new job actions through Hummingbird's router test
+/// client, with a real fleet service on the test broker: `/api/fleet`, pause and resume, the
+/// graph's frame headers, per-job purge, the dead-job filter and the bulk confirmation step,
+/// and heartbeats from outside shown as text.
+@Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the test broker (scripts/test)"))
+struct AdminFleetRouteTests {
+    static let bearer = AdminRouteTests.bearer
+
+    static func fleetAdmin(_ harness: AdminHarness, _ fleet: FleetService?) throws -> AdminService {
+        try AdminService(
+            settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: AdminHarness.token), worker: harness.worker,
+            queues: harness.queues, registry: TestMetrics.registry, logger: AdminHarness.logger, fleet: fleet)
+    }
+
+    @Test func pauseResumeAndTheFleetReport() async throws {
+        try await AdminHarness.with { harness in
+            let fleet = FleetService(
+                broker: harness.workerConnection, worker: harness.worker, identity: .current(version: "0.1.0"), interval: .milliseconds(500),
+                logger: AdminHarness.logger)
+            let pipeline = try #require(harness.worker.pipelines.first)
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { try await fleet.run() }
+                defer { tasks.cancelAll() }
+                try await Self.fleetAdmin(harness, fleet).makeApplication().test(.router) { client in
+                    try await waitUntil("this instance in its own fleet report") {
+                        let report = try FleetJSON.decoder.decode(
+                            FleetReport.self, from: Data(String(buffer: try await client.execute(uri: "/api/fleet", method: .get, headers: Self.bearer).body).utf8))
+                        return report.instances.contains { $0.id == fleet.identity.instanceID && $0.bundles[harness.bundle] != nil }
+                    }
+                    #expect(try await client.execute(uri: "/api/fleet", method: .get).status == .unauthorized)
+                    #expect(try await client.execute(uri: "/api/bundles/\(harness.bundle)/pause", method: .post).status == .unauthorized)
+                    // A browser's cross-site POST is refused even with the token.
+                    let forged = try await client.execute(
+                        uri: "/api/bundles/\(harness.bundle)/pause", method: .post,
+                        headers: [.authorization: "Bearer \(AdminHarness.token)", HTTPField.Name("Sec-Fetch-Site")!: "cross-site"])
+                    #expect(forged.status == .forbidden)
+                    #expect(!pipeline.isPaused)
+
+                    let paused = try await client.execute(uri: "/api/bundles/\(harness.bundle)/pause", method: .post, headers: Self.bearer)
+                    #expect(paused.status == .ok)
+                    #expect(pipeline.isPaused, "this instance follows at once")
+                    #expect(try await FleetControl.isPaused(harness.bundle, on: harness.publisher))
+                    try await waitUntil("the report to list the bundle as paused") { fleet.report().paused == [harness.bundle] }
+                    #expect(try await client.execute(uri: "/ready", method: .get, headers: Self.bearer).status == .ok)
+                    let metrics = try PrometheusText.parse(
+                        String(buffer: try await client.execute(uri: "/metrics", method: .get, headers: Self.bearer).body))
+                    #expect(metrics.value("apns_worker_bundle_paused_by_operator", ["bundle": harness.bundle]) == 1)
+                    #expect(metrics.value("apns_worker_consumer_paused", ["bundle": harness.bundle]) == 0)
+                    let page = String(buffer: try await client.execute(uri: "/", method: .get, headers: Self.bearer).body)
+                    #expect(page.contains(#"<p class="alert" id="paused-alert">"#))
+                    #expect(page.contains(#"action="/bundles/\#(harness.bundle)/resume""#))
+                    // The page's form resumes and goes back to the page.
+                    let form = try await client.execute(uri: "/bundles/\(harness.bundle)/resume", method: .post, headers: Self.bearer)
+                    #expect(form.status == .seeOther && form.headers[.location] == "/")
+                    #expect(!pipeline.isPaused)
+                    #expect(try await !FleetControl.isPaused(harness.bundle, on: harness.publisher))
+                    try await waitUntil("the report to list nothing paused") { fleet.report().paused.isEmpty }
+                    #expect(try await client.execute(uri: "/api/bundles/a%20b/pause", method: .post, headers: Self.bearer).status == .badRequest)
+
+                    // Only the graph may be framed, and only by the page's own origin.
+                    let frame = try await client.execute(uri: "/fleet/graph", method: .get, headers: Self.bearer)
+                    #expect(frame.headers[HTTPField.Name("X-Frame-Options")!] == "SAMEORIGIN")
+                    #expect(String(buffer: frame.body).contains(#"<meta http-equiv="refresh" content="5">"#))
+                    let svg = try await client.execute(uri: "/fleet/graph.svg", method: .get, headers: Self.bearer)
+                    #expect(svg.headers[.contentType] == "image/svg+xml")
+                    #expect(String(buffer: svg.body).hasPrefix("<svg"))
+                    #expect(try await client.execute(uri: "/api/fleet", method: .get, headers: Self.bearer).headers[HTTPField.Name("X-Frame-Options")!] == "DENY")
+                }
+            }
+        }
+    }
+
+    @Test func heartbeatsFromOutsideAreShownAsText() async throws {
+        try await AdminHarness.with { harness in
+            let fleet = FleetService(
+                broker: harness.workerConnection, worker: harness.worker, identity: .current(version: "0.1.0"), interval: .milliseconds(500),
+                logger: AdminHarness.logger)
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { try await fleet.run() }
+                defer { tasks.cancelAll() }
+                try await waitUntil("the fleet queue to exist") { !fleet.report().instances.isEmpty }
+                // Anyone on the vhost can publish to apns.fleet.
+                let forged = FleetInstance(
+                    id: "<script>alert(1)</script>", host: #"<img src=x onerror="alert(2)">"#, pid: 4242, version: "<b>9</b>",
+                    startedAt: Date(), rssBytes: 1, cpuSeconds: 0, broker: "connected", heartbeatInterval: 60,
+                    bundles: ["<i>evil.bundle</i>": FleetInstance.Bundle(delivered: 1)])
+                try await harness.publisher.publish(
+                    AMQPOutboundMessage(
+                        exchange: TopologyNames.fleetExchange, routingKey: "", body: FleetMessage.heartbeat(forged).encoded(),
+                        properties: AMQPProperties(contentType: "application/json"), mandatory: false))
+                try await harness.publisher.publish(
+                    AMQPOutboundMessage(
+                        exchange: TopologyNames.fleetExchange, routingKey: "", body: Array("garbage".utf8), properties: AMQPProperties(),
+                        mandatory: false))
+                try await waitUntil("the forged heartbeat to be heard") { fleet.report().instances.contains { $0.pid == 4242 } }
+                try await Self.fleetAdmin(harness, fleet).makeApplication().test(.router) { client in
+                    let page = String(buffer: try await client.execute(uri: "/", method: .get, headers: Self.bearer).body)
+                    #expect(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"))
+                    #expect(page.contains("&lt;img src=x onerror=&quot;alert(2)&quot;&gt;"))
+                    #expect(page.contains("&lt;i&gt;evil.bundle&lt;/i&gt;"))
+                    #expect(!page.contains("<script>") && !page.contains("<img src=x") && !page.contains("<i>evil") && !page.contains("<b>9</b>"))
+                }
+            }
+        }
+    }
+
+    /// The admin server's reads (depths, hand-back checks) share one connection that outlives
+    /// page views, instead of a new one each.
+    @Test func pageViewsShareOnePooledReadConnection() async throws {
+        let broker = try TestBroker.require()
+        try await AdminHarness.with { harness in
+            let name = "admin-pool-\(UUID().uuidString.prefix(8))"
+            let queues = QueueInspector(
+                amqp: try AMQPConfiguration(urlStrings: [broker.amqpURL], connectionName: name), bundleIDs: [harness.bundle],
+                retryDelays: [AdminHarness.retryDelay], logger: AdminHarness.logger, pooledReads: true)
+            let admin = try AdminService(
+                settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: AdminHarness.token),
+                worker: harness.worker, queues: queues, registry: TestMetrics.registry, logger: AdminHarness.logger)
+            try await admin.makeApplication().test(.router) { client in
+                for _ in 0..<3 {
+                    let page = try await client.execute(uri: "/", method: .get, headers: Self.bearer)
+                    #expect(page.status == .ok)
+                    #expect(!String(buffer: page.body).contains(#"id="queue-error""#))
+                }
+            }
+            // The management API learns of connections a moment late.
+            var names: [String] = []
+            try await waitUntil("the pooled read connection in the broker's list") {
+                let connections = try await broker.managementJSON("/connections") as? [[String: Any]] ?? []
+                names = connections.compactMap { ($0["client_properties"] as? [String: Any])?["connection_name"] as? String }
+                return names.contains("\(name) (reads)")
+            }
+            #expect(names.filter { $0 == "\(name) (reads)" }.count == 1, "one read connection for three page views: \(names.filter { $0.hasPrefix(name) })")
+            await queues.reads?.close()
+        }
+    }
+
+    @Test func jobActionsOfThePage() async throws {
+        try await AdminHarness.with { harness in
+            let failing = 55
+            harness.simulator.script(token: AdminHarness.token(failing), .always(status: 503, reason: .serviceUnavailable))
+            let retried = try await harness.publishJob(token: failing)
+            let dead = [try await harness.publishMalformedJob(), try await harness.publishMalformedJob(), try await harness.publishMalformedJob()]
+            try await waitUntil("jobs to reach their ends") { harness.jobs("retry") == 1 && harness.jobs("dead") == 3 }
+            try await Self.fleetAdmin(harness, nil).makeApplication().test(.router) { client in
+                // Without a fleet service: the page shows this instance, the fleet routes say why not.
+                #expect(try await client.execute(uri: "/api/fleet", method: .get, headers: Self.bearer).status == .serviceUnavailable)
+                #expect(try await client.execute(uri: "/api/bundles/\(harness.bundle)/pause", method: .post, headers: Self.bearer).status == .serviceUnavailable)
+                var page = String(buffer: try await client.execute(uri: "/", method: .get, headers: Self.bearer).body)
+                #expect(page.contains(#"<tr class="retry-job" data-job-id="\#(retried)">"#))
+                #expect(page.contains("<td>1h</td>"), "the retry queue's delay")
+                for id in dead { #expect(page.contains(#"<tr class="dead-job" data-job-id="\#(id)">"#)) }
+
+                // The dead-job filter.
+                page = String(buffer: try await client.execute(uri: "/?reason=BadDeviceToken", method: .get, headers: Self.bearer).body)
+                #expect(!page.contains(#"class="dead-job""#))
+                #expect(page.contains(#"href="/dead/confirm?action=purge&amp;reason=BadDeviceToken""#))
+                page = String(buffer: try await client.execute(uri: "/?bundle=\(harness.bundle)&reason=MalformedJob", method: .get, headers: Self.bearer).body)
+                #expect(page.components(separatedBy: #"class="dead-job""#).count == 4)
+
+                // Bulk: the confirmation step counts what the filter selects, moves nothing...
+                let confirm = try await client.execute(
+                    uri: "/dead/confirm?action=requeue&bundle=\(harness.bundle)&reason=MalformedJob", method: .get, headers: Self.bearer)
+                let confirmPage = String(buffer: confirm.body)
+                #expect(confirmPage.contains("Requeue <strong>3</strong> dead jobs"))
+                #expect(confirmPage.contains(#"action="/bulk/dead/requeue?bundle=\#(harness.bundle)&amp;reason=MalformedJob""#))
+                #expect(try await harness.queues.list(.dead).count == 3)
+                #expect(try await client.execute(uri: "/dead/confirm?action=explode", method: .get, headers: Self.bearer).status == .badRequest)
+                // ...and its button does it.
+                let bulk = try await client.execute(
+                    uri: "/bulk/dead/requeue?bundle=\(harness.bundle)&reason=MalformedJob", method: .post, headers: Self.bearer)
+                #expect(bulk.status == .seeOther)
+                try await waitUntil("the three to come back dead") { harness.jobs("dead") == 6 }
+
+                // One job purged from its row; then the rest with the confirmed bulk purge.
+                let one = try await client.execute(uri: "/dead/\(dead[0])/purge", method: .post, headers: Self.bearer)
+                #expect(one.status == .seeOther)
+                #expect(try await harness.queues.list(.dead).compactMap(\.jobID).sorted() == [dead[1], dead[2]].sorted())
+                let purgeConfirm = String(buffer: try await client.execute(uri: "/dead/confirm?action=purge", method: .get, headers: Self.bearer).body)
+                #expect(purgeConfirm.contains("Purge <strong>2</strong> dead jobs") && purgeConfirm.contains("gone for good"))
+                #expect(try await client.execute(uri: "/bulk/dead/purge", method: .post, headers: Self.bearer).status == .seeOther)
+                #expect(try await harness.queues.list(.dead).isEmpty)
+
+                // The retry job: "requeue now" sends it back at once (and it fails into retry again).
+                let now = try await client.execute(uri: "/retry/\(retried)/requeue", method: .post, headers: Self.bearer)
+                #expect(now.status == .seeOther)
+                try await waitUntil("the requeued retry job to be tried again") { harness.jobs("retry") == 2 }
+                let purged = try await client.execute(uri: "/retry/\(retried)/purge", method: .post, headers: Self.bearer)
+                #expect(purged.status == .seeOther)
+                #expect(try await harness.queues.list(.retry).isEmpty)
+            }
+        }
+    }
+}

@@ -1,0 +1,92 @@
+@testable import APNSAdmin
+import APNSCore
+import APNSOperations
+import APNSWorker
+import Foundation
+import Testing
+
+/// The fleet page's view model without a broker: fleet totals over this instance's own counts,
+/// loud held and paused banners, the queue table's delays and latency, and outside values
+/// rendered as text.
+struct StatusPageTests {
+    static let now = Date(timeIntervalSince1970: 1_800_000_000)
+    static let bundle = "com.example.app"
+
+    static func instance(_ id: String, delivered: Int, held: Bool = false, paused: Bool = false, taken: Date? = nil) -> FleetInstance {
+        FleetInstance(
+            id: id, host: "host-\(id)", pid: Int32(id.utf8.count * 1000), version: "0.1.0", startedAt: now.addingTimeInterval(-60),
+            rssBytes: 50 << 20, cpuSeconds: 2.5, broker: "connected", heartbeatInterval: 5,
+            bundles: [bundle: FleetInstance.Bundle(delivered: delivered, dead: 1, inFlight: 3, held: held, paused: paused, lastTakenPublishedAt: taken)])
+    }
+
+    static func page(_ instances: [FleetInstance], paused: [String] = [], depths: [QueueDepth]? = nil) -> StatusPage {
+        var view = FleetView()
+        for instance in instances { view.received(instance, at: now.addingTimeInterval(-1)) }
+        let local = WorkerStatus(
+            broker: "connected",
+            bundles: [WorkerStatus.Bundle(bundleID: bundle, held: false, activity: WorkerStatistics().activity(bundle: bundle), connections: [:])])
+        return StatusPage(
+            status: local, fleet: FleetReport(instances: view.live(now: now), paused: paused), fleetView: view, instanceID: instances.first?.id,
+            depths: depths, retryDelays: [.seconds(10), .seconds(300)], queueError: nil, deadJobs: [], retryJobs: [], deadFilter: JobFilter(),
+            limit: 100, now: now)
+    }
+
+    @Test func theBundleRowAddsUpTheFleet() {
+        let page = Self.page([Self.instance("a", delivered: 10), Self.instance("bb", delivered: 32), Self.instance("ccc", delivered: 58)])
+        let row = page.bundleRow(Self.bundle)
+        #expect(row["delivered"] as? Int == 100)
+        #expect(row["dead"] as? Int == 3)
+        #expect(row["inFlight"] as? Int == 9)
+        #expect(row["state"] as? String == "running")
+        #expect(row["pausePath"] as? String == "/bundles/com.example.app/pause")
+        let html = page.render()
+        #expect(html.contains("Instances (3)"))
+        #expect(html.contains("<td>a (this one)</td>"))
+        #expect(html.components(separatedBy: #"<tr class="instance-row""#).count == 4)
+        #expect(html.contains("<td>50.0 MiB</td>"))
+        #expect(html.contains("<td>2.5 s</td>"))
+        #expect(!html.contains("held-alert") && !html.contains("paused-alert"))
+    }
+
+    @Test func heldAndPausedBundlesAreLoud() {
+        let page = Self.page([Self.instance("a", delivered: 1, held: true, paused: true)], paused: [Self.bundle])
+        let html = page.render()
+        #expect(html.contains(#"<p class="alert" id="held-alert">HELD"#))
+        #expect(html.contains(#"<p class="alert" id="paused-alert">PAUSED"#))
+        #expect(html.contains(#"<td class="held">HELD, PAUSED</td>"#))
+        #expect(html.contains(#"action="/bundles/com.example.app/resume""#))
+    }
+
+    @Test func queuesShowDelayAndLatency() {
+        let taken = Self.now.addingTimeInterval(-42)
+        let depths = [
+            QueueDepth(queue: "apns.com.example.app", bundleID: Self.bundle, role: "work", messages: 7, consumers: 2),
+            QueueDepth(queue: "apns.com.example.app.retry.5m", bundleID: Self.bundle, role: "retry", messages: 1, consumers: 0),
+        ]
+        let page = Self.page([Self.instance("a", delivered: 1, taken: taken)], depths: depths)
+        #expect(page.queueRow(depths[0])["latency"] as? String == "≈ 42 s")
+        #expect(page.queueRow(depths[1])["delay"] as? String == "5m")
+        #expect(page.bundleRow(Self.bundle)["workDepth"] as? String == "7")
+        // A bundle whose queues this instance does not read has no depths, not zeros.
+        var other = Self.instance("b", delivered: 1)
+        other.bundles = ["com.example.other": FleetInstance.Bundle(delivered: 5)]
+        #expect(Self.page([other], depths: depths).bundleRow("com.example.other")["workDepth"] as? String == "?")
+    }
+
+    @Test func valuesFromOtherInstancesStayText() {
+        var hostile = Self.instance("<script>x()</script>", delivered: 1)
+        hostile.host = "<b>host</b>"
+        hostile.bundles["<i>b</i>"] = FleetInstance.Bundle(delivered: 1)
+        let html = Self.page([hostile]).render()
+        #expect(html.contains("&lt;script&gt;x()&lt;/script&gt;") && html.contains("&lt;b&gt;host&lt;/b&gt;") && html.contains("&lt;i&gt;b&lt;/i&gt;"))
+        #expect(!html.contains("<script>") && !html.contains("<b>host") && !html.contains("<i>b"))
+        // A bundle ID the pause route would refuse gets no button.
+        #expect(!html.contains("/bundles/<i>") && !html.contains("/bundles/%3C") && !html.contains("/bundles/&lt;"))
+        #expect(html.contains(#"action="/bundles/com.example.app/pause""#))
+    }
+
+    @Test func bulkLinksCarryTheFilter() {
+        #expect(StatusPage.path("/dead/confirm", ["action": "purge", "bundle": "com.example.app", "reason": nil]) == "/dead/confirm?action=purge&bundle=com.example.app")
+        #expect(StatusPage.path("/dead/confirm", ["action": "requeue", "bundle": nil, "reason": "a b&c"]) == "/dead/confirm?action=requeue&reason=a%20b%26c")
+    }
+}
