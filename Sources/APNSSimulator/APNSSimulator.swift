@@ -147,21 +147,9 @@ public final class APNSSimulator: Sendable, Service {
             mode: .server, connectionConfiguration: connectionConfiguration, streamConfiguration: .init()
         ) { stream in
             stream.eventLoop.makeCompletedFuture {
-                let admission = connection.streamOpened(goawayAfter: engine.faults.goawayAfterStreams)
-                if case .processAndGoAway = admission, let parent = stream.parent,
-                    let streamID = try? stream.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
-                {
-                    // Sent on the next loop turn: the HTTP/2 handler is in the middle of a read.
-                    parent.eventLoop.execute {
-                        var debugData = parent.allocator.buffer(capacity: 32)
-                        debugData.writeString("{\"reason\":\"Shutdown\"}")
-                        let goaway = HTTP2Frame(
-                            streamID: .rootStream,
-                            payload: .goAway(lastStreamID: streamID, errorCode: .noError, opaqueData: debugData))
-                        parent.writeAndFlush(goaway, promise: nil)
-                        engine.updateCounters { $0.goawaysSent += 1 }
-                    }
-                }
+                let streamID = try? stream.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
+                let admission = connection.streamOpened(
+                    streamID: streamID.map { Int($0) } ?? 0, goawayAfter: engine.faults.goawayAfterStreams)
                 try stream.pipeline.syncOperations.addHandler(
                     StreamHandler(engine: engine, connection: connection, admission: admission))
             }

@@ -142,9 +142,9 @@ public struct SimulatorFaults: Sendable, Hashable {
     /// Added before every answer.
     public var latency: Duration
     /// Each connection sends GOAWAY (NO_ERROR, last-stream-id = its N-th stream) once N streams
-    /// were opened on it: streams up to that one are answered, later ones are refused
-    /// (RST_STREAM REFUSED_STREAM, or ignored when they arrive after the GOAWAY), and the
-    /// connection closes when the answered ones are done.
+    /// were opened on it and their requests read: streams up to that one are answered, later
+    /// ones are never answered (the GOAWAY says they were not processed), and the connection
+    /// closes when the answered ones are done.
     public var goawayAfterStreams: Int?
     /// Each connection is closed abruptly (no GOAWAY, no answers for streams in flight) when the
     /// request of its N-th stream has been read.

@@ -426,7 +426,11 @@ final class ConnectionState: Sendable {
         var tokenSince: Date?
         var streamsOpened = 0
         var activeStreams = 0
+        /// Processed streams whose request has not been read to its end yet.
+        var unreadRequests = 0
         var goawayDecided = false
+        /// The GOAWAY's last stream, until the frame is sent (see `requestRead`).
+        var pendingGoAway: Int?
         var dropped = false
     }
 
@@ -455,16 +459,33 @@ final class ConnectionState: Sendable {
         }
     }
 
-    func streamOpened(goawayAfter: Int?) -> StreamAdmission {
+    /// `streamID` is the stream's id, named in the GOAWAY when this stream is the last.
+    func streamOpened(streamID: Int, goawayAfter: Int?) -> StreamAdmission {
         state.withLock { s in
             if s.goawayDecided { return .refuse }
             s.streamsOpened += 1
             s.activeStreams += 1
+            s.unreadRequests += 1
             if let goawayAfter, s.streamsOpened >= goawayAfter {
                 s.goawayDecided = true
+                s.pendingGoAway = streamID
                 return .processAndGoAway(ordinal: s.streamsOpened)
             }
             return .process(ordinal: s.streamsOpened)
+        }
+    }
+
+    /// A processed stream's request was read to its end (or the stream ended before it was).
+    /// Returns the last stream id for the GOAWAY once every stream up to the last has been read:
+    /// the frame goes out only then. (Sent at once, it made swift-nio-http2's server lose
+    /// request DATA that arrived after it on streams below the last under load, so the
+    /// transport's GOAWAY test hung on streams neither side could finish.)
+    func requestRead() -> Int? {
+        state.withLock { s in
+            s.unreadRequests -= 1
+            guard s.unreadRequests == 0, let last = s.pendingGoAway else { return nil }
+            s.pendingGoAway = nil
+            return last
         }
     }
 

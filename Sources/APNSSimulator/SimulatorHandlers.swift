@@ -64,18 +64,13 @@ final class StreamHandler: ChannelInboundHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        if admission == .refuse {
-            engine.updateCounters { $0.refusedStreams += 1 }
-            // Queued behind the GOAWAY (also sent on the next loop turn), so the peer learns the
-            // last stream before it sees the refusals.
-            context.eventLoop.assumeIsolated().execute {
-                context.writeAndFlush(self.wrapOutboundOut(.rstStream(.refusedStream)), promise: nil)
-            }
-        }
+        // A refused stream is left unanswered: the GOAWAY tells the peer it was not processed.
+        if admission == .refuse { engine.updateCounters { $0.refusedStreams += 1 } }
         context.fireChannelActive()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        if !decided { requestRead(context: context) }
         if admission != .refuse, connection.streamClosed(), let parent = context.channel.parent {
             parent.eventLoop.scheduleTask(in: Self.goawayCloseDelay) { parent.close(promise: nil) }
         }
@@ -123,8 +118,24 @@ final class StreamHandler: ChannelInboundHandler {
         }
     }
 
+    /// Counts this stream's request as read; sends the GOAWAY when it was the last one owed.
+    private func requestRead(context: ChannelHandlerContext) {
+        guard admission != .refuse, let parent = context.channel.parent, let last = connection.requestRead() else { return }
+        // Sent on the next loop turn: the HTTP/2 handler is in the middle of a read.
+        parent.eventLoop.execute { [engine] in
+            var debugData = parent.allocator.buffer(capacity: 32)
+            debugData.writeString("{\"reason\":\"Shutdown\"}")
+            let goaway = HTTP2Frame(
+                streamID: .rootStream,
+                payload: .goAway(lastStreamID: HTTP2StreamID(last), errorCode: .noError, opaqueData: debugData))
+            parent.writeAndFlush(goaway, promise: nil)
+            engine.updateCounters { $0.goawaysSent += 1 }
+        }
+    }
+
     private func requestComplete(context: ChannelHandlerContext) {
         decided = true
+        requestRead(context: context)
         if connection.hasClientCertificate == nil, let parent = context.channel.parent {
             // The handshake is long over when a request arrives; the TLS handler only lets a
             // certificate through that verified against the client CA.

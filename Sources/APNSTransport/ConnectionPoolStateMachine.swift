@@ -167,8 +167,12 @@ struct ConnectionPoolStateMachine<Connection, Waiter> {
         return dispatchWaiters()
     }
 
-    func isReady(slot: Int, generation: Int) -> Bool {
-        slots[slot].generation == generation && slots[slot].state == .ready
+    /// Whether this connection got past its handshake: ready, or draining after it was (a
+    /// GOAWAY or retirement soon after SETTINGS). The handshake deadline asks this, so a
+    /// draining connection still answering its streams is not closed as "no SETTINGS".
+    func becameReady(slot: Int, generation: Int) -> Bool {
+        guard slots[slot].generation == generation else { return false }
+        return slots[slot].state == .ready || (slots[slot].state == .draining && slots[slot].settingsSeen)
     }
 
     /// GOAWAY, or a write found the connection closed: no new streams on it.

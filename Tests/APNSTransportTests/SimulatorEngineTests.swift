@@ -98,11 +98,24 @@ struct SimulatorEngineTests {
     @Test("GOAWAY admission: streams up to the N-th are processed, later ones refused")
     func goawayAdmission() {
         let connection = ConnectionState()
-        #expect(connection.streamOpened(goawayAfter: 2) == .process(ordinal: 1))
-        #expect(connection.streamOpened(goawayAfter: 2) == .processAndGoAway(ordinal: 2))
-        #expect(connection.streamOpened(goawayAfter: 2) == .refuse)
+        #expect(connection.streamOpened(streamID: 1, goawayAfter: 2) == .process(ordinal: 1))
+        #expect(connection.streamOpened(streamID: 3, goawayAfter: 2) == .processAndGoAway(ordinal: 2))
+        #expect(connection.streamOpened(streamID: 5, goawayAfter: 2) == .refuse)
         #expect(connection.streamClosed() == false)
         #expect(connection.streamClosed() == true)
+    }
+
+    @Test("GOAWAY is sent once every request up to the last stream has been read, naming that stream")
+    func goawayWaitsForTheRequestsItCovers() {
+        let connection = ConnectionState()
+        _ = connection.streamOpened(streamID: 1, goawayAfter: 3)
+        _ = connection.streamOpened(streamID: 3, goawayAfter: 3)
+        _ = connection.streamOpened(streamID: 5, goawayAfter: 3)
+        #expect(connection.streamOpened(streamID: 7, goawayAfter: 3) == .refuse)
+        // Requests are read in any order; the frame waits for the last of the three.
+        #expect(connection.requestRead() == nil)
+        #expect(connection.requestRead() == nil)
+        #expect(connection.requestRead() == 5)
     }
 
     @Test("an invalid apns-id is answered with a fresh one; a valid one is echoed")
