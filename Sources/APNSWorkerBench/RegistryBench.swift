@@ -41,15 +41,11 @@ struct RegistryBench: AsyncParsableCommand {
         logger.logLevel = .warning
         let tag = UUID().uuidString.prefix(6).lowercased()
         let bundles = ["com.example.bench.universal.\(tag)", "com.example.bench.iphone.\(tag)"]
-        let directory = NSTemporaryDirectory() + "apnsw-regbench-\(tag)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let credentials = try SimulatorCredentials.generate(into: directory + "/credentials", teamID: "TEAM123456", keyID: "KEY1234567")
-        let simulator = try await APNSSimulator.start(
-            SimulatorConfiguration(
-                tls: credentials.tlsConfiguration(), bundleIDs: bundles, tokenKeys: [credentials.tokenKey],
-                recordLimit: smallGroupJobs * 5 + largeGroupJobs * 1_000 + 1_000),
-            logger: logger)
+        let setup = try await BenchWorkerSetup.start(
+            directoryPrefix: "apnsw-regbench", bundleIDs: bundles,
+            recordLimit: smallGroupJobs * 5 + largeGroupJobs * 1_000 + 1_000, logger: logger)
+        defer { setup.remove() }
+        let (directory, simulator) = (setup.directory, setup.simulator)
         var config = """
             [amqp]
             url = \(url)
@@ -101,15 +97,15 @@ struct RegistryBench: AsyncParsableCommand {
                 let body = #"{"op":"register","bundleId":"\#(bundles[index % 2])","token":"\#(String(format: "%064x", index))","group":"reg-\#(index / 5)","at":\#(1_000 + index)}"#
                 return AMQPOutboundMessage(exchange: TopologyNames.registry, routingKey: "", body: Array(body.utf8), properties: .persistentJSON)
             }
-            let worker = try startWorker(configPath: configPath)
+            let worker = try setup.startWorker(configPath: configPath)
             let applied = { () async throws -> Int64 in
                 try await store.deviceCounts().filter { bundles.contains($0.bundleId) }.reduce(0) { $0 + $1.active }
             }
             // Timed from the first registration applied, so the worker's start-up is not in it.
-            try await waitUntil { try await applied() > 0 }
+            try await BenchWorkerSetup.waitUntil(limit: .seconds(1800)) { try await applied() > 0 }
             let registrationStart = ContinuousClock.now
             let appliedAtStart = try await applied()
-            try await waitUntil { try await applied() >= Int64(registrations) }
+            try await BenchWorkerSetup.waitUntil(limit: .seconds(1800)) { try await applied() >= Int64(registrations) }
             let registrationTime = registrationStart.duration(to: .now)
             let registrationsTimed = registrations - Int(appliedAtStart)
 
@@ -188,9 +184,9 @@ struct RegistryBench: AsyncParsableCommand {
             let body = #"{"group":"\#(group)","id":"\#(groupJobIDs[index])","payload":{"aps":{"content-available":1}}}"#
             try await connection.publish(
                 AMQPOutboundMessage(exchange: TopologyNames.groups, routingKey: "", body: Array(body.utf8), properties: .persistentJSON))
-            if oneAtATime { try await waitUntil { simulator.accepted().count >= (index + 1) * size } }
+            if oneAtATime { try await BenchWorkerSetup.waitUntil(limit: .seconds(1800)) { simulator.accepted().count >= (index + 1) * size } }
         }
-        try await waitUntil { simulator.accepted().count >= groups.count * size }
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(1800)) { simulator.accepted().count >= groups.count * size }
         let elapsed = start.duration(to: .now).timeInterval
         var last = [Date](repeating: .distantPast, count: groups.count)
         for accepted in simulator.accepted() {
@@ -219,26 +215,6 @@ struct RegistryBench: AsyncParsableCommand {
                 group.addTask { try await connection.publish(message(index)) }
             }
             try await group.waitForAll()
-        }
-    }
-
-    private func startWorker(configPath: String) throws -> Process {
-        let binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        let process = Process()
-        process.executableURL = binDirectory.appendingPathComponent("apns-worker")
-        process.arguments = ["run", "--config", configPath]
-        var environment = ProcessInfo.processInfo.environment
-        environment["APNS_WORKER_LOG_LEVEL"] = "warning"
-        process.environment = environment
-        try process.run()
-        return process
-    }
-
-    private func waitUntil(_ condition: () async throws -> Bool) async throws {
-        let deadline = ContinuousClock.now.advanced(by: .seconds(1800))
-        while try await !condition() {
-            guard ContinuousClock.now < deadline else { throw ValidationError("the benchmark did not finish in 30 minutes") }
-            try await Task.sleep(for: .milliseconds(20))
         }
     }
 }

@@ -38,15 +38,10 @@ struct WorkerBench: AsyncParsableCommand {
         var logger = Logger(label: "bench")
         logger.logLevel = .warning
         let bundle = "com.example.bench.\(UUID().uuidString.prefix(6).lowercased())"
-        let directory = NSTemporaryDirectory() + "apnsw-bench-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let credentials = try SimulatorCredentials.generate(into: directory + "/credentials", teamID: "TEAM123456", keyID: "KEY1234567")
-        let simulator = try await APNSSimulator.start(
-            SimulatorConfiguration(
-                tls: credentials.tlsConfiguration(), bundleIDs: [bundle], tokenKeys: [credentials.tokenKey],
-                recordLimit: jobs + rate * latencySeconds + 10),
-            logger: logger)
+        let setup = try await BenchWorkerSetup.start(
+            directoryPrefix: "apnsw-bench", bundleIDs: [bundle], recordLimit: jobs + rate * latencySeconds + 10, logger: logger)
+        defer { setup.remove() }
+        let (directory, simulator) = (setup.directory, setup.simulator)
         let configPath = directory + "/worker.conf"
         try """
             [amqp]
@@ -76,9 +71,9 @@ struct WorkerBench: AsyncParsableCommand {
         // Phase 1: preload, then drain through the worker.
         print("preloading \(jobs) jobs into \(queue) …")
         try await publish(count: jobs, bundle: bundle, connection: connection)
-        let worker = try startWorker(configPath: configPath, directory: directory)
+        let worker = try setup.startWorker(configPath: configPath)
         let drainStart = ContinuousClock.now
-        try await waitUntil { simulator.counters().accepted >= jobs }
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) { simulator.counters().accepted >= jobs }
         let drain = drainStart.duration(to: .now)
 
         // Phase 2: steady rate, latency from publish to the simulator's acceptance.
@@ -94,7 +89,7 @@ struct WorkerBench: AsyncParsableCommand {
             let due = paceStart.advanced(by: interval * (index + 1))
             if due > .now { try await Task.sleep(until: due, clock: .continuous) }
         }
-        try await waitUntil { simulator.accepted().count >= total }
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) { simulator.accepted().count >= total }
         var latencies = simulator.accepted().compactMap { accepted -> Double? in
             published[accepted.apnsID.lowercased()].map { accepted.receivedAt.timeIntervalSince($0) * 1000 }
         }
@@ -140,18 +135,6 @@ struct WorkerBench: AsyncParsableCommand {
         return String(format: "%.1f", LatencySample(sorted).percentile(p))
     }
 
-    private func startWorker(configPath: String, directory: String) throws -> Process {
-        let binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        let process = Process()
-        process.executableURL = binDirectory.appendingPathComponent("apns-worker")
-        process.arguments = ["run", "--config", configPath]
-        var environment = ProcessInfo.processInfo.environment
-        environment["APNS_WORKER_LOG_LEVEL"] = "warning"
-        process.environment = environment
-        try process.run()
-        return process
-    }
-
     private func publish(count: Int, bundle: String, connection: AMQPConnection) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for index in 0..<count {
@@ -170,13 +153,4 @@ struct WorkerBench: AsyncParsableCommand {
         try await connection.publish(
             AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: bundle, body: Array(body.utf8), properties: properties))
     }
-
-    private func waitUntil(_ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now.advanced(by: .seconds(900))
-        while !condition() {
-            guard ContinuousClock.now < deadline else { throw ValidationError("the benchmark did not finish in 15 minutes") }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-    }
 }
-
