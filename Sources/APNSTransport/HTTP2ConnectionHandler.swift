@@ -61,6 +61,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private let pingInterval: TimeAmount
     private let lastStreamIDToUse: HTTP2StreamID
     private let onEvent: @Sendable (HTTP2ConnectionEvent) -> Void
+    /// Between TLS and `NIOHTTP2Handler` on real connections; nil in tests without TLS.
+    private let heldFlush: HeldFlushHandler?
     private var context: ChannelHandlerContext?
     private var streams: [HTTP2StreamID: InFlight] = [:]
     private var nextStreamID: HTTP2StreamID
@@ -83,9 +85,10 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     /// stream-id space.
     init(
         pingInterval: TimeAmount, firstStreamID: HTTP2StreamID = 1, lastStreamIDToUse: HTTP2StreamID = lastStreamIDToUse,
-        onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
+        heldFlush: HeldFlushHandler? = nil, onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
     ) {
         self.pingInterval = pingInterval
+        self.heldFlush = heldFlush
         self.nextStreamID = firstStreamID
         self.lastStreamIDToUse = lastStreamIDToUse
         self.onEvent = onEvent
@@ -143,16 +146,26 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         open(unwrapOutboundIn(data), context: context)
     }
 
-    /// Opens a stream for each request and flushes once for all of them (`HTTP2Connection`
-    /// batches requests from other threads). On a closed connection every request ends
-    /// `.notProcessed`: nothing of it was sent.
+    /// Opens a stream for each request (`HTTP2Connection` batches requests from other threads).
+    /// Each request is flushed through NIOHTTP2 on its own, so the bodies leave in stream order,
+    /// and TLS gets one flush for the batch (`HeldFlushHandler`). On a closed connection every
+    /// request ends `.notProcessed`: nothing of it was sent.
     func send(_ requests: [StreamRequest]) {
         guard let context else {
             for request in requests { request.promise.succeed(.notProcessed) }
             return
         }
-        for request in requests { open(request, context: context) }
-        context.flush()
+        guard let heldFlush else {
+            for request in requests { open(request, context: context) }
+            context.flush()
+            return
+        }
+        heldFlush.holdingFlushes {
+            for request in requests {
+                open(request, context: context)
+                context.flush()
+            }
+        }
     }
 
     private func open(_ request: StreamRequest, context: ChannelHandlerContext) {

@@ -267,6 +267,8 @@ public final class HTTP2Transport: NotificationTransport, Service {
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(ClientTLS.handler(context: tlsContext, host: host))
+                    let heldFlush = HeldFlushHandler()
+                    try sync.addHandler(heldFlush)
                     try sync.addHandler(
                         NIOHTTP2Handler(
                             mode: .client,
@@ -280,7 +282,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
                             // both ways was about 5 % of the worker's CPU on the profile.
                             headerBlockValidation: .disabled))
                     try sync.addHandler(
-                        HTTP2ConnectionHandler(pingInterval: pingInterval) { [self] event in
+                        HTTP2ConnectionHandler(pingInterval: pingInterval, heldFlush: heldFlush) { [self] event in
                             connectionEvent(event, slot: slot, generation: generation)
                         })
                 }

@@ -1,0 +1,46 @@
+/// Holds back flushes between `NIOHTTP2Handler` and TLS while the connection writes a batch of
+/// requests, and lets one through at the end.
+import NIOCore
+
+/// `HTTP2ConnectionHandler` flushes after each request of a batch. NIOHTTP2 keeps DATA frames in
+/// its flow-control buffer and emits them in hash order at a flush. A single flush per batch
+/// therefore sent the request bodies out of order. The server then answered out of order, and
+/// NIOHTTP2 removed each closed stream from the middle of its sorted stream buffers, a linear
+/// shift that was 10 % of the worker's profile. A flush per request keeps the bodies in stream
+/// order. This handler keeps those flushes from reaching TLS, so the batch still goes out as
+/// one TLS record and one `write(2)`. NIO has no such handler.
+final class HeldFlushHandler: ChannelOutboundHandler, RemovableChannelHandler {
+    typealias OutboundIn = IOData
+    typealias OutboundOut = IOData
+
+    private var context: ChannelHandlerContext?
+    private var holding = false
+    private var flushHeld = false
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        if holding {
+            flushHeld = true
+        } else {
+            context.flush()
+        }
+    }
+
+    /// Runs `body` with flushes held, then lets one through if any was asked for.
+    func holdingFlushes(_ body: () -> Void) {
+        holding = true
+        body()
+        holding = false
+        if flushHeld {
+            flushHeld = false
+            context?.flush()
+        }
+    }
+}
