@@ -72,7 +72,12 @@ final class StreamHandler: ChannelInboundHandler {
     func channelInactive(context: ChannelHandlerContext) {
         if !decided { requestRead(context: context) }
         if admission != .refuse, connection.streamClosed(), let parent = context.channel.parent {
-            parent.eventLoop.scheduleTask(in: Self.goawayCloseDelay) { parent.close(promise: nil) }
+            // The GOAWAY went onto the loop's task queue when the last request was read, before
+            // this; queuing the delay behind it keeps the close after it even when a busy loop
+            // runs due timers ahead of queued tasks.
+            parent.eventLoop.execute {
+                parent.eventLoop.scheduleTask(in: Self.goawayCloseDelay) { parent.close(promise: nil) }
+            }
         }
         context.fireChannelInactive()
     }
