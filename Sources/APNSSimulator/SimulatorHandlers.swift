@@ -125,7 +125,7 @@ final class StreamHandler: ChannelInboundHandler {
 
     /// Counts this stream's request as read; sends the GOAWAY when it was the last one owed.
     private func requestRead(context: ChannelHandlerContext) {
-        guard admission != .refuse, let parent = context.channel.parent, let last = connection.requestRead() else { return }
+        guard admission != .refuse, let last = connection.requestRead(), let parent = context.channel.parent else { return }
         // Sent on the next loop turn: the HTTP/2 handler is in the middle of a read.
         parent.eventLoop.execute { [engine] in
             var debugData = parent.allocator.buffer(capacity: 32)

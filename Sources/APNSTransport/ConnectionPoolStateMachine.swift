@@ -167,12 +167,11 @@ struct ConnectionPoolStateMachine<Connection, Waiter> {
         return dispatchWaiters()
     }
 
-    /// Whether this connection got past its handshake: ready, or draining after it was (a
-    /// GOAWAY or retirement soon after SETTINGS). The handshake deadline asks this, so a
-    /// draining connection still answering its streams is not closed as "no SETTINGS".
-    func becameReady(slot: Int, generation: Int) -> Bool {
-        guard slots[slot].generation == generation else { return false }
-        return slots[slot].state == .ready || (slots[slot].state == .draining && slots[slot].settingsSeen)
+    /// Whether the server's SETTINGS arrived on this connection. The handshake deadline asks
+    /// this rather than whether the connection is ready now, so one draining soon after its
+    /// SETTINGS (a GOAWAY, retirement) while still answering is not closed as "no SETTINGS".
+    func settingsArrived(slot: Int, generation: Int) -> Bool {
+        slots[slot].generation == generation && slots[slot].settingsSeen
     }
 
     /// GOAWAY, or a write found the connection closed: no new streams on it.

@@ -61,8 +61,8 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private let pingInterval: TimeAmount
     private let lastStreamIDToUse: HTTP2StreamID
     private let onEvent: @Sendable (HTTP2ConnectionEvent) -> Void
-    /// Between TLS and `NIOHTTP2Handler` on real connections; nil in tests without TLS.
-    private let heldFlush: HeldFlushHandler?
+    /// Under `NIOHTTP2Handler` (above TLS on real connections).
+    private let heldFlush: HeldFlushHandler
     private var context: ChannelHandlerContext?
     private var streams: [HTTP2StreamID: InFlight] = [:]
     private var nextStreamID: HTTP2StreamID
@@ -85,7 +85,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     /// stream-id space.
     init(
         pingInterval: TimeAmount, firstStreamID: HTTP2StreamID = 1, lastStreamIDToUse: HTTP2StreamID = lastStreamIDToUse,
-        heldFlush: HeldFlushHandler? = nil, onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
+        heldFlush: HeldFlushHandler, onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
     ) {
         self.pingInterval = pingInterval
         self.heldFlush = heldFlush
@@ -153,11 +153,6 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     func send(_ requests: [StreamRequest]) {
         guard let context else {
             for request in requests { request.promise.succeed(.notProcessed) }
-            return
-        }
-        guard let heldFlush else {
-            for request in requests { open(request, context: context) }
-            context.flush()
             return
         }
         heldFlush.holdingFlushes {

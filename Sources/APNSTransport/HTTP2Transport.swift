@@ -239,7 +239,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
                 // No SETTINGS within the connect timeout: the peer is not an HTTP/2 server we can use.
                 await ReconnectLoop.serve(
                     connection.channel, readyWithin: configuration.connectTimeout,
-                    isReady: { [self] in state.withLock { $0.pool.becameReady(slot: slot, generation: generation) } },
+                    isReady: { [self] in state.withLock { $0.pool.settingsArrived(slot: slot, generation: generation) } },
                     notReady: { [logger] in
                         logger.warning("no SETTINGS from the server in time; closing", metadata: ["apns.slot": .stringConvertible(slot)])
                     })

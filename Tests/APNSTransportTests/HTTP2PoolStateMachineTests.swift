@@ -90,23 +90,23 @@ import Testing
         #expect(pool.slots[a.slot].inFlight == 1)
     }
 
-    @Test func aConnectionDrainingAfterSettingsStillCountsAsHavingBecomeReady() {
+    @Test func aConnectionDrainingAfterSettingsStillCountsAsHavingSentThem() {
         // The handshake deadline asks this: a GOAWAY soon after SETTINGS must not make a
         // connection that is still answering its streams look like one that never spoke HTTP/2.
         var pool = Pool(connections: 1, streamCap: 100, oneStreamUntilFirstAnswer: false)
         let g = pool.connecting(slot: 0)
         _ = pool.connected(slot: 0, generation: g, connection: "c0")
-        #expect(!pool.becameReady(slot: 0, generation: g), "no SETTINGS yet")
+        #expect(!pool.settingsArrived(slot: 0, generation: g), "no SETTINGS yet")
         _ = pool.settings(slot: 0, generation: g, maxConcurrentStreams: 10)
-        #expect(pool.becameReady(slot: 0, generation: g))
+        #expect(pool.settingsArrived(slot: 0, generation: g))
         pool.draining(slot: 0, generation: g)
-        #expect(pool.becameReady(slot: 0, generation: g), "draining after it was ready")
+        #expect(pool.settingsArrived(slot: 0, generation: g), "draining after it was ready")
         _ = pool.closed(slot: 0, generation: g)
         let next = pool.connecting(slot: 0)
-        #expect(!pool.becameReady(slot: 0, generation: g), "an old generation")
+        #expect(!pool.settingsArrived(slot: 0, generation: g), "an old generation")
         _ = pool.connected(slot: 0, generation: next, connection: "c1")
         pool.draining(slot: 0, generation: next)
-        #expect(!pool.becameReady(slot: 0, generation: next), "draining before any SETTINGS")
+        #expect(!pool.settingsArrived(slot: 0, generation: next), "draining before any SETTINGS")
     }
 
     @Test func waiterCanGiveUp() {
