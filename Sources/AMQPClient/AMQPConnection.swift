@@ -193,6 +193,12 @@ public final class AMQPConnection: Sendable {
         settle(delivery.tag, .ack)
     }
 
+    /// `ack` from any thread, with no task: it never waited anyway.
+    @discardableResult
+    public func ackNow(_ delivery: AMQPDelivery) -> AMQPSettlement {
+        settle(delivery.tag, .ack)
+    }
+
     /// Negatively acknowledges a delivery; `requeue: false` dead-letters or drops it.
     @discardableResult
     public func nack(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement {

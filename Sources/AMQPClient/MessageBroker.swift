@@ -12,6 +12,9 @@ public protocol MessageBroker: Sendable {
     /// `basic.get`: the next message of `queue`, or nil when it is empty.
     func get(queue: String) async throws -> AMQPDelivery?
     @discardableResult func ack(_ delivery: AMQPDelivery) async -> AMQPSettlement
+    /// `ack` for callers that cannot suspend (the worker settles most jobs from the event loop
+    /// that received APNs' answer): it queues the ack and never blocks.
+    @discardableResult func ackNow(_ delivery: AMQPDelivery) -> AMQPSettlement
     @discardableResult func nack(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement
     /// Returns once the broker confirmed the message; throws when it did not take it.
     func publish(_ message: AMQPOutboundMessage) async throws

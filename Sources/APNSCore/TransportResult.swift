@@ -79,4 +79,17 @@ public enum TransportFailure: Sendable, Hashable, CustomStringConvertible {
 /// silently: every call returns a result.
 public protocol NotificationTransport: Sendable {
     func send(_ notification: PushNotification) async -> TransportResult
+    /// The same without a task: `completion` runs exactly once with the result, on whatever
+    /// thread the transport learns it on (the connection's event loop for HTTP/2), so it must
+    /// be quick and never block. The worker's hot path uses this: a Swift task and a
+    /// continuation per notification, and the thread hops they cost, were a large share of
+    /// its CPU.
+    func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void)
+}
+
+extension NotificationTransport {
+    /// For transports with no cheaper way: one task per notification.
+    public func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
+        Task { completion(await send(notification)) }
+    }
 }

@@ -93,6 +93,13 @@ struct ConnectionPoolStateMachine<Connection, Waiter> {
         return .wait
     }
 
+    /// A lease when one is free now and nobody waits ahead, else nil (the caller then waits
+    /// through `acquire`). Shutting down also gives nil, and `acquire` then says so.
+    mutating func leaseIfFree() -> Lease? {
+        guard !shuttingDown, waiters.isEmpty else { return nil }
+        return leaseSlot()
+    }
+
     /// The waiter gave up (deadline, cancellation); nil when it was already resumed.
     mutating func removeWaiter(id: UInt64) -> Waiter? {
         guard let index = waiters.firstIndex(where: { $0.id == id }) else { return nil }

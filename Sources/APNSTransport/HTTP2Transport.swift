@@ -69,34 +69,134 @@ public final class HTTP2Transport: NotificationTransport, Service {
     // MARK: sending
 
     public func send(_ notification: PushNotification) async -> TransportResult {
-        let started = ContinuousClock.now
-        firstUse.open()
-        inFlightMeter.increment()
-        defer {
-            inFlightMeter.decrement()
-            latency.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
+        let finish = started(notification)
+        let result: TransportResult
+        switch firstToken() {
+        case .success(let token):
+            result = await sendWithRetries(
+                notification, deadline: NIODeadline.now() + configuration.requestTimeout.timeAmount, token: token,
+                renewedAfterExpiry: false)
+        case .failure(let failure):
+            result = .failed(failure)
         }
-        let result = await sendWithRetries(notification)
-        if case .failed(let failure) = result {
-            logger.debug(
-                "notification not answered",
-                metadata: [
-                    "apns.id": .string(notification.id.uuidString.lowercased()),
-                    "apns.token": .string(notification.token.redacted), "apns.failure": .string(failure.description),
-                ])
-        }
+        finish(result)
         return result
     }
 
-    private func sendWithRetries(_ notification: PushNotification) async -> TransportResult {
+    /// The hot path: when a stream is free now, the request is written and its answer handled
+    /// on the connection's event loop with no task; anything else (waiting for a stream, a
+    /// resend after GOAWAY, a renewed token) continues in a task, through the same steps.
+    public func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
+        let finish = started(notification)
+        let token: ProviderToken?
+        switch firstToken() {
+        case .success(let t): token = t
+        case .failure(let failure):
+            let result = TransportResult.failed(failure)
+            finish(result)
+            return completion(result)
+        }
         let deadline = NIODeadline.now() + configuration.requestTimeout.timeAmount
-        var token: ProviderToken?
-        if let tokens {
-            do { token = try tokens.token() } catch {
-                return .failed(.connectFailed("cannot sign a provider token: \(error)"))
+        guard let lease = state.withLock({ $0.pool.leaseIfFree() }) else {
+            Task {
+                let result = await sendWithRetries(notification, deadline: deadline, token: token, renewedAfterExpiry: false)
+                finish(result)
+                completion(result)
+            }
+            return
+        }
+        let request = HTTP2Request(notification: notification, authority: configuration.host, authorization: token?.authorization)
+        let promise = lease.connection.channel.eventLoop.makePromise(of: StreamResult.self)
+        lease.connection.send(StreamRequest(request: request, deadline: deadline, promise: promise))
+        promise.futureResult.whenComplete { [self] completed in
+            let answered = (try? completed.get()) ?? .notProcessed
+            switch afterAttempt(answered, on: lease, deadline: deadline, token: token, renewedAfterExpiry: false) {
+            case .done(let result):
+                finish(result)
+                completion(result)
+            case .again(let token, let renewed):
+                Task {
+                    let result = await sendWithRetries(notification, deadline: deadline, token: token, renewedAfterExpiry: renewed)
+                    finish(result)
+                    completion(result)
+                }
             }
         }
-        var renewedAfterExpiry = false
+    }
+
+    /// Counts a send as begun; the function returned records its end (metrics, and a debug line
+    /// for a notification that got no answer).
+    private func started(_ notification: PushNotification) -> @Sendable (TransportResult) -> Void {
+        let started = ContinuousClock.now
+        firstUse.open()
+        inFlightMeter.increment()
+        return { [inFlightMeter, latency, logger] result in
+            inFlightMeter.decrement()
+            latency.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
+            if case .failed(let failure) = result {
+                logger.debug(
+                    "notification not answered",
+                    metadata: [
+                        "apns.id": .string(notification.id.uuidString.lowercased()),
+                        "apns.token": .string(notification.token.redacted), "apns.failure": .string(failure.description),
+                    ])
+            }
+        }
+    }
+
+    private enum FirstToken {
+        case success(ProviderToken?)
+        case failure(TransportFailure)
+    }
+
+    private func firstToken() -> FirstToken {
+        guard let tokens else { return .success(nil) }
+        do { return .success(try tokens.token()) } catch {
+            return .failure(.connectFailed("cannot sign a provider token: \(error)"))
+        }
+    }
+
+    /// What follows one attempt on one stream.
+    private enum NextStep {
+        case done(TransportResult)
+        /// Send again with this token (`renewed`: it replaced one APNs reported expired).
+        case again(token: ProviderToken?, renewed: Bool)
+    }
+
+    /// Gives the stream back and decides what follows an attempt; shared by both send paths.
+    private func afterAttempt(
+        _ result: StreamResult, on lease: Pool.Lease, deadline: NIODeadline, token: ProviderToken?, renewedAfterExpiry: Bool
+    ) -> NextStep {
+        var answered = false
+        if case .answer = result { answered = true }
+        release(lease, answered: answered)
+        switch result {
+        case .notProcessed:
+            // The server never saw it: send it again on another (or a new) connection.
+            if !lease.connection.isActive { markDraining(lease) }
+            if NIODeadline.now() >= deadline { return .done(.failed(.goaway)) }
+            return .again(token: token, renewed: renewedAfterExpiry)
+        case .answer(let answer) where answer.reason == .expiredProviderToken && !renewedAfterExpiry:
+            // Once, with a newer token (renewed now or by another request meanwhile); resending
+            // the refused one could only be refused again, and then the worker holds the
+            // bundle (contract §4).
+            guard let tokens, let rejected = token, let newer = try? tokens.expired(rejected), newer != rejected else {
+                return .done(.http(answer))
+            }
+            logger.info("APNs reported ExpiredProviderToken; sending again with a renewed token")
+            return .again(token: newer, renewed: true)
+        case .answer(let answer):
+            return .done(.http(answer))
+        case .failed(let failure):
+            return .done(.failed(failure))
+        }
+    }
+
+    private func sendWithRetries(
+        _ notification: PushNotification, deadline: NIODeadline, token: ProviderToken?, renewedAfterExpiry: Bool
+    ) async -> TransportResult {
+        var token = token
+        var renewedAfterExpiry = renewedAfterExpiry
         while true {
             let lease: Pool.Lease
             switch await acquire(deadline: deadline) {
@@ -107,32 +207,12 @@ public final class HTTP2Transport: NotificationTransport, Service {
             let request = HTTP2Request(
                 notification: notification, authority: configuration.host, authorization: token?.authorization)
             let result = await execute(request, on: lease, deadline: deadline)
-            var answered = false
-            if case .answer = result { answered = true }
-            release(lease, answered: answered)
-
-            switch result {
-            case .notProcessed:
-                // The server never saw it: send it again on another (or a new) connection.
-                if !lease.connection.isActive { markDraining(lease) }
-                if NIODeadline.now() >= deadline { return .failed(.goaway) }
-                continue
-            case .answer(let answer)
-            where answer.reason == .expiredProviderToken && !renewedAfterExpiry:
-                // Once, with a newer token (renewed now or by another request meanwhile);
-                // resending the refused one could only be refused again, and then the worker
-                // holds the bundle (contract §4).
-                guard let tokens, let rejected = token, let newer = try? tokens.expired(rejected), newer != rejected else {
-                    return .http(answer)
-                }
-                renewedAfterExpiry = true
-                token = newer
-                logger.info("APNs reported ExpiredProviderToken; sending again with a renewed token")
-                continue
-            case .answer(let answer):
-                return .http(answer)
-            case .failed(let failure):
-                return .failed(failure)
+            switch afterAttempt(result, on: lease, deadline: deadline, token: token, renewedAfterExpiry: renewedAfterExpiry) {
+            case .done(let result):
+                return result
+            case .again(let newToken, let renewed):
+                token = newToken
+                renewedAfterExpiry = renewed
             }
         }
     }

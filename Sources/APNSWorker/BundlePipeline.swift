@@ -33,9 +33,9 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     /// Told of every job's final end and invalid token (the registry's counts and marks); never blocks.
     let observer: (any JobEndObserver)?
     /// The rule of the rollout gate; replaced at run time by `updateRollout(_:)` (config reload).
-    private let rollout: Mutex<RolloutRule>
-    private let breaker: Mutex<HoldBreaker>
-    private let deliveryLimit: Mutex<DeliveryLimit>
+    let rollout: Mutex<RolloutRule>
+    let breaker: Mutex<HoldBreaker>
+    let deliveryLimit: Mutex<DeliveryLimit>
     /// The time of the breaker, the probes and the shutdown deadline.
     let clock: any PipelineClock
     /// The operator's fleet-wide pause and the queue latency estimate (`BundleFleetState`).
@@ -105,51 +105,46 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
         let consumer = try await broker.consume(queue: queue, prefetch: settings.prefetch)
         let limit = max(Int(settings.prefetch), 1)
         // Stop taking jobs as soon as shutdown starts or the bundle becomes held; jobs already
-        // taken run on in the group below, within the shutdown deadline.
+        // taken run on, within the shutdown deadline.
         let stop = StopSignal()
         // A pause must end a consumer that waits for its next delivery, as a shutdown does.
         let pauseWatcher = fleet.whenPaused { Task { await consumer.cancel() } }
         defer { fleet.removeWatcher(pauseWatcher) }
         try await withGracefulShutdownHandler {
-            try await withThrowingTaskGroup(of: Bool.self) { group in
-                var running = 0
-                var iterator = consumer.makeAsyncIterator()
-                while !stop.isSet, !isHeld, !isPaused, let delivery = try await iterator.next() {
-                    if stop.isSet || isHeld || isPaused {
-                        await broker.nack(delivery, requeue: true)
-                        break
-                    }
-                    if running >= limit, try await group.next() != nil { running -= 1 }
-                    running += 1
-                    group.addTask {
-                        await self.process(delivery)
-                        return false
-                    }
+            let jobs = InFlightJobs()
+            var iterator = consumer.makeAsyncIterator()
+            while !stop.isSet, !isHeld, !isPaused, let delivery = try await iterator.next() {
+                // The broker's prefetch bounds the jobs in flight; this only guards against a
+                // broker that sends more.
+                var refused = stop.isSet || isHeld || isPaused
+                if !refused { refused = await !jobs.waitUntil(atMost: limit - 1) }
+                if refused {
+                    await broker.nack(delivery, requeue: true)
+                    break
                 }
-                await consumer.cancel()
-                // Deliveries the broker pushed before the cancel took effect go back untouched.
-                while let leftover = try await iterator.next() {
-                    await broker.nack(leftover, requeue: true)
-                }
-                guard running > 0 else { return }
-                let deadline = settings.shutdownDeadline
+                start(delivery, jobs: jobs)
+            }
+            await consumer.cancel()
+            // Deliveries the broker pushed before the cancel took effect go back untouched.
+            while let leftover = try await iterator.next() {
+                await broker.nack(leftover, requeue: true)
+            }
+            guard jobs.count > 0 else { return }
+            let deadline = settings.shutdownDeadline
+            let allSettled = await withTaskGroup(of: Bool.self) { group in
+                group.addTask { await jobs.waitUntil(atMost: 0) }
                 group.addTask {
                     try? await self.clock.sleep(for: deadline)
-                    return true
+                    return false
                 }
-                while let isDeadline = try await group.next() {
-                    if isDeadline {
-                        // Unfinished jobs stay unacked; the broker delivers them again.
-                        logger.warning("jobs still in flight at the deadline are left to the broker", metadata: ["jobs": "\(running)"])
-                        group.cancelAll()
-                        break
-                    }
-                    running -= 1
-                    if running == 0 {
-                        group.cancelAll()  // only the deadline timer is left
-                        break
-                    }
-                }
+                let first = await group.next() ?? false
+                group.cancelAll()
+                return first
+            }
+            if !allSettled {
+                // Unfinished jobs stay unacked; the broker delivers them again.
+                jobs.abandon()
+                logger.warning("jobs still in flight at the deadline are left to the broker", metadata: ["jobs": "\(jobs.count)"])
             }
         } onGracefulShutdown: {
             stop.set()
@@ -178,123 +173,6 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
         }
         logger.info("probing held bundle with one job")
         await process(delivery)
-    }
-
-    // MARK: - The stages
-
-    /// One job through every stage to exactly one end.
-    func process(_ delivery: AMQPDelivery) async {
-        bundleStatistics.jobStarted()
-        defer { bundleStatistics.jobFinished() }
-        fleet.taken(publishedAt: delivery.message.properties.timestamp)
-        let started = ContinuousClock.now
-        let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
-        // A first delivery cannot be one too many; only redeliveries are counted.
-        if delivery.message.redelivered {
-            let deliveries = deliveryLimit.withLock { $0.deliveries(of: delivery.message) }
-            if deliveries > settings.maxDeliveries {
-                let context = OutcomeRouter.JobContext(
-                    message: delivery.message, jobID: delivery.message.properties.messageID, token: nil,
-                    previousAttempts: previousAttempts)
-                logger.error(
-                    "poison job: delivered too often without reaching an end; dead-lettered unread",
-                    metadata: [
-                        "job.id": "\(context.jobID ?? "-")", "amqp.deliveries": "\(deliveries)",
-                        "worker.max_deliveries": "\(settings.maxDeliveries)",
-                    ])
-                await settle(
-                    delivery,
-                    router.routeDeliveryLimitExceeded(
-                        job: context, deliveries: deliveries, maxDeliveries: settings.maxDeliveries, now: Date()))
-                count(.dead, since: started)
-                return
-            }
-        }
-        let job: Job
-        switch parse(delivery) {
-        case .failure(let error):
-            let context = OutcomeRouter.JobContext(
-                message: delivery.message, jobID: delivery.message.properties.messageID, token: nil,
-                previousAttempts: previousAttempts)
-            logger.warning("malformed job", metadata: ["job.error": "\(error)", "job.reason": "\(error.reason)"])
-            await settle(delivery, router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: Date()))
-            count(.dead, since: started)
-            return
-        case .success(let parsed):
-            job = parsed
-        }
-        let context = OutcomeRouter.JobContext(
-            message: delivery.message, jobID: job.id.uuidString, token: job.token, previousAttempts: previousAttempts)
-        log(job, attempt: previousAttempts + 1, redelivered: delivery.message.redelivered)
-        bundleStatistics.jobReceived()
-        if case .hold(let why) = gate(job) {
-            logger.debug("rollout gate holds job", metadata: ["job.id": "\(job.id)", "gate.why": "\(why)"])
-            await settle(delivery, router.routeGated(job: context))
-            count(.gated, since: started)
-            return
-        }
-        let outcome = await send(job)
-        // Cancelled at the shutdown deadline: leave the job unacked for the broker to deliver again.
-        if Task.isCancelled { return }
-        await routeOutcome(outcome, delivery: delivery, context: context, started: started)
-    }
-
-    func parse(_ delivery: AMQPDelivery) -> Result<Job, JobError> {
-        JobParser.parse(
-            body: delivery.message.body, bundleID: settings.bundleID, messageID: delivery.message.properties.messageID,
-            defaultEnvironment: settings.defaultEnvironment, transport: settings.transportKind)
-    }
-
-    func log(_ job: Job, attempt: Int, redelivered: Bool) {
-        logger.debug(
-            "job",
-            metadata: [
-                "job.id": "\(job.id)", "apns.token": "\(job.token.redacted)", "apns.push_type": "\(job.pushType.rawValue)",
-                "job.attempt": "\(attempt)", "amqp.redelivered": "\(redelivered)",
-            ])
-    }
-
-    func gate(_ job: Job) -> RolloutRule.Decision {
-        let server: String?
-        if case .string(let name) = job.userInfo["syncServer"] { server = name } else { server = nil }
-        return rollout.withLock { $0.decide(syncServer: server) }
-    }
-
-    func send(_ job: Job) async -> Outcome {
-        let start = ContinuousClock.now
-        let result = await transport.send(job.notification)
-        bundleStatistics.apnsAnswered(after: start.duration(to: .now))
-        return OutcomeClassifier.classify(result)
-    }
-
-    func routeOutcome(_ outcome: Outcome, delivery: AMQPDelivery, context: OutcomeRouter.JobContext, started: ContinuousClock.Instant) async {
-        let decision = router.decide(outcome, job: context, now: Date())
-        applyToBreaker(decision.breaker)
-        await settle(delivery, decision.route)
-        let end = decision.end
-        count(end, since: started)
-        let jobID = context.jobID ?? "-"
-        switch outcome {
-        case .delivered:
-            // Debug, not info: at thousands of jobs a second one line each costs more than the
-            // job's own work; APNS_WORKER_LOG_LEVEL=debug turns it on.
-            logger.debug("job delivered", metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")"])
-        case .invalidToken(let reason, let timestamp):
-            if let token = context.token { observer?.tokenInvalid(bundleID: settings.bundleID, token: token, reason: reason, timestamp: timestamp) }
-            logger.info(
-                "device token invalid; feedback event published",
-                metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")", "apns.reason": "\(reason)"])
-        case .retry(let reason, let status) where end == .retry:
-            bundleStatistics.retryScheduled(attempt: context.previousAttempts + 1)
-            logger.info("job will be retried", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
-        case .retry(let reason, let status):
-            logger.warning(
-                "job dead-lettered: retries exhausted", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
-        case .dead(let reason, let status, _):
-            logger.warning("job dead-lettered", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
-        case .held:
-            break  // logged once by the breaker
-        }
     }
 
     /// Carries out an outcome's effect on the hold breaker: one error line when a hold starts,

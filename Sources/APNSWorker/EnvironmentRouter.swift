@@ -11,13 +11,18 @@ public struct EnvironmentRouter: NotificationTransport {
     }
 
     public func send(_ notification: PushNotification) async -> TransportResult {
-        guard let transport = transports[notification.environment] else {
-            // Configuration decides which environments exist; a job asking for another one can
-            // never be sent, which is the job's own fault.
-            return .http(HTTPAnswer(status: 400, reason: .unknown("EnvironmentNotConfigured")))
-        }
+        guard let transport = transports[notification.environment] else { return Self.notConfigured }
         return await transport.send(notification)
     }
+
+    public func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
+        guard let transport = transports[notification.environment] else { return completion(Self.notConfigured) }
+        transport.send(notification, completion: completion)
+    }
+
+    /// Configuration decides which environments exist; a job asking for another one can never
+    /// be sent, which is the job's own fault.
+    static let notConfigured = TransportResult.http(HTTPAnswer(status: 400, reason: .unknown("EnvironmentNotConfigured")))
 }
 
 extension EnvironmentRouter: TransportStatusReporting {

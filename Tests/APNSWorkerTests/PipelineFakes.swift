@@ -97,6 +97,11 @@ final class FakeBroker: MessageBroker {
 
     @discardableResult
     func ack(_ delivery: AMQPDelivery) async -> AMQPSettlement {
+        ackNow(delivery)
+    }
+
+    @discardableResult
+    func ackNow(_ delivery: AMQPDelivery) -> AMQPSettlement {
         state.withLock { $0.acked.append(delivery.tag) }
         return .settled
     }
@@ -127,10 +132,10 @@ final class FakeBroker: MessageBroker {
 /// A transport that answers what the test says; with `answer == nil` every send waits until the
 /// test sets one or the sending task is cancelled.
 final class ScriptedTransport: NotificationTransport {
-    private let state: Mutex<(answer: TransportResult?, sends: Int, waiting: Int)>
+    private let state: Mutex<(answer: TransportResult?, sends: Int, waiting: Int, completed: Int)>
 
     init(answer: TransportResult?) {
-        state = Mutex((answer, 0, 0))
+        state = Mutex((answer, 0, 0, 0))
     }
 
     static let accepted = TransportResult.http(HTTPAnswer(status: 200))
@@ -141,6 +146,8 @@ final class ScriptedTransport: NotificationTransport {
     var sends: Int { state.withLock { $0.sends } }
     /// Sends waiting for an answer right now.
     var waiting: Int { state.withLock { $0.waiting } }
+    /// Sends whose completion handler has returned (the pipeline's path).
+    var completed: Int { state.withLock { $0.completed } }
 
     func answer(_ result: TransportResult?) { state.withLock { $0.answer = result } }
 
@@ -155,6 +162,13 @@ final class ScriptedTransport: NotificationTransport {
             if Task.isCancelled { return .failed(.shutdown) }
             // A fake's own wait, not an assertion: how soon it sees a new answer does not matter.
             try? await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
+    func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
+        Task {
+            completion(await send(notification))
+            state.withLock { $0.completed += 1 }
         }
     }
 }
