@@ -144,7 +144,11 @@ extension ConnectionDriver {
 
     /// The coalescer of a consumer channel's current generation, made on first use.
     func coalescing(_ channel: amqp_channel_t, _ generation: UInt64, _ change: (inout AckCoalescer) -> Void) {
-        if ackCoalescers[channel]?.generation != generation { ackCoalescers[channel] = (generation, AckCoalescer()) }
+        if ackCoalescers[channel]?.generation != generation {
+            // A `basic.get` channel has no consumer and no prefetch: no batch.
+            let batch = consumers.consumer(on: channel).map { AckCoalescer.batch(forPrefetch: $0.entry.request.prefetch) } ?? 1
+            ackCoalescers[channel] = (generation, AckCoalescer(batch: batch))
+        }
         change(&ackCoalescers[channel]!.acks)
     }
 

@@ -39,6 +39,28 @@ import Testing
         #expect(acks.flush(now: 200) == [.ackThrough(5)])
     }
 
+    @Test func aShortBatchWaitsForMoreUntilTheBatchDelay() {
+        var acks = AckCoalescer(maxDelay: 1000, batch: 4, batchDelay: 100)
+        for tag: UInt64 in 1...3 { acks.ack(tag, now: 10) }
+        #expect(acks.flush(now: 10) == [])
+        #expect(acks.nextDeadline() == 110)
+        #expect(acks.flush(now: 109) == [])
+        #expect(acks.flush(now: 110) == [.ackThrough(3)])
+        // A full batch goes out at once.
+        for tag: UInt64 in 4...7 { acks.ack(tag, now: 200) }
+        #expect(acks.flush(now: 200) == [.ackThrough(7)])
+        // A close sends a short batch too.
+        acks.ack(8, now: 300)
+        #expect(acks.flush(now: 300, force: true) == [.ackThrough(8)])
+    }
+
+    @Test func theBatchIsAnEighthOfThePrefetchAtMost64() {
+        #expect(AckCoalescer.batch(forPrefetch: 500) == 62)
+        #expect(AckCoalescer.batch(forPrefetch: 50) == 6)
+        #expect(AckCoalescer.batch(forPrefetch: 1) == 1)
+        #expect(AckCoalescer.batch(forPrefetch: 2000) == 64)
+    }
+
     @Test func tooManyHeldAcksGoOutAtOnce() {
         var acks = AckCoalescer(maxDelay: .max, maxHeld: 3)
         acks.ack(2, now: 0)
@@ -86,7 +108,7 @@ import Testing
         let count: UInt64 = 300
         var order = Array(1...count)
         for i in order.indices.reversed() { order.swapAt(i, Int(random.next() % UInt64(i + 1))) }
-        var acks = AckCoalescer(maxDelay: 50, maxHeld: 16)
+        var acks = AckCoalescer(maxDelay: 50, maxHeld: 16, batch: Int(seed % 5) + 1, batchDelay: 20)
         var finished = Set<UInt64>()
         var brokerOutstanding = Set(1...count)
         var now: UInt64 = 0
