@@ -22,9 +22,9 @@ public struct ProviderToken: Sendable, Hashable {
         teamID: String, keyID: String, key: P256.Signing.PrivateKey, issuedAt: Date
     ) throws -> ProviderToken {
         let iat = Int64(issuedAt.timeIntervalSince1970.rounded(.down))
-        let header = try JSONSerialization.data(withJSONObject: ["alg": "ES256", "kid": keyID], options: [.sortedKeys])
-        let claims = try JSONSerialization.data(withJSONObject: ["iss": teamID, "iat": iat], options: [.sortedKeys])
-        let signingInput = base64URL(header) + "." + base64URL(claims)
+        let header = FlatJSON.object(["alg": .string("ES256"), "kid": .string(keyID)])
+        let claims = FlatJSON.object(["iss": .string(teamID), "iat": .integer(iat)])
+        let signingInput = base64URL(Data(header)) + "." + base64URL(Data(claims))
         // JOSE wants the raw r||s form (64 bytes), not DER.
         let signature = try key.signature(for: Data(signingInput.utf8)).rawRepresentation
         return ProviderToken(

@@ -229,10 +229,9 @@ public struct FeedbackEvent: Sendable, Hashable, Codable {
 
     /// JSON with every key present (`timestamp: null` when Apple gave none), keys sorted.
     public func jsonBytes() -> [UInt8] {
-        var object: [String: Any] = ["bundleId": bundleId, "token": token, "reason": reason]
-        object["timestamp"] = timestamp.map { NSNumber(value: $0) } ?? NSNull()
-        object["jobId"] = jobId.map { $0 as Any } ?? NSNull()
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
-        return Array(data)
+        FlatJSON.object([
+            "bundleId": .string(bundleId), "token": .string(token), "reason": .string(reason),
+            "timestamp": timestamp.map { .integer($0) } ?? .null, "jobId": jobId.map { .string($0) } ?? .null,
+        ])
     }
 }
