@@ -245,7 +245,11 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         case .headers(let headers):
             if stream.status == nil {
                 stream.status = headers.headers.first(name: ":status").flatMap { Int($0) }
-                stream.headers = headers.headers.map { HTTP2HeaderField($0.name, $0.value) }
+                // Only what an answer reads (`HTTP2Response.answer`): copying every header of
+                // every answer showed on the profile.
+                for header in headers.headers where header.name == "apns-id" || header.name == "apns-unique-id" {
+                    stream.headers.append(HTTP2HeaderField(header.name, header.value))
+                }
             }
             streams[frame.streamID] = stream
             if headers.endStream { complete(frame.streamID) }

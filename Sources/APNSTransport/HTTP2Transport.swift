@@ -69,7 +69,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     // MARK: sending
 
     public func send(_ notification: PushNotification) async -> TransportResult {
-        let finish = started(notification)
+        let finish = started(id: notification.id, token: notification.token)
         let result: TransportResult
         switch firstToken() {
         case .success(let token):
@@ -87,7 +87,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     /// on the connection's event loop with no task; anything else (waiting for a stream, a
     /// resend after GOAWAY, a renewed token) continues in a task, through the same steps.
     public func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
-        let finish = started(notification)
+        let finish = started(id: notification.id, token: notification.token)
         let token: ProviderToken?
         switch firstToken() {
         case .success(let t): token = t
@@ -126,7 +126,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
 
     /// Counts a send as begun; the function returned records its end (metrics, and a debug line
     /// for a notification that got no answer).
-    private func started(_ notification: PushNotification) -> @Sendable (TransportResult) -> Void {
+    private func started(id: UUID, token: DeviceToken) -> @Sendable (TransportResult) -> Void {
         let started = ContinuousClock.now
         firstUse.open()
         inFlightMeter.increment()
@@ -137,8 +137,8 @@ public final class HTTP2Transport: NotificationTransport, Service {
                 logger.debug(
                     "notification not answered",
                     metadata: [
-                        "apns.id": .string(notification.id.uuidString.lowercased()),
-                        "apns.token": .string(notification.token.redacted), "apns.failure": .string(failure.description),
+                        "apns.id": .string(id.uuidString.lowercased()),
+                        "apns.token": .string(token.redacted), "apns.failure": .string(failure.description),
                     ])
             }
         }
@@ -360,7 +360,10 @@ public final class HTTP2Transport: NotificationTransport, Service {
                             // (`HTTP2Request`), and of Apple's answers we read only `:status` and
                             // `apns-id`, each checked where it is read: checking every block
                             // both ways was about 5 % of the worker's CPU on the profile.
-                            headerBlockValidation: .disabled))
+                            headerBlockValidation: .disabled,
+                            // Our content-length is the body we write, by construction; an
+                            // answer is read whole, to END_STREAM, whatever it declares.
+                            contentLengthValidation: .disabled))
                     try sync.addHandler(
                         HTTP2ConnectionHandler(pingInterval: pingInterval, heldFlush: heldFlush) { [self] event in
                             connectionEvent(event, slot: slot, generation: generation)
