@@ -20,7 +20,7 @@ final class HTTP2Connection: Sendable {
 
     var isActive: Bool { channel.isActive }
 
-    /// Queues `request`; its promise is completed in every case (answer, failure, or
+    /// Queues `request`; its `onResult` is called in every case (answer, failure, or
     /// `.notProcessed` when the connection closed before the request was written).
     func send(_ request: StreamRequest) {
         let schedule = queued.withLock { state in

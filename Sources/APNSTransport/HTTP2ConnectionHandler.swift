@@ -19,11 +19,25 @@ enum StreamResult: Sendable, Hashable {
     case failed(TransportFailure)
 }
 
-/// A request handed to the connection, with the promise its answer completes.
+/// A request handed to the connection, with what to call with its result.
 struct StreamRequest: Sendable {
     var request: HTTP2Request
     var deadline: NIODeadline
-    var promise: EventLoopPromise<StreamResult>
+    /// Called exactly once, on the connection's event loop. A closure, not a promise: a
+    /// callback added to a future from another thread costs the event loop a task of its own,
+    /// one per notification.
+    var onResult: @Sendable (StreamResult) -> Void
+
+    init(request: HTTP2Request, deadline: NIODeadline, onResult: @escaping @Sendable (StreamResult) -> Void) {
+        self.request = request
+        self.deadline = deadline
+        self.onResult = onResult
+    }
+
+    /// Completes `promise` with the result.
+    init(request: HTTP2Request, deadline: NIODeadline, promise: EventLoopPromise<StreamResult>) {
+        self.init(request: request, deadline: deadline, onResult: { promise.succeed($0) })
+    }
 }
 
 /// Connection-level news for the pool.
@@ -45,7 +59,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     typealias OutboundOut = HTTP2Frame
 
     private struct InFlight {
-        var promise: EventLoopPromise<StreamResult>
+        var onResult: @Sendable (StreamResult) -> Void
         var deadline: NIODeadline
         var status: Int?
         var headers: [HTTP2HeaderField] = []
@@ -152,7 +166,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     /// request ends `.notProcessed`: nothing of it was sent.
     func send(_ requests: [StreamRequest]) {
         guard let context else {
-            for request in requests { request.promise.succeed(.notProcessed) }
+            for request in requests { request.onResult(.notProcessed) }
             return
         }
         heldFlush.holdingFlushes {
@@ -165,7 +179,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
 
     private func open(_ request: StreamRequest, context: ChannelHandlerContext) {
         guard !closed, goawayLastStreamID == nil else {
-            request.promise.succeed(.notProcessed)
+            request.onResult(.notProcessed)
             return
         }
         let streamID = nextStreamID
@@ -177,7 +191,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             nextStreamID = HTTP2StreamID(Int32(streamID) + 2)
         }
 
-        streams[streamID] = InFlight(promise: request.promise, deadline: request.deadline)
+        streams[streamID] = InFlight(onResult: request.onResult, deadline: request.deadline)
         if request.deadline != .distantFuture { scheduleDeadlineSweep(context: context) }
 
         var headers = HPACKHeaders()
@@ -223,7 +237,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
 
     private func deadlinePassed(_ streamID: HTTP2StreamID) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
-        stream.promise.succeed(.failed(.timeout))
+        stream.onResult(.failed(.timeout))
         if let context, !closed {
             // Tell the server we no longer care, so the stream slot is freed on both ends.
             context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
@@ -334,7 +348,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
 
     private func finish(_ streamID: HTTP2StreamID, with result: StreamResult) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
-        stream.promise.succeed(result)
+        stream.onResult(result)
         closeIfDrained()
     }
 
@@ -347,7 +361,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         let all = streams
         streams = [:]
         for (_, stream) in all {
-            stream.promise.succeed(result)
+            stream.onResult(result)
         }
     }
 

@@ -106,22 +106,20 @@ public final class HTTP2Transport: NotificationTransport, Service {
             return
         }
         let request = HTTP2Request(notification: notification, authority: configuration.host, authorization: token?.authorization)
-        let promise = lease.connection.channel.eventLoop.makePromise(of: StreamResult.self)
-        lease.connection.send(StreamRequest(request: request, deadline: deadline, promise: promise))
-        promise.futureResult.whenComplete { [self] completed in
-            let answered = (try? completed.get()) ?? .notProcessed
-            switch afterAttempt(answered, on: lease, deadline: deadline, token: token, renewedAfterExpiry: false) {
-            case .done(let result):
-                finish(result)
-                completion(result)
-            case .again(let token, let renewed):
-                Task {
-                    let result = await sendWithRetries(notification, deadline: deadline, token: token, renewedAfterExpiry: renewed)
+        lease.connection.send(
+            StreamRequest(request: request, deadline: deadline) { [self] answered in
+                switch afterAttempt(answered, on: lease, deadline: deadline, token: token, renewedAfterExpiry: false) {
+                case .done(let result):
                     finish(result)
                     completion(result)
+                case .again(let token, let renewed):
+                    Task {
+                        let result = await sendWithRetries(notification, deadline: deadline, token: token, renewedAfterExpiry: renewed)
+                        finish(result)
+                        completion(result)
+                    }
                 }
-            }
-        }
+            })
     }
 
     /// Counts a send as begun; the function returned records its end (metrics, and a debug line
@@ -219,10 +217,10 @@ public final class HTTP2Transport: NotificationTransport, Service {
 
     private func execute(_ request: HTTP2Request, on lease: Pool.Lease, deadline: NIODeadline) async -> StreamResult {
         let connection = lease.connection
-        let promise = connection.channel.eventLoop.makePromise(of: StreamResult.self)
-        connection.send(StreamRequest(request: request, deadline: deadline, promise: promise))
-        // The handler completes every promise it receives (answer, reset, timeout, close).
-        return (try? await promise.futureResult.get()) ?? .notProcessed
+        // The handler answers every request it receives (answer, reset, timeout, close).
+        return await withCheckedContinuation { continuation in
+            connection.send(StreamRequest(request: request, deadline: deadline) { continuation.resume(returning: $0) })
+        }
     }
 
     // MARK: the pool under its lock
