@@ -5,14 +5,16 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 
-/// The pipeline of one bundle ID, in the spirit of the seed's Go pipeline (part IV) but as
-/// structured concurrency. Each consumed job goes through these stages, composed in
-/// `process(_:)` and each a small function of its own:
+/// The pipeline of one bundle ID, in the spirit of the seed's Go pipeline (part IV). Each
+/// consumed job goes through these stages, composed in `start(_:jobs:)` and each a small
+/// function of its own (`BundlePipeline+Stages.swift`):
 ///
 ///     consume → parse and validate → log → statistics → rollout gate → send → route the outcome
 ///
-/// In-flight work is bounded by the consumer's prefetch: the broker never hands out more
-/// unacknowledged jobs, and the task group never runs more than `prefetch` at once. A held
+/// One task per bundle consumes; a job has no task of its own: APNs' answer is routed and a
+/// bare ack settled on the thread that read it, and only a publish waits for its confirm in a
+/// task. In-flight work is bounded by the consumer's prefetch: the broker never hands out more
+/// unacknowledged jobs, and `InFlightJobs` never lets more than `prefetch` start. A held
 /// outcome (provider fault) stops consuming; the pipeline then probes with one job at a time
 /// (`basic.get`) until one is not held, and consumes again, with no restart.
 ///
