@@ -186,14 +186,9 @@ public final class AMQPConnection: Sendable {
         return AMQPConsumer(queue: queue, consumerTag: tag, id: id, buffer: buffer, connection: self)
     }
 
-    /// Acknowledges a delivery. `.stale` when its channel is gone (see `AMQPSettlement`).
-    /// Does not wait for the broker (AMQP acks have no reply).
-    @discardableResult
-    public func ack(_ delivery: AMQPDelivery) async -> AMQPSettlement {
-        settle(delivery.tag, .ack)
-    }
-
-    /// `ack` from any thread, with no task: it never waited anyway.
+    /// Acknowledges a delivery from any thread, without a task (`ack` in a task is the same).
+    /// `.stale` when its channel is gone (see `AMQPSettlement`). Does not wait for the broker
+    /// (AMQP acks have no reply).
     @discardableResult
     public func ackNow(_ delivery: AMQPDelivery) -> AMQPSettlement {
         settle(delivery.tag, .ack)

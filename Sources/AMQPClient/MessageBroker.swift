@@ -11,9 +11,9 @@ public protocol MessageBroker: Sendable {
     func consume(queue: String, prefetch: UInt16) async throws -> Consumer
     /// `basic.get`: the next message of `queue`, or nil when it is empty.
     func get(queue: String) async throws -> AMQPDelivery?
-    @discardableResult func ack(_ delivery: AMQPDelivery) async -> AMQPSettlement
-    /// `ack` for callers that cannot suspend (the worker settles most jobs from the event loop
-    /// that received APNs' answer): it queues the ack and never blocks.
+    /// Acknowledges a delivery from any thread, without suspending (an AMQP ack has no reply;
+    /// the worker settles most jobs on the event loop that received APNs' answer): it queues
+    /// the ack and never blocks.
     @discardableResult func ackNow(_ delivery: AMQPDelivery) -> AMQPSettlement
     @discardableResult func nack(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement
     /// Returns once the broker confirmed the message; throws when it did not take it.
@@ -24,6 +24,14 @@ public protocol MessageBroker: Sendable {
 /// deliveries already received have been read.
 public protocol MessageConsumer: AsyncSequence, Sendable where Element == AMQPDelivery {
     func cancel() async
+}
+
+extension MessageBroker {
+    /// `ackNow`, for callers in a task.
+    @discardableResult
+    public func ack(_ delivery: AMQPDelivery) async -> AMQPSettlement {
+        ackNow(delivery)
+    }
 }
 
 extension AMQPConnection: MessageBroker {}

@@ -58,6 +58,11 @@ public struct HTTP2Request: Sendable, Hashable {
 
 /// Reads APNs responses.
 public enum HTTP2Response {
+    /// Whether `answer` reads the response header called `name`; a client may keep only those.
+    public static func readsHeader(named name: String) -> Bool {
+        name == "apns-id" || name == "apns-unique-id"
+    }
+
     /// The answer for a response with this `:status`, headers and body. A body that is not the
     /// JSON Apple documents (or is empty, as on 200) leaves `reason` and `timestamp` nil rather
     /// than failing: the status alone still classifies the notification.

@@ -27,17 +27,6 @@ struct StreamRequest: Sendable {
     /// callback added to a future from another thread costs the event loop a task of its own,
     /// one per notification.
     var onResult: @Sendable (StreamResult) -> Void
-
-    init(request: HTTP2Request, deadline: NIODeadline, onResult: @escaping @Sendable (StreamResult) -> Void) {
-        self.request = request
-        self.deadline = deadline
-        self.onResult = onResult
-    }
-
-    /// Completes `promise` with the result.
-    init(request: HTTP2Request, deadline: NIODeadline, promise: EventLoopPromise<StreamResult>) {
-        self.init(request: request, deadline: deadline, onResult: { promise.succeed($0) })
-    }
 }
 
 /// Connection-level news for the pool.
@@ -259,9 +248,9 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         case .headers(let headers):
             if stream.status == nil {
                 stream.status = headers.headers.first(name: ":status").flatMap { Int($0) }
-                // Only what an answer reads (`HTTP2Response.answer`): copying every header of
-                // every answer showed on the profile.
-                for header in headers.headers where header.name == "apns-id" || header.name == "apns-unique-id" {
+                // Only what an answer reads: copying every header of every answer showed on
+                // the profile.
+                for header in headers.headers where HTTP2Response.readsHeader(named: header.name) {
                     stream.headers.append(HTTP2HeaderField(header.name, header.value))
                 }
             }

@@ -69,7 +69,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     // MARK: sending
 
     public func send(_ notification: PushNotification) async -> TransportResult {
-        let finish = started(id: notification.id, token: notification.token)
+        let end = started(id: notification.id, token: notification.token)
         let result: TransportResult
         switch firstToken() {
         case .success(let token):
@@ -79,7 +79,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
         case .failure(let failure):
             result = .failed(failure)
         }
-        finish(result)
+        end(result)
         return result
     }
 
@@ -87,44 +87,41 @@ public final class HTTP2Transport: NotificationTransport, Service {
     /// on the connection's event loop with no task; anything else (waiting for a stream, a
     /// resend after GOAWAY, a renewed token) continues in a task, through the same steps.
     public func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
-        let finish = started(id: notification.id, token: notification.token)
+        let end = started(id: notification.id, token: notification.token, then: completion)
         let token: ProviderToken?
         switch firstToken() {
         case .success(let t): token = t
-        case .failure(let failure):
-            let result = TransportResult.failed(failure)
-            finish(result)
-            return completion(result)
+        case .failure(let failure): return end(.failed(failure))
         }
         let deadline = NIODeadline.now() + configuration.requestTimeout.timeAmount
         guard let lease = state.withLock({ $0.pool.leaseIfFree() }) else {
-            Task {
-                let result = await sendWithRetries(notification, deadline: deadline, token: token, renewedAfterExpiry: false)
-                finish(result)
-                completion(result)
-            }
-            return
+            return continueInTask(notification, deadline: deadline, token: token, renewedAfterExpiry: false, end: end)
         }
         let request = HTTP2Request(notification: notification, authority: configuration.host, authorization: token?.authorization)
         lease.connection.send(
             StreamRequest(request: request, deadline: deadline) { [self] answered in
                 switch afterAttempt(answered, on: lease, deadline: deadline, token: token, renewedAfterExpiry: false) {
                 case .done(let result):
-                    finish(result)
-                    completion(result)
+                    end(result)
                 case .again(let token, let renewed):
-                    Task {
-                        let result = await sendWithRetries(notification, deadline: deadline, token: token, renewedAfterExpiry: renewed)
-                        finish(result)
-                        completion(result)
-                    }
+                    continueInTask(notification, deadline: deadline, token: token, renewedAfterExpiry: renewed, end: end)
                 }
             })
     }
 
+    /// The rest of a send that must wait (for a stream, or after an attempt), in a task.
+    private func continueInTask(
+        _ notification: PushNotification, deadline: NIODeadline, token: ProviderToken?, renewedAfterExpiry: Bool,
+        end: @escaping @Sendable (TransportResult) -> Void
+    ) {
+        Task { end(await sendWithRetries(notification, deadline: deadline, token: token, renewedAfterExpiry: renewedAfterExpiry)) }
+    }
+
     /// Counts a send as begun; the function returned records its end (metrics, and a debug line
-    /// for a notification that got no answer).
-    private func started(id: UUID, token: DeviceToken) -> @Sendable (TransportResult) -> Void {
+    /// for a notification that got no answer), then passes the result to `completion`.
+    private func started(
+        id: UUID, token: DeviceToken, then completion: @escaping @Sendable (TransportResult) -> Void = { _ in }
+    ) -> @Sendable (TransportResult) -> Void {
         let started = ContinuousClock.now
         firstUse.open()
         inFlightMeter.increment()
@@ -139,6 +136,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
                         "apns.token": .string(token.redacted), "apns.failure": .string(failure.description),
                     ])
             }
+            completion(result)
         }
     }
 

@@ -28,9 +28,8 @@ extension BundlePipeline {
         case .send(let job, let context):
             let sent = ContinuousClock.now
             transport.send(job.notification) { result in
-                self.bundleStatistics.apnsAnswered(after: sent.duration(to: .now))
+                let outcome = self.answered(result, sentAt: sent)
                 guard !jobs.isAbandoned else { return self.finished(jobs) }
-                let outcome = OutcomeClassifier.classify(result)
                 let decision = self.judge(outcome, job: context)
                 self.settle(delivery, decision.route, jobs: jobs) {
                     self.count(decision.end, since: started)
@@ -136,9 +135,13 @@ extension BundlePipeline {
     }
 
     func send(_ job: Job) async -> Outcome {
-        let start = ContinuousClock.now
-        let result = await transport.send(job.notification)
-        bundleStatistics.apnsAnswered(after: start.duration(to: .now))
+        let sent = ContinuousClock.now
+        return answered(await transport.send(job.notification), sentAt: sent)
+    }
+
+    /// APNs' answer, timed and classified.
+    private func answered(_ result: TransportResult, sentAt sent: ContinuousClock.Instant) -> Outcome {
+        bundleStatistics.apnsAnswered(after: sent.duration(to: .now))
         return OutcomeClassifier.classify(result)
     }
 

@@ -11,6 +11,13 @@ import Testing
 
 @testable import APNSTransport
 
+extension StreamRequest {
+    /// A request whose result completes `promise`, for tests that wait on a future.
+    init(request: HTTP2Request, deadline: NIODeadline, promise: EventLoopPromise<StreamResult>) {
+        self.init(request: request, deadline: deadline, onResult: { promise.succeed($0) })
+    }
+}
+
 final class EventLog: Sendable {
     private let events = Mutex<[HTTP2ConnectionEvent]>([])
     func append(_ e: HTTP2ConnectionEvent) { events.withLock { $0.append(e) } }

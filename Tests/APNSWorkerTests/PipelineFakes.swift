@@ -96,11 +96,6 @@ final class FakeBroker: MessageBroker {
     }
 
     @discardableResult
-    func ack(_ delivery: AMQPDelivery) async -> AMQPSettlement {
-        ackNow(delivery)
-    }
-
-    @discardableResult
     func ackNow(_ delivery: AMQPDelivery) -> AMQPSettlement {
         state.withLock { $0.acked.append(delivery.tag) }
         return .settled
