@@ -213,12 +213,21 @@ public final class AMQPConnection: Sendable {
     /// others are queued, and the owner thread checks the generation again before sending, so
     /// a tag is never sent on a channel that did not deliver it. `.settled` therefore means
     /// "handed to the live channel", as for any ack still in a socket buffer when a connection dies.
+    ///
+    /// An ack does not wake a thread that sleeps briefly to pick acks up (`SharedState.acksWakeAt`)
+    /// until a batch of them is queued: the write to the eventfd and the wake-up it causes cost
+    /// the caller, the connection's event loop, more than the ack itself.
     func settle(_ tag: AMQPDeliveryTag, _ kind: SettlementKind) -> AMQPSettlement {
         let (accepted, wake): (Bool, Bool) = shared.withLock { state in
             guard !state.terminated, state.openChannels[tag.channel] == tag.generation else { return (false, false) }
             state.commands.append(.settle(tag, kind))
-            defer { state.sleeping = false }
-            return (true, state.sleeping)
+            guard state.sleeping else { return (true, false) }
+            if case .ack = kind, let batch = state.acksWakeAt {
+                state.acksWhileSleeping += 1
+                if state.acksWhileSleeping < batch { return (true, false) }
+            }
+            state.sleeping = false
+            return (true, true)
         }
         if wake { crabbitmq_wakeup_signal(wakeFD) }
         if !accepted { logger.debug("AMQP settlement of a stale delivery dropped", metadata: ["amqp.delivery_tag": "\(tag)"]) }
@@ -261,6 +270,10 @@ struct SharedState: ~Copyable {
     var commands: [Command] = []
     /// The owner thread is (about to be) in poll(2): a new command must signal the eventfd.
     var sleeping = false
+    /// Set while the owner thread sleeps no longer than its acks may wait (a consumer has
+    /// deliveries not yet settled): acks then signal the eventfd only once this many are queued.
+    var acksWakeAt: Int?
+    var acksWhileSleeping = 0
     /// The owner thread has ended: commands are refused.
     var terminated = false
     var state: AMQPConnectionState = .connecting

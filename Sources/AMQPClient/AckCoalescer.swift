@@ -35,6 +35,8 @@ struct AckCoalescer: Sendable {
 
     /// Every tag up to here is settled on the wire (acked, nacked or rejected).
     private(set) var settledThrough: UInt64 = 0
+    /// The highest tag delivered to the channel's consumer (`delivered`).
+    private(set) var deliveredThrough: UInt64 = 0
     /// Acks asked for and not yet sent, by tag, with when they were asked for.
     private var waiting: [UInt64: UInt64] = [:]
     /// Tags above `settledThrough` already settled on the wire (a nack, a reject, an ack sent
@@ -42,6 +44,8 @@ struct AckCoalescer: Sendable {
     private var settledAbove: Set<UInt64> = []
     /// When the oldest waiting ack was asked for.
     private var oldestWaitingSince: UInt64?
+    /// When the latest ack was asked for.
+    private var lastAckAskedAt: UInt64?
 
     init(maxDelay: UInt64 = 20_000_000, maxHeld: Int = 64, batch: Int = 1, batchDelay: UInt64 = 1_000_000) {
         self.maxDelay = maxDelay
@@ -58,9 +62,29 @@ struct AckCoalescer: Sendable {
     /// Acks asked for and not sent yet.
     var waitingCount: Int { waiting.count }
 
+    /// The channel's consumer was handed delivery `tag`.
+    mutating func delivered(_ tag: UInt64) {
+        deliveredThrough = max(deliveredThrough, tag)
+    }
+
+    /// Deliveries handed to the consumer whose settlement has not reached the coalescer yet.
+    var unsettledCount: Int {
+        guard deliveredThrough > settledThrough else { return 0 }
+        return max(0, Int(deliveredThrough - settledThrough) - settledAbove.count - waiting.count)
+    }
+
+    /// Whether more acks are expected soon: deliveries are unsettled and acks have been coming
+    /// in lately (within `quietAfter`). A consumer whose jobs are all stuck waiting (a slow
+    /// peer, a paused dependency) is not expected to ack soon.
+    func expectsAcks(now: UInt64, quietAfter: UInt64 = 100_000_000) -> Bool {
+        guard unsettledCount > 0, let last = lastAckAskedAt else { return false }
+        return now &- last < quietAfter
+    }
+
     /// The application acknowledged `tag` at `now` (nanoseconds of any monotonic clock).
     mutating func ack(_ tag: UInt64, now: UInt64) {
         guard tag > settledThrough, !settledAbove.contains(tag), waiting[tag] == nil else { return }
+        lastAckAskedAt = max(lastAckAskedAt ?? now, now)
         waiting[tag] = now
         if oldestWaitingSince == nil { oldestWaitingSince = now }
     }

@@ -57,8 +57,8 @@ extension ConnectionDriver {
             let status: Int32
             switch kind {
             case .ack where coalesced:
-                let now = Self.monotonicNanoseconds()
-                coalescing(tag.channel, tag.generation) { $0.ack(tag.value, now: now) }
+                let askedAt = acksAskedAt
+                coalescing(tag.channel, tag.generation) { $0.ack(tag.value, now: askedAt) }
                 return
             case .ack: status = amqp_basic_ack(state, tag.channel, tag.value, 0)
             case .nack(let requeue): status = amqp_basic_nack(state, tag.channel, tag.value, 0, requeue ? 1 : 0)
@@ -161,6 +161,22 @@ extension ConnectionDriver {
         return min(limit, remaining)
     }
 
+    /// Acks a sleeping thread need not be woken for: a consumer channel expects more acks soon
+    /// (`AckCoalescer.expectsAcks`). The thread then sleeps no longer than the shortest batch
+    /// delay, and is woken early only by a full batch. Nil when no ack is expected soon: the
+    /// first one wakes the thread, as every other command does.
+    func acksAwaited() -> AwaitedAcks? {
+        guard !ackCoalescers.isEmpty else { return nil }
+        let now = Self.monotonicNanoseconds()
+        var awaited: AwaitedAcks?
+        for entry in ackCoalescers.values where entry.acks.expectsAcks(now: now) {
+            let delay = Duration.nanoseconds(Int64(clamping: entry.acks.batchDelay))
+            awaited = AwaitedAcks(
+                delay: min(awaited?.delay ?? delay, delay), batch: min(awaited?.batch ?? entry.acks.batch, entry.acks.batch))
+        }
+        return awaited
+    }
+
     static func monotonicNanoseconds() -> UInt64 {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
@@ -225,4 +241,10 @@ extension ConnectionDriver {
     func failInFlightPublishes(_ error: AMQPError) {
         confirms.failAll { $0.resume(throwing: error) }
     }
+}
+
+/// See `ConnectionDriver.acksAwaited()`.
+struct AwaitedAcks {
+    var delay: Duration
+    var batch: Int
 }

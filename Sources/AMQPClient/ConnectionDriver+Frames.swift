@@ -90,7 +90,9 @@ extension ConnectionDriver {
                 body: assembly.body, properties: assembly.properties)
             let accepted = consumer.request.buffer.push(AMQPDelivery(
                 message: message, tag: AMQPDeliveryTag(channel: channel, generation: generation, value: tag), consumerTag: consumerTag))
-            if !accepted, let state = conn {
+            if accepted {
+                coalescing(channel, generation) { $0.delivered(tag) }
+            } else if let state = conn {
                 // Sent by the broker before it processed our basic.cancel: the consumer's
                 // sequence has ended, so nobody would ever settle it and it would sit unacked
                 // on this still-open channel until the connection closed. Hand it back now.

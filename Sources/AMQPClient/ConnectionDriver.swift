@@ -76,6 +76,11 @@ final class ConnectionDriver: @unchecked Sendable {
     /// generation they belong to (a coalescer of a generation no longer open is dropped).
     var ackCoalescers: [amqp_channel_t: (generation: UInt64, acks: AckCoalescer)] = [:]
 
+    /// When the commands being handled were asked for at the latest (see `serve`).
+    var acksAskedAt: UInt64 = 0
+    /// When the current brief sleep (`sleep(upTo:socket:awaitingAcks:)`) began.
+    var briefSleepStart: UInt64?
+
     var confirms = PublishConfirms<CheckedContinuation<Void, any Error>>()
     var blocked = false
     var publishesWhileBlocked: [(AMQPOutboundMessage, CheckedContinuation<Void, any Error>)] = []
@@ -300,6 +305,12 @@ final class ConnectionDriver: @unchecked Sendable {
                 return
             }
             let commands = takeCommands()
+            if !commands.isEmpty {
+                // After a brief sleep, every command taken was queued during it: an ack counts
+                // from the start of the sleep, so it never waits longer than its batch delay.
+                acksAskedAt = briefSleepStart ?? Self.monotonicNanoseconds()
+            }
+            briefSleepStart = nil
             for command in commands { try handle(command) }
             try flushAcks()
             if stopRequested { continue }
@@ -317,7 +328,7 @@ final class ConnectionDriver: @unchecked Sendable {
                 handled += 1
             }
             if handled == 0 && commands.isEmpty {
-                sleep(upTo: untilNextAckDeadline(atMost: configuration.pollInterval), socket: socketFD)
+                sleep(upTo: untilNextAckDeadline(atMost: configuration.pollInterval), socket: socketFD, awaitingAcks: acksAwaited())
             }
         }
     }
@@ -330,17 +341,28 @@ final class ConnectionDriver: @unchecked Sendable {
         }
     }
 
-    /// Sleeps until the socket is readable, a command arrives or `duration` passes.
-    func sleep(upTo duration: Duration, socket: Int32) {
+    /// Sleeps until the socket is readable, a command arrives or `duration` passes. With
+    /// `awaitingAcks`, no longer than its delay, and acks wake the thread only in batches.
+    func sleep(upTo duration: Duration, socket: Int32, awaitingAcks: AwaitedAcks? = nil) {
         let goToSleep = connection.shared.withLock { state in
             guard state.commands.isEmpty else { return false }
             state.sleeping = true
+            state.acksWakeAt = awaitingAcks?.batch
+            state.acksWhileSleeping = 0
             return true
         }
         guard goToSleep else { return }
-        let milliseconds = Int32(clamping: max(1, duration.wholeMilliseconds))
+        var timeout = duration
+        if let awaitingAcks {
+            timeout = min(timeout, awaitingAcks.delay)
+            briefSleepStart = Self.monotonicNanoseconds()
+        }
+        let milliseconds = Int32(clamping: max(1, timeout.wholeMilliseconds))
         let result = crabbitmq_wait_readable(socket, connection.wakeFD, milliseconds)
-        connection.shared.withLock { $0.sleeping = false }
+        connection.shared.withLock {
+            $0.sleeping = false
+            $0.acksWakeAt = nil
+        }
         if result > 0 && result & 2 != 0 { crabbitmq_wakeup_drain(connection.wakeFD) }
     }
 

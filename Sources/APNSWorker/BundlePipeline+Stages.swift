@@ -102,8 +102,7 @@ extension BundlePipeline {
         case .success(let parsed):
             job = parsed
         }
-        let context = OutcomeRouter.JobContext(
-            message: delivery.message, jobID: job.id.uuidString, token: job.token, previousAttempts: previousAttempts)
+        let context = OutcomeRouter.JobContext(message: delivery.message, job: job, previousAttempts: previousAttempts)
         log(job, attempt: previousAttempts + 1, redelivered: delivery.message.redelivered)
         bundleStatistics.jobReceived()
         if case .hold(let why) = gate(job) {
@@ -154,7 +153,7 @@ extension BundlePipeline {
 
     /// What is said about a settled job: its log line, and an invalid token to the observer.
     func report(_ outcome: Outcome, end: OutcomeRouter.End, job context: OutcomeRouter.JobContext) {
-        let jobID = context.jobID ?? "-"
+        var jobID: String { context.jobID ?? "-" }
         switch outcome {
         case .delivered:
             // Debug, not info: at thousands of jobs a second one line each costs more than the

@@ -28,8 +28,16 @@ public struct OutcomeRouter: Sendable {
     /// The job as the router needs it: the delivered message, left untouched in what it forwards.
     public struct JobContext: Sendable {
         public var message: AMQPDeliveredMessage
-        /// The job id (`apns-id`), when the body parsed far enough to have one.
-        public var jobID: String?
+        /// The job id (`apns-id`), when the body parsed far enough to have one. Spelt out only
+        /// when asked for: most jobs are delivered and never need it, and Foundation's
+        /// `uuidString` formats through `snprintf`.
+        public var jobID: String? {
+            switch id {
+            case .parsed(let uuid): uuid.uuidString
+            case .unparsed(let text): text
+            }
+        }
+        private var id: JobIdentity
         /// The device token, when the body parsed far enough to have one (hex for feedback
         /// events, redacted for logs).
         public var token: DeviceToken?
@@ -38,9 +46,22 @@ public struct OutcomeRouter: Sendable {
 
         public init(message: AMQPDeliveredMessage, jobID: String?, token: DeviceToken?, previousAttempts: Int) {
             self.message = message
-            self.jobID = jobID
+            self.id = .unparsed(jobID)
             self.token = token
             self.previousAttempts = previousAttempts
+        }
+
+        /// The context of a job whose body parsed.
+        public init(message: AMQPDeliveredMessage, job: Job, previousAttempts: Int) {
+            self.message = message
+            self.id = .parsed(job.id)
+            self.token = job.token
+            self.previousAttempts = previousAttempts
+        }
+
+        private enum JobIdentity: Sendable {
+            case parsed(UUID)
+            case unparsed(String?)
         }
 
         /// Reads `x-apns-attempt` from the message headers; absent or malformed counts as 0.

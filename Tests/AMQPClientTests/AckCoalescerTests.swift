@@ -61,6 +61,41 @@ import Testing
         #expect(AckCoalescer.batch(forPrefetch: 2000) == 64)
     }
 
+    @Test func unsettledDeliveriesAreThoseNotYetAckedOrSettledElsewhere() {
+        var acks = AckCoalescer(batch: 4, batchDelay: 100)
+        #expect(acks.unsettledCount == 0)
+        for tag: UInt64 in 1...6 { acks.delivered(tag) }
+        #expect(acks.unsettledCount == 6)
+        acks.ack(2, now: 0)
+        acks.settledElsewhere(5)
+        #expect(acks.unsettledCount == 4)
+        acks.ack(1, now: 0)
+        #expect(acks.flush(now: 0) == [])  // a short batch waits
+        #expect(acks.unsettledCount == 3)
+        #expect(acks.flush(now: 100) == [.ackThrough(2)])
+        #expect(acks.unsettledCount == 3)
+        for tag: UInt64 in [3, 4, 6] { acks.ack(tag, now: 200) }
+        #expect(acks.unsettledCount == 0)
+        #expect(acks.flush(now: 300) == [.ackThrough(6)])
+        #expect(acks.unsettledCount == 0)
+    }
+
+    /// Acks are expected soon only while deliveries are unsettled and acks keep coming: a
+    /// consumer whose jobs all wait on something slow lets the owner thread sleep long.
+    @Test func acksAreExpectedWhileTheyKeepComing() {
+        var acks = AckCoalescer()
+        for tag: UInt64 in 1...3 { acks.delivered(tag) }
+        #expect(!acks.expectsAcks(now: 0, quietAfter: 50))  // nothing acked yet
+        acks.ack(1, now: 10)
+        #expect(acks.expectsAcks(now: 59, quietAfter: 50))
+        #expect(!acks.expectsAcks(now: 60, quietAfter: 50))  // quiet for too long
+        acks.ack(2, now: 70)
+        acks.ack(3, now: 70)
+        #expect(!acks.expectsAcks(now: 71, quietAfter: 50))  // nothing left to settle
+        acks.delivered(4)
+        #expect(acks.expectsAcks(now: 71, quietAfter: 50))
+    }
+
     @Test func tooManyHeldAcksGoOutAtOnce() {
         var acks = AckCoalescer(maxDelay: .max, maxHeld: 3)
         acks.ack(2, now: 0)

@@ -101,6 +101,40 @@ struct MessagingTests {
         }
     }
 
+    /// While a consumer has deliveries unsettled, the connection's thread sleeps no longer than
+    /// an ack's batch delay and is not woken for each ack. Those acks must still reach the
+    /// broker: with a prefetch of 16, the 17th delivery comes only after the first ack arrived,
+    /// and so on, so a stuck ack stops the flow. Acks come alone and in small groups, with
+    /// pauses long enough for the thread to sleep between them, and the last ones after the
+    /// flow has ended.
+    @Test func acksTheThreadIsNotWokenForStillReachTheBroker() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queue = uniqueName("quiet-acks")
+            try await connection.declareQueue(classicQueue(queue))
+            let count = 40
+            for index in 1...count { try await connection.publish(message("\(index)", to: queue)) }
+            let consumer = try await connection.consume(queue: queue, prefetch: 16)
+            let received = try await withTimeout(.seconds(60), "every delivery, each after earlier acks") {
+                var iterator = consumer.makeAsyncIterator()
+                var texts: [String] = []
+                while texts.count < count, let delivery = try await iterator.next() {
+                    texts.append(delivery.text)
+                    if texts.count % 3 == 0 { try await Task.sleep(for: .milliseconds(15)) }
+                    #expect(await connection.ack(delivery) == .settled)
+                }
+                return texts
+            }
+            #expect(received == (1...count).map { "\($0)" })
+            try await eventually(.seconds(30), "no delivery left unacknowledged") {
+                let listing = try await broker.ctl("list_queues", "--quiet", "--no-table-headers", "name", "messages_unacknowledged")
+                return listing.split(separator: "\n").contains { $0.split(whereSeparator: \.isWhitespace) == [Substring(queue), "0"] }
+            }
+            await consumer.cancel()
+            try await connection.deleteQueue(queue)
+        }
+    }
+
     @Test func manyPipelinedConfirmedPublishes() async throws {
         let broker = try TestBroker.require()
         try await withConnection(configuration(broker)) { connection in
