@@ -146,8 +146,13 @@ extension ConnectionDriver {
     func coalescing(_ channel: amqp_channel_t, _ generation: UInt64, _ change: (inout AckCoalescer) -> Void) {
         if ackCoalescers[channel]?.generation != generation {
             // A `basic.get` channel has no consumer and no prefetch: no batch.
-            let batch = consumers.consumer(on: channel).map { AckCoalescer.batch(forPrefetch: $0.entry.request.prefetch) } ?? 1
-            ackCoalescers[channel] = (generation, AckCoalescer(batch: batch))
+            let prefetch = consumers.consumer(on: channel)?.entry.request.prefetch
+            ackCoalescers[channel] = (
+                generation,
+                AckCoalescer(
+                    maxHeld: prefetch.map(AckCoalescer.maxHeld(forPrefetch:)) ?? AckCoalescer.defaultMaxHeld,
+                    batch: prefetch.map(AckCoalescer.batch(forPrefetch:)) ?? 1)
+            )
         }
         change(&ackCoalescers[channel]!.acks)
     }

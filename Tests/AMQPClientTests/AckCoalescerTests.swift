@@ -96,6 +96,37 @@ import Testing
         #expect(acks.expectsAcks(now: 71, quietAfter: 50))
     }
 
+    @Test func upToHalfThePrefetchWaitsBehindAnUnfinishedTag() {
+        #expect(AckCoalescer.maxHeld(forPrefetch: 500) == 250)
+        #expect(AckCoalescer.maxHeld(forPrefetch: 50) == AckCoalescer.defaultMaxHeld)
+    }
+
+    /// Jobs spread over two APNs connections finish interleaved, one connection 100 jobs (3 ms)
+    /// behind the other. With half the prefetch allowed to wait, every ack still goes out in
+    /// multiple acks; with 64, the waiting ones went out one frame each.
+    @Test func interleavedConnectionsStillAckInBatches() {
+        func frames(maxHeld: Int) -> [AckCoalescer.Frame] {
+            var acks = AckCoalescer(maxHeld: maxHeld, batch: 62)
+            var sent: [AckCoalescer.Frame] = []
+            var now: UInt64 = 0
+            let lag: UInt64 = 100
+            for step in 1...1_100 as ClosedRange<UInt64> {
+                now += 30_000  // 30 µs a job
+                let ahead = 2 * step - 1  // the faster connection's odd tags
+                if ahead <= 2_000 { acks.ack(ahead, now: now) }
+                if step > lag, 2 * (step - lag) <= 2_000 { acks.ack(2 * (step - lag), now: now) }
+                if step % 10 == 0 { sent += acks.flush(now: now) }
+            }
+            sent += acks.flush(now: now, force: true)
+            #expect(acks.settledThrough == 2_000)
+            return sent
+        }
+        let batched = frames(maxHeld: AckCoalescer.maxHeld(forPrefetch: 500))
+        #expect(batched.allSatisfy { if case .ackThrough = $0 { true } else { false } })
+        let oneByOne = frames(maxHeld: AckCoalescer.defaultMaxHeld)
+        #expect(oneByOne.count > 5 * batched.count, "\(oneByOne.count) frames against \(batched.count)")
+    }
+
     @Test func tooManyHeldAcksGoOutAtOnce() {
         var acks = AckCoalescer(maxDelay: .max, maxHeld: 3)
         acks.ack(2, now: 0)
