@@ -56,6 +56,16 @@ struct AckCoalescer: Sendable {
         self.batchDelay = min(batchDelay, maxDelay)
     }
 
+    /// The coalescer of a consumer channel with this prefetch; nil for a `basic.get` channel,
+    /// which has no consumer and no prefetch: no batch, and the default hold.
+    init(consumerPrefetch prefetch: UInt16?) {
+        guard let prefetch else {
+            self.init()
+            return
+        }
+        self.init(maxHeld: Self.maxHeld(forPrefetch: prefetch), batch: Self.batch(forPrefetch: prefetch))
+    }
+
     /// The batch for a consumer with this prefetch: an eighth of it, at most 64.
     static func batch(forPrefetch prefetch: UInt16) -> Int {
         max(1, min(64, Int(prefetch) / 8))

@@ -35,7 +35,8 @@ extension ConnectionDriver {
         }
     }
 
-    func handle(_ command: Command) throws(ConnectionFailure) {
+    /// `askedAt`: when the command was queued at the latest (an ack's batch delay counts from it).
+    func handle(_ command: Command, askedAt: UInt64) throws(ConnectionFailure) {
         guard let state = conn else {
             handleWhileDisconnected(command)
             return
@@ -57,7 +58,6 @@ extension ConnectionDriver {
             let status: Int32
             switch kind {
             case .ack where coalesced:
-                let askedAt = acksAskedAt
                 coalescing(tag.channel, tag.generation) { $0.ack(tag.value, now: askedAt) }
                 return
             case .ack: status = amqp_basic_ack(state, tag.channel, tag.value, 0)
@@ -145,14 +145,8 @@ extension ConnectionDriver {
     /// The coalescer of a consumer channel's current generation, made on first use.
     func coalescing(_ channel: amqp_channel_t, _ generation: UInt64, _ change: (inout AckCoalescer) -> Void) {
         if ackCoalescers[channel]?.generation != generation {
-            // A `basic.get` channel has no consumer and no prefetch: no batch.
             let prefetch = consumers.consumer(on: channel)?.entry.request.prefetch
-            ackCoalescers[channel] = (
-                generation,
-                AckCoalescer(
-                    maxHeld: prefetch.map(AckCoalescer.maxHeld(forPrefetch:)) ?? AckCoalescer.defaultMaxHeld,
-                    batch: prefetch.map(AckCoalescer.batch(forPrefetch:)) ?? 1)
-            )
+            ackCoalescers[channel] = (generation, AckCoalescer(consumerPrefetch: prefetch))
         }
         change(&ackCoalescers[channel]!.acks)
     }

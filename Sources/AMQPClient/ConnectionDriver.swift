@@ -76,11 +76,6 @@ final class ConnectionDriver: @unchecked Sendable {
     /// generation they belong to (a coalescer of a generation no longer open is dropped).
     var ackCoalescers: [amqp_channel_t: (generation: UInt64, acks: AckCoalescer)] = [:]
 
-    /// When the commands being handled were asked for at the latest (see `serve`).
-    var acksAskedAt: UInt64 = 0
-    /// When the current brief sleep (`sleep(upTo:socket:awaitingAcks:)`) began.
-    var briefSleepStart: UInt64?
-
     var confirms = PublishConfirms<CheckedContinuation<Void, any Error>>()
     var blocked = false
     var publishesWhileBlocked: [(AMQPOutboundMessage, CheckedContinuation<Void, any Error>)] = []
@@ -299,6 +294,8 @@ final class ConnectionDriver: @unchecked Sendable {
     // MARK: Serve
 
     func serve() throws(ConnectionFailure) {
+        /// When the last sleep began, if it was a brief one (`sleep(upTo:socket:awaitingAcks:)`).
+        var briefSleepStart: UInt64?
         while true {
             if stopRequested {
                 closeGracefully()
@@ -308,10 +305,10 @@ final class ConnectionDriver: @unchecked Sendable {
             if !commands.isEmpty {
                 // After a brief sleep, every command taken was queued during it: an ack counts
                 // from the start of the sleep, so it never waits longer than its batch delay.
-                acksAskedAt = briefSleepStart ?? Self.monotonicNanoseconds()
+                let askedAt = briefSleepStart ?? Self.monotonicNanoseconds()
+                for command in commands { try handle(command, askedAt: askedAt) }
             }
             briefSleepStart = nil
-            for command in commands { try handle(command) }
             try flushAcks()
             if stopRequested { continue }
             var handled = 0
@@ -328,7 +325,8 @@ final class ConnectionDriver: @unchecked Sendable {
                 handled += 1
             }
             if handled == 0 && commands.isEmpty {
-                sleep(upTo: untilNextAckDeadline(atMost: configuration.pollInterval), socket: socketFD, awaitingAcks: acksAwaited())
+                briefSleepStart = sleep(
+                    upTo: untilNextAckDeadline(atMost: configuration.pollInterval), socket: socketFD, awaitingAcks: acksAwaited())
             }
         }
     }
@@ -342,8 +340,10 @@ final class ConnectionDriver: @unchecked Sendable {
     }
 
     /// Sleeps until the socket is readable, a command arrives or `duration` passes. With
-    /// `awaitingAcks`, no longer than its delay, and acks wake the thread only in batches.
-    func sleep(upTo duration: Duration, socket: Int32, awaitingAcks: AwaitedAcks? = nil) {
+    /// `awaitingAcks`, no longer than its delay, and acks wake the thread only in batches; it
+    /// then returns when that brief sleep began.
+    @discardableResult
+    func sleep(upTo duration: Duration, socket: Int32, awaitingAcks: AwaitedAcks? = nil) -> UInt64? {
         let goToSleep = connection.shared.withLock { state in
             guard state.commands.isEmpty else { return false }
             state.sleeping = true
@@ -351,8 +351,9 @@ final class ConnectionDriver: @unchecked Sendable {
             state.acksWhileSleeping = 0
             return true
         }
-        guard goToSleep else { return }
+        guard goToSleep else { return nil }
         var timeout = duration
+        var briefSleepStart: UInt64?
         if let awaitingAcks {
             timeout = min(timeout, awaitingAcks.delay)
             briefSleepStart = Self.monotonicNanoseconds()
@@ -364,6 +365,7 @@ final class ConnectionDriver: @unchecked Sendable {
             $0.acksWakeAt = nil
         }
         if result > 0 && result & 2 != 0 { crabbitmq_wakeup_drain(connection.wakeFD) }
+        return briefSleepStart
     }
 
     func closeGracefully() {

@@ -99,6 +99,11 @@ import Testing
     @Test func upToHalfThePrefetchWaitsBehindAnUnfinishedTag() {
         #expect(AckCoalescer.maxHeld(forPrefetch: 500) == 250)
         #expect(AckCoalescer.maxHeld(forPrefetch: 50) == AckCoalescer.defaultMaxHeld)
+        let consumer = AckCoalescer(consumerPrefetch: 500)
+        #expect(consumer.maxHeld == 250 && consumer.batch == 62)
+        // A `basic.get` channel: no batch, the default hold.
+        let get = AckCoalescer(consumerPrefetch: nil)
+        #expect(get.maxHeld == AckCoalescer.defaultMaxHeld && get.batch == 1)
     }
 
     /// Jobs spread over two APNs connections finish interleaved, one connection 100 jobs (3 ms)
