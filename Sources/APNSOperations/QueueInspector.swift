@@ -30,11 +30,15 @@ public final class QueueInspector: Sendable {
     /// How long an operation waits, before returning, for the messages it held to be ready in
     /// their queues again (see `waitForHandBack`).
     public let handBackWait: Duration
+    /// How long an operation that acked messages keeps its connection open before closing it,
+    /// so that the acks reach their queues first (quorum queues, see `AckedMessages`). Tests
+    /// set 0 to provoke what it guards against.
+    public let ackSettleWait: Duration
     /// When set (the admin server), depths and hand-back checks use this one long-lived
     /// connection instead of one each; listings and moves always take a connection of their
     /// own, because closing it is what hands the messages back in their order.
     public let reads: PooledConnection?
-    private let logger: Logger
+    let logger: Logger
 
     /// The most messages one consumer can hold unacked (AMQP prefetch is 16 bits): a listing
     /// sees at most this many messages of each queue.
@@ -44,8 +48,10 @@ public final class QueueInspector: Sendable {
 
     public init(
         amqp: AMQPConfiguration, bundleIDs: [String], retryDelays: [Duration], logger: Logger,
-        deliveryWait: Duration = .seconds(3), handBackWait: Duration = .seconds(5), pooledReads: Bool = false
+        deliveryWait: Duration = .seconds(3), handBackWait: Duration = .seconds(5), ackSettleWait: Duration = .milliseconds(500),
+        pooledReads: Bool = false
     ) {
+        self.ackSettleWait = ackSettleWait
         var readsConfiguration = amqp
         readsConfiguration.connectionName = "\(amqp.connectionName) (reads)"
         self.reads = pooledReads ? PooledConnection(configuration: readsConfiguration, logger: logger) : nil
@@ -207,6 +213,7 @@ public final class QueueInspector: Sendable {
         var found: Set<String> = []
         var count = 0
         var readyAfter: [String: Int] = [:]
+        var acked = AckedMessages()
         try await withConnection(purpose) { connection in
             for (bundle, queue) in scope(kind, bundleID: bundleID) {
                 if !wanted.isEmpty, wanted.isSubset(of: found) { break }
@@ -224,6 +231,7 @@ public final class QueueInspector: Sendable {
                         seen += 1
                         guard JobInspection.selects(selection, job, now: now) else { continue }
                         if let id = job.jobID { found.insert(id) }
+                        acked.acked(delivery.message, in: queue)
                         if inFlight >= Self.movesInFlight {
                             try await group.next()
                             inFlight -= 1
@@ -244,9 +252,10 @@ public final class QueueInspector: Sendable {
             }
             // On quorum queues an ack sent just before its channel closes can be overtaken by the
             // close, and the job comes back (contract §4): let the last acks reach the broker.
-            try? await Task.sleep(for: .milliseconds(500))
+            try? await Task.sleep(for: ackSettleWait)
         }
         await waitForHandBack(readyAfter)
+        await ackAgainWhatCameBack(acked, purpose: purpose)
         let notFound = wanted.subtracting(found).sorted()
         return (count, notFound)
     }
@@ -254,7 +263,7 @@ public final class QueueInspector: Sendable {
     /// Takes up to `cap` (default: all ready) messages of `queue` without acking them; they stay
     /// with this connection until it closes. Also returns how many were ready before. A queue
     /// that does not exist has none.
-    private func take(_ connection: AMQPConnection, _ queue: String, cap: Int?) async throws -> ([AMQPDelivery], Int) {
+    func take(_ connection: AMQPConnection, _ queue: String, cap: Int?) async throws -> ([AMQPDelivery], Int) {
         guard let info = try await inspect(connection, queue) else { return ([], 0) }
         var want = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
         if let cap { want = min(want, cap) }
@@ -279,7 +288,7 @@ public final class QueueInspector: Sendable {
     /// queues through their log), so without this an operation started right after another
     /// could miss the messages still on their way back. Only operators take from dead and retry
     /// queues, and new failures only add messages, so the count comes back at least this high.
-    private func waitForHandBack(_ ready: [String: Int]) async {
+    func waitForHandBack(_ ready: [String: Int]) async {
         let pending = ready.filter { $0.value > 0 }
         guard !pending.isEmpty else { return }
         let deadline = ContinuousClock.now + handBackWait
@@ -343,7 +352,7 @@ public final class QueueInspector: Sendable {
         return try await body(try await reads.get())
     }
 
-    private func withConnection<Result: Sendable>(_ purpose: String, _ body: (AMQPConnection) async throws -> Result) async throws -> Result {
+    func withConnection<Result: Sendable>(_ purpose: String, _ body: (AMQPConnection) async throws -> Result) async throws -> Result {
         var configuration = amqp
         configuration.connectionName = "\(amqp.connectionName) (\(purpose))"
         return try await AMQPConnection.withConnection(configuration: configuration, logger: logger, body)

@@ -49,10 +49,10 @@ struct TestBundle {
 
     /// Waits generous for a loaded CI machine: a listing that stops waiting for the next
     /// message, or returns before its messages are back, makes the next step's counts wrong.
-    func inspector(bundles: [String]? = nil, handBackWait: Duration = .seconds(30)) throws -> QueueInspector {
+    func inspector(bundles: [String]? = nil, handBackWait: Duration = .seconds(30), ackSettleWait: Duration = .milliseconds(500)) throws -> QueueInspector {
         QueueInspector(
             amqp: try amqpConfiguration(broker), bundleIDs: bundles ?? [bundleID], retryDelays: retryDelays, logger: testLogger(),
-            deliveryWait: .seconds(10), handBackWait: handBackWait)
+            deliveryWait: .seconds(10), handBackWait: handBackWait, ackSettleWait: ackSettleWait)
     }
 
     @discardableResult

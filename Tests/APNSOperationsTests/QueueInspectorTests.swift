@@ -4,6 +4,7 @@ import AMQPClient
 import APNSCore
 import APNSOperations
 import Foundation
+import Synchronization
 import Testing
 import TestSupport
 
@@ -119,6 +120,38 @@ struct QueueInspectorTests {
         #expect(work.allSatisfy { $0.properties.headers?[JobHeaders.attempt] == nil })
     }
 
+    /// Tries to break moves and purges on a quorum queue: thousands of acks, each a frame of its
+    /// own, the connection closed at once (no settle wait), and the queue kept busy with new
+    /// dead jobs meanwhile, as a worker would. That is what lets a close overtake some of the
+    /// acks (contract §4). Every purged job must be gone, and every requeued one be in the
+    /// work queue only.
+    @Test func noJobComesBackWhenTheCloseOvertakesItsAck() async throws {
+        let bundle = try await TestBundle.make(.quorum)
+        let ids = jobIDs(3000)
+        try await bundle.seedDead(ids, reason: { $0 % 2 == 0 ? "Unregistered" : "BadDeviceToken" })
+        let inspector = try bundle.inspector(ackSettleWait: .zero)
+        let stop = StopFlag()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for publisher in 0..<4 {
+                group.addTask {
+                    var round = 0
+                    while !stop.isSet {
+                        try await bundle.seedDead(jobIDs(50, "other-\(publisher)-\(round)"), reason: { _ in "Other" })
+                        round += 1
+                    }
+                }
+            }
+            #expect(try await inspector.purge(.dead, .all(JobFilter(reason: "Unregistered"))).purged == 1500)
+            #expect(try await inspector.requeue(.dead, .all(JobFilter(reason: "BadDeviceToken"))).moved == 1500)
+            stop.set()
+            try await group.waitForAll()
+        }
+        let left = try await inspector.list(.dead)
+        #expect(left.filter { $0.reason != "Other" }.map(\.jobID) == [])
+        let work = try await bundle.drain(bundle.work).compactMap(\.jobID)
+        #expect(work.count == 1500 && Set(work) == Set(ids.enumerated().filter { $0.offset % 2 == 1 }.map(\.element)))
+    }
+
     @Test func purgeByIDByFilterAndWhole() async throws {
         let bundle = try await TestBundle.make(.quorum)
         let ids = jobIDs(12)
@@ -178,4 +211,11 @@ private func withoutDeliveryCount(_ job: QueuedJob) -> QueuedJob {
     var job = job
     job.headers["x-delivery-count"] = nil
     return job
+}
+
+/// Tells the background publishers of a test to stop.
+private final class StopFlag: Sendable {
+    private let flag = Mutex(false)
+    var isSet: Bool { flag.withLock { $0 } }
+    func set() { flag.withLock { $0 = true } }
 }

@@ -1,0 +1,56 @@
+import AMQPClient
+import Logging
+
+extension QueueInspector {
+    /// How many times the messages of a move or purge are looked for again after the broker
+    /// may have handed back some whose acks it dropped.
+    static let ackCheckPasses = 4
+
+    /// Looks through the queues an operation acked messages in for any of them handed back
+    /// (`AckedMessages`: a quorum queue's close overtook the ack) and acks those again, until a
+    /// look finds none. Without it a purged job could stay, and a requeued one be in both its
+    /// work queue and the queue it was moved from, until the operator tries again.
+    ///
+    /// A new connection sees what the old one's close handed back: the broker processes the
+    /// closed channel's end before the new consumer's registration, which `consume` waits for.
+    func ackAgainWhatCameBack(_ acked: AckedMessages, purpose: String) async {
+        var pending = acked
+        for _ in 0..<Self.ackCheckPasses {
+            guard !pending.isEmpty else { return }
+            var ackedAgain = AckedMessages()
+            var readyAfter: [String: Int] = [:]
+            do {
+                try await withConnection("\(purpose) check") { connection in
+                    for queue in pending.queues {
+                        let (deliveries, ready) = try await take(connection, queue, cap: nil)
+                        var again = 0
+                        for delivery in deliveries where pending.takeIfHandedBack(delivery.message, from: queue) {
+                            if await connection.ack(delivery) == .stale {
+                                throw AMQPError(.connectionLost, "the channel of queue '\(queue)' closed before a job was acked again")
+                            }
+                            ackedAgain.acked(delivery.message, in: queue)
+                            again += 1
+                        }
+                        pending.forget(queue)
+                        readyAfter[queue] = ready - again
+                    }
+                    if !ackedAgain.isEmpty { try? await Task.sleep(for: ackSettleWait) }
+                }
+            } catch {
+                logger.warning(
+                    "could not check that the broker kept the operation's acks; a job may still be where it was",
+                    metadata: ["operations.purpose": "\(purpose)", "error": "\(error)"])
+                return
+            }
+            await waitForHandBack(readyAfter)
+            guard !ackedAgain.isEmpty else { return }
+            logger.warning(
+                "the broker handed back jobs whose acks it dropped when the operation's channel closed; acked them again",
+                metadata: ["operations.purpose": "\(purpose)", "operations.acked_again": "\(ackedAgain.count)"])
+            pending = ackedAgain
+        }
+        logger.error(
+            "the broker keeps handing back acked jobs; they are still in their queues",
+            metadata: ["operations.purpose": "\(purpose)", "operations.jobs": "\(pending.count)"])
+    }
+}
