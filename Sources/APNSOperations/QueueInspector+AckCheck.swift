@@ -50,7 +50,7 @@ extension QueueInspector {
             pending = ackedAgain
         }
         logger.error(
-            "the broker keeps handing back acked jobs; they are still in their queues",
+            "the broker kept handing back acked jobs; the last ones acked again were not checked and may still be in their queues",
             metadata: ["operations.purpose": "\(purpose)", "operations.jobs": "\(pending.count)"])
     }
 }
