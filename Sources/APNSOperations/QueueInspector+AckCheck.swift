@@ -11,8 +11,12 @@ extension QueueInspector {
     /// look finds none. Without it a purged job could stay, and a requeued one be in both its
     /// work queue and the queue it was moved from, until the operator tries again.
     ///
-    /// A new connection sees what the old one's close handed back: the broker processes the
-    /// closed channel's end before the new consumer's registration, which `consume` waits for.
+    /// The look counts a queue's ready messages, then takes them. What the close handed back
+    /// is counted once the broker has applied the closed channel's end, which the operation's
+    /// hand-back wait ensures whenever it held other messages of that queue. When it held
+    /// none, a message handed back after the count is missed. A `basic.get` before the count
+    /// would be a barrier, but a message held on a second channel comes back out of order when
+    /// the connection closes, and listings promise the queue's order.
     func ackAgainWhatCameBack(_ acked: AckedMessages, purpose: String) async {
         var pending = acked
         for _ in 0..<Self.ackCheckPasses {
