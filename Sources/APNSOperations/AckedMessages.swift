@@ -61,8 +61,6 @@ struct AckedMessages {
     mutating func forget(_ queue: String) { acked[queue] = nil }
 
     private static func deliveryCount(_ message: AMQPDeliveredMessage) -> Int {
-        guard let value = message.properties.headers?[JobHeaders.deliveryCount] else { return 0 }
-        if let int = value.intValue { return Int(int) }
-        return value.stringValue.flatMap { Int($0) } ?? 0
+        JobInspection.integer(message.properties.headers?[JobHeaders.deliveryCount]) ?? 0
     }
 }
