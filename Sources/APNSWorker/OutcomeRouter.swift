@@ -42,14 +42,15 @@ public struct OutcomeRouter: Sendable {
         /// The device token, when the body parsed far enough to have one (hex for feedback
         /// events, redacted for logs).
         public var token: DeviceToken?
-        /// Attempts made before this one (`x-apns-attempt` of the delivery, 0 when absent).
-        public var previousAttempts: Int
+        /// Attempts made before this one (`x-apns-attempt` of the delivery, 0 when absent),
+        /// within 0...2^31−1 whatever the caller passed, so counting this attempt cannot overflow.
+        public private(set) var previousAttempts: Int
 
         public init(message: AMQPDeliveredMessage, jobID: String?, token: DeviceToken?, previousAttempts: Int) {
             self.message = message
             self.id = .unparsed(jobID)
             self.token = token
-            self.previousAttempts = previousAttempts
+            self.previousAttempts = min(max(previousAttempts, 0), JobEnvelope.maximumCount)
         }
 
         /// The context of a job whose body parsed.
@@ -57,7 +58,7 @@ public struct OutcomeRouter: Sendable {
             self.message = message
             self.id = .parsed(job.id)
             self.token = job.token
-            self.previousAttempts = previousAttempts
+            self.previousAttempts = min(max(previousAttempts, 0), JobEnvelope.maximumCount)
         }
 
         private enum JobIdentity: Sendable {
