@@ -106,11 +106,11 @@ extension RegistryStore {
                 """
                 UPDATE apns_devices d SET
                     window_end = NULLIF(w.window_end, -1), window_opened_by = NULLIF(w.opened_by, '')::uuid,
-                    trailing_group_job = NULLIF(w.trailing, '')::uuid, trailing_body = NULLIF(w.body, ''),
+                    trailing_group_job = NULLIF(w.trailing_job, '')::uuid, trailing_body = NULLIF(w.body, ''),
                     trailing_claimed_until = NULL, window_version = d.window_version + 1
                 FROM unnest(\(bundles)::text[], \(tokens)::text[], \(versions)::bigint[], \(ends)::bigint[],
                         \(openedBy)::text[], \(trailing)::text[], \(bodies)::text[])
-                    AS w(bundle_id, token, version, window_end, opened_by, trailing, body)
+                    AS w(bundle_id, token, version, window_end, opened_by, trailing_job, body)
                 WHERE d.bundle_id = w.bundle_id AND d.token = w.token AND d.window_version = w.version
                 RETURNING d.bundle_id, d.token
                 """, logger: logger)
