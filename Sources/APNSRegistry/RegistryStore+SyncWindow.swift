@@ -93,9 +93,26 @@ extension RegistryStore {
     /// Writes the windows whose version is unchanged, in one statement; returns the devices
     /// written (the others changed meanwhile: decide again). A write clears any claim on the
     /// device's trailing push, so a push merged after a claim is sent by the next poll.
+    ///
+    /// Rows are locked in (bundle ID, token) order, whoever writes (fan-outs of one group at once,
+    /// the trailing pusher), so two writers wait for each other but never deadlock; a deadlock
+    /// reported anyway (another statement's order) is retried, not taken for an outage.
     public func storeWindows(_ writes: [SyncWindowWrite]) async throws -> Set<DevicePosition> {
         guard !writes.isEmpty else { return [] }
-        return try await bounded { [client, logger] in
+        let writes = writes.sorted { ($0.position.bundleID, $0.position.token) < ($1.position.bundleID, $1.position.token) }
+        var attempt = 0
+        while true {
+            do {
+                return try await storeWindowsOnce(writes)
+            } catch let error as PSQLError where attempt < 3 && ["40P01", "40001"].contains(error.serverInfo?[.sqlState]) {
+                attempt += 1
+                logger.debug("sync window write retried", metadata: ["registry.sqlstate": "\(error.serverInfo?[.sqlState] ?? "")"])
+            }
+        }
+    }
+
+    private func storeWindowsOnce(_ writes: [SyncWindowWrite]) async throws -> Set<DevicePosition> {
+        try await bounded { [client, logger] in
             // Arrays of non-optional text: '' stands for NULL (no UUID or job body is empty).
             let bundles = writes.map(\.position.bundleID), tokens = writes.map(\.position.token)
             let versions = writes.map(\.window.version), ends = writes.map { $0.window.windowEnd ?? -1 }
@@ -104,13 +121,20 @@ extension RegistryStore {
             let bodies = writes.map { $0.trailingBody.map { String(decoding: $0, as: UTF8.self) } ?? "" }
             let rows = try await client.query(
                 """
+                WITH w AS (
+                    SELECT * FROM unnest(\(bundles)::text[], \(tokens)::text[], \(versions)::bigint[], \(ends)::bigint[],
+                        \(openedBy)::text[], \(trailing)::text[], \(bodies)::text[])
+                        AS w(bundle_id, token, version, window_end, opened_by, trailing_job, body)
+                ), locked AS (
+                    SELECT d.bundle_id, d.token FROM apns_devices d JOIN w
+                        ON d.bundle_id = w.bundle_id AND d.token = w.token AND d.window_version = w.version
+                    ORDER BY d.bundle_id, d.token FOR UPDATE OF d
+                )
                 UPDATE apns_devices d SET
                     window_end = NULLIF(w.window_end, -1), window_opened_by = NULLIF(w.opened_by, '')::uuid,
                     trailing_group_job = NULLIF(w.trailing_job, '')::uuid, trailing_body = NULLIF(w.body, ''),
                     trailing_claimed_until = NULL, window_version = d.window_version + 1
-                FROM unnest(\(bundles)::text[], \(tokens)::text[], \(versions)::bigint[], \(ends)::bigint[],
-                        \(openedBy)::text[], \(trailing)::text[], \(bodies)::text[])
-                    AS w(bundle_id, token, version, window_end, opened_by, trailing_job, body)
+                FROM w JOIN locked USING (bundle_id, token)
                 WHERE d.bundle_id = w.bundle_id AND d.token = w.token AND d.window_version = w.version
                 RETURNING d.bundle_id, d.token
                 """, logger: logger)

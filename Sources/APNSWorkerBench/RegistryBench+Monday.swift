@@ -47,12 +47,7 @@ extension RegistryBench {
             task.addTask { await store.run() }
             defer { task.cancelAll() }
             try await store.migrate()
-            let connection = try await AMQPConnection.connect(
-                configuration: AMQPConfiguration(urlStrings: [url], connectionName: "bench"), logger: logger)
-            var plan = TopologyPlan(bundleIDs: bundles, retryDelays: [.seconds(1)], queueType: .quorum)
-            plan.addRegistry(queueType: .quorum)
-            try await connection.declare(plan)
-            _ = try await connection.purgeQueue(TopologyNames.groups)
+            let connection = try await Self.connectAndDeclare(url: url, bundles: bundles, logger: logger)
 
             // Three devices per group: two of the first bundle, one of the second.
             var devices: [(group: Int, bundle: String, token: String)] = []
@@ -124,13 +119,7 @@ extension RegistryBench {
             }
             let statements = try await Self.transactions(store) - statementsBefore - Int64(polls + 1)
             try await report(changes: changes, publishedAt: publishedAt, devices: devices, window: window, statements: statements, simulator: simulator)
-            try await store.client.query("DELETE FROM apns_devices WHERE bundle_id = ANY(\(bundles)::text[])")
-            for bundle in bundles {
-                for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
-                    _ = try? await connection.deleteQueue(name)
-                }
-            }
-            await connection.close()
+            try await Self.cleanUp(store: store, connection: connection, bundles: bundles)
         }
         try await simulator.shutdown()
     }
@@ -153,16 +142,20 @@ extension RegistryBench {
             guard let (change, device) = changeOfID[push.apnsID.lowercased()] else { continue }
             pushesOf[device, default: []].append((push.receivedAt, change))
         }
-        // Each change reaches each device of its group through the first push at or after its
-        // publish that carries it or a later change of the group; immediate when that push is its own.
-        let half = window.timeInterval / 2
+        // A change reaches a device at once when the device got the change's own push within
+        // half a window of its publish (any time with the window off); otherwise through the
+        // first push after its publish that carries it or a later change of the group: trailing.
+        let half = window == .zero ? Double.infinity : window.timeInterval * 500
         var immediate: [Double] = [], trailing: [Double] = []
         for (index, change) in changes.enumerated() {
             for device in devices[(change.group * 3)..<(change.group * 3 + 3)] {
                 let pushes = (pushesOf[device.bundle + ":" + device.token] ?? []).sorted { $0.at < $1.at }
-                guard let carrier = pushes.first(where: { $0.at >= publishedAt[index] && publishedAt[$0.change] >= publishedAt[index] }) else { continue }
-                let delay = carrier.at.timeIntervalSince(publishedAt[index]) * 1000
-                if carrier.change == index && (window == .zero || delay < half * 1000) { immediate.append(delay) } else { trailing.append(delay) }
+                let delay = { (push: (at: Date, change: Int)) in push.at.timeIntervalSince(publishedAt[index]) * 1000 }
+                if let own = pushes.first(where: { $0.change == index }), delay(own) < half {
+                    immediate.append(delay(own))
+                } else if let carrier = pushes.first(where: { $0.at >= publishedAt[index] && publishedAt[$0.change] >= publishedAt[index] }) {
+                    trailing.append(delay(carrier))
+                }
             }
         }
         let out = accepted.filter { changeOfID[$0.apnsID.lowercased()] != nil }.count

@@ -71,12 +71,7 @@ struct RegistryBench: AsyncParsableCommand {
             group.addTask { await store.run() }
             defer { group.cancelAll() }
             try await store.migrate()
-            let connection = try await AMQPConnection.connect(
-                configuration: AMQPConfiguration(urlStrings: [url], connectionName: "bench"), logger: logger)
-            var plan = TopologyPlan(bundleIDs: bundles, retryDelays: [.seconds(1)], queueType: .quorum)
-            plan.addRegistry(queueType: .quorum)
-            try await connection.declare(plan)
-            for queue in [TopologyNames.registry, TopologyNames.groups] { _ = try await connection.purgeQueue(queue) }
+            let connection = try await Self.connectAndDeclare(url: url, bundles: bundles, logger: logger)
 
             // Phase 1: registration messages, preloaded, then applied by the worker.
             print("preloading \(registrations) registration messages …")
@@ -137,13 +132,7 @@ struct RegistryBench: AsyncParsableCommand {
             }
             worker.terminate()
             worker.waitUntilExit()
-            try await store.client.query("DELETE FROM apns_devices WHERE bundle_id = ANY(\(bundles)::text[])")
-            for bundle in bundles {
-                for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
-                    _ = try? await connection.deleteQueue(name)
-                }
-            }
-            await connection.close()
+            try await Self.cleanUp(store: store, connection: connection, bundles: bundles)
             try await simulator.shutdown()
             print("registrations:  \(registrationsTimed) messages applied in \(String(format: "%.2f", registrationTime.timeInterval)) s = \(Int(Double(registrationsTimed) / registrationTime.timeInterval)) registrations/s")
             print("registry size:  \(imported) devices")
@@ -181,6 +170,27 @@ struct RegistryBench: AsyncParsableCommand {
             last[group] = max(last[group], accepted.receivedAt)
         }
         return (elapsed, LatencySample(zip(last, publishedAt).map { $0.timeIntervalSince($1) * 1000 }))
+    }
+
+    /// A connection to the broker with the bundles' and §6's topology declared, §6's queues empty.
+    static func connectAndDeclare(url: String, bundles: [String], logger: Logger) async throws -> AMQPConnection {
+        let connection = try await AMQPConnection.connect(configuration: AMQPConfiguration(urlStrings: [url], connectionName: "bench"), logger: logger)
+        var plan = TopologyPlan(bundleIDs: bundles, retryDelays: [.seconds(1)], queueType: .quorum)
+        plan.addRegistry(queueType: .quorum)
+        try await connection.declare(plan)
+        for queue in [TopologyNames.registry, TopologyNames.groups] { _ = try await connection.purgeQueue(queue) }
+        return connection
+    }
+
+    /// Removes the bench's devices and its bundles' queues, and closes the connection.
+    static func cleanUp(store: RegistryStore, connection: AMQPConnection, bundles: [String]) async throws {
+        try await store.client.query("DELETE FROM apns_devices WHERE bundle_id = ANY(\(bundles)::text[])")
+        for bundle in bundles {
+            for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
+                _ = try? await connection.deleteQueue(name)
+            }
+        }
+        await connection.close()
     }
 
     /// The worker's configuration: the broker, the registry, one HTTP/2 bundle per ID on the simulator.

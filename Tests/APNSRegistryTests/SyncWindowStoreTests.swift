@@ -76,6 +76,35 @@ struct SyncWindowStoreTests {
         }
     }
 
+    /// Many writers at once over the same devices, each in its own order (fan-outs of one
+    /// group, the trailing pusher): none fails with a deadlock, and each write wins or loses
+    /// whole per device, never half.
+    @Test func concurrentWritersInAnyOrderNeverDeadlock() async throws {
+        let settings = try await prepared()
+        let window = SyncWindow(length: .seconds(60))
+        for _ in 0..<5 {
+            let wins = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        try await TestPostgres.storeValue(settings) { store in
+                            let page = try await store.activeDevicesWithWindows(group: "g", after: nil, limit: 100)
+                            let job = UUID()
+                            let writes = page.devices.map { windowed in
+                                var state = windowed.window
+                                state.windowEnd = page.now + window.lengthMS
+                                state.openedBy = job
+                                return SyncWindowWrite(position: windowed.device.position, window: state, trailingBody: nil)
+                            }
+                            return try await store.storeWindows(writes.shuffled()).count
+                        }
+                    }
+                }
+                return try await group.reduce(0, +)
+            }
+            #expect(wins >= 6 && wins <= 6 * 8)
+        }
+    }
+
     /// A merged push is claimed by one instance only, is not claimed again while claimed,
     /// and once done opens the next window with no trailing push left.
     @Test func aDueTrailingPushIsClaimedOnceAndOpensTheNextWindow() async throws {
