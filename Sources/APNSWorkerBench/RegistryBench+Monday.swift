@@ -70,9 +70,12 @@ extension RegistryBench {
             changes.sort { $0.at < $1.at }
 
             let worker = try setup.startWorker(configPath: configPath)
+            var workerStopped = false
             defer {
-                worker.terminate()
-                worker.waitUntilExit()
+                if !workerStopped {
+                    worker.terminate()
+                    worker.waitUntilExit()
+                }
             }
             // The worker is up once it consumes apns.groups.
             try await BenchWorkerSetup.waitUntil(limit: .seconds(300)) { try await connection.inspectQueue(TopologyNames.groups).consumerCount > 0 }
@@ -118,6 +121,10 @@ extension RegistryBench {
                 return waiting == 0 && queued == 0 && stableSince.duration(to: .now) > .seconds(3)
             }
             let statements = try await Self.transactions(store) - statementsBefore - Int64(polls + 1)
+            // Stopped before its queues are deleted, so it does not report their consumers cancelled.
+            worker.terminate()
+            worker.waitUntilExit()
+            workerStopped = true
             try await report(changes: changes, publishedAt: publishedAt, devices: devices, window: window, statements: statements, simulator: simulator)
             try await Self.cleanUp(store: store, connection: connection, bundles: bundles)
         }
