@@ -62,15 +62,7 @@ CONF
   fi
   if [ "${APNS_POSTGRES_TLS:-0}" = 1 ] && [ ! -f "$dir/tls/server.pem" ]; then
     tls=$dir/tls
-    mkdir -p "$tls"
-    {
-      openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=apns-worker test PostgreSQL CA" \
-        -keyout "$tls/ca.key" -out "$tls/ca.pem"
-      openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$tls/server.key" -out "$tls/server.csr"
-      printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$tls/server.ext"
-      openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial -days 3650 \
-        -extfile "$tls/server.ext" -out "$tls/server.pem"
-    } > "$dir/openssl.log" 2>&1 || { echo "postgres.sh: openssl failed:" >&2; cat "$dir/openssl.log" >&2; exit 1; }
+    "$(dirname "$0")/test-tls-cert.sh" "$tls" "apns-worker test PostgreSQL CA" "$dir/openssl.log"
     # PostgreSQL refuses a key file others can read, or that its owner does not own.
     chmod 600 "$tls/server.key"
     [ "$(id -u)" -eq 0 ] && chown "${APNS_POSTGRES_USER:-nobody}" "$tls" "$tls/server.key" "$tls/server.pem"

@@ -8,8 +8,6 @@ import Hummingbird
 import HummingbirdTesting
 import Logging
 import NIOCore
-import ServiceLifecycle
-import Synchronization
 import Testing
 import TestSupport
 
@@ -147,25 +145,13 @@ import TestSupport
 
     // MARK: - Over a real socket (curl sets any Host, and speaks TLS)
 
-    /// Runs `admin` on a free port for `body`.
+    /// Runs an admin on `settings` (no worker behind it) on a free port for `body`.
     static func serving(_ settings: AdminSettings, _ body: (Int) async throws -> Void) async throws {
-        let port = Mutex<Int?>(nil)
-        let admin = try AdminService(
-            settings: settings, worker: FixedStatus(), queues: nil, registry: nil, logger: AdminHarness.logger,
-            onListening: { bound in port.withLock { $0 = bound } })
-        let group = ServiceGroup(services: [admin], logger: AdminHarness.logger)
-        try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await group.run() }
-            do {
-                try await waitUntil("the admin server to listen") { port.withLock { $0 } != nil }
-                try await body(port.withLock { $0! })
-            } catch {
-                await group.triggerGracefulShutdown()
-                throw error
-            }
-            await group.triggerGracefulShutdown()
-            try await tasks.waitForAll()
-        }
+        try await servingAdmin({ onListening in
+            try AdminService(
+                settings: settings, worker: FixedStatus(), queues: nil, registry: nil, logger: AdminHarness.logger,
+                onListening: onListening)
+        }, body)
     }
 
     /// curl's status code and response headers.

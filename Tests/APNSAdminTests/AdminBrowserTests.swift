@@ -33,24 +33,12 @@ struct AdminBrowserTests {
     static func serving(
         _ harness: AdminHarness, fleet: FleetService? = nil, token: String? = AdminHarness.token, _ body: (Int) async throws -> Void
     ) async throws {
-        let port = Mutex<Int?>(nil)
-        let admin = try AdminService(
-            settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: token),
-            worker: harness.worker, queues: harness.queues, registry: TestMetrics.registry, logger: AdminHarness.logger, fleet: fleet,
-            onListening: { bound in port.withLock { $0 = bound } })
-        let group = ServiceGroup(services: [admin] + (fleet.map { [$0] } ?? []), logger: AdminHarness.logger)
-        try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await group.run() }
-            do {
-                try await waitUntil("the admin server to listen") { port.withLock { $0 } != nil }
-                try await body(port.withLock { $0! })
-            } catch {
-                await group.triggerGracefulShutdown()
-                throw error
-            }
-            await group.triggerGracefulShutdown()
-            try await tasks.waitForAll()
-        }
+        try await servingAdmin(extra: fleet.map { [$0] } ?? [], { onListening in
+            try AdminService(
+                settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: token),
+                worker: harness.worker, queues: harness.queues, registry: TestMetrics.registry, logger: AdminHarness.logger, fleet: fleet,
+                onListening: onListening)
+        }, body)
     }
 
     /// `curl` status code and body.
