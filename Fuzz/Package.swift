@@ -31,6 +31,19 @@ let package = Package(
             name: "FuzzConfig",
             dependencies: ["FuzzDriver", .product(name: "APNSConfig", package: "apns-worker")]
         ),
+        // Registration messages (apns.registry), group jobs (apns.groups), fleet messages (apns.fleet).
+        .executableTarget(
+            name: "FuzzRegistration",
+            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+        ),
+        .executableTarget(
+            name: "FuzzGroupJob",
+            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+        ),
+        .executableTarget(
+            name: "FuzzFleet",
+            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )
