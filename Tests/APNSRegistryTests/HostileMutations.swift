@@ -60,14 +60,15 @@ struct HostileMutations {
 
     /// Headers whose worker-read values are NOT integers from 0 to 2^31−1, or of the wrong
     /// type: contract §4 says such values count as absent, so the job is handled as if they
-    /// were not there.
+    /// were not there. No NaN double: RabbitMQ 3.10 closes the *publisher's* connection on one
+    /// (541 INTERNAL_ERROR, seen with seed 4242), so it never reaches a worker.
     /// `forgedDeath` adds a made-up `x-death` (not on messages the broker dead-letters itself).
     mutating func headersCountingAsAbsent(forgedDeath: Bool = true) -> AMQPTable {
         var table: AMQPTable = [:]
         for name in [JobHeaders.attempt, JobHeaders.deliveryCount] where chance(0.7) {
             table[name] = pick([
                 .int64(Int64.max), .int64(Int64.min), .int64(-1), .int64(Int64(Int32.max) + 1), .int32(-5),
-                .string("3"), .string("a\u{0}b"), .double(.nan), .double(1e300), .float(-0.5), .bool(true), .void,
+                .string("3"), .string("a\u{0}b"), .double(1e300), .float(-0.5), .bool(true), .void,
                 .table(["x": .int8(1)]), .array([.int64(1)]), .bytes([0xFF]), .timestamp(Date(timeIntervalSince1970: 0)),
                 .decimal(scale: 2, value: UInt32.max),
             ])

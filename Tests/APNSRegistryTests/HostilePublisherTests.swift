@@ -70,11 +70,22 @@ struct HostilePublisherTests {
         var deadExpected: [String: [[UInt8]]] = [:]
         for item in sent { if case .dead(let queue) = item.expect { deadExpected[queue, default: []].append(item.message.body) } }
         let apnsIDs = { Dictionary(grouping: harness.simulator.accepted().map { $0.apnsID.lowercased() }, by: { $0 }).mapValues(\.count) }
-        try await waitUntil("every valid job delivered and every refused message dead", timeout: .seconds(600), every: .seconds(2)) {
+        do {
+            try await waitUntil("every valid job delivered and every refused message dead", timeout: .seconds(600), every: .seconds(2)) {
+                // A dead worker will not deliver anything more: say so now, not in ten minutes.
+                for worker in workers where !worker.isRunning { throw TestSupportError("\(worker.logPath) died") }
+                let accepted = apnsIDs()
+                guard validIDs.allSatisfy({ accepted[$0] != nil }) else { return false }
+                for (queue, bodies) in deadExpected where try await harness.messageCount(queue) < bodies.count { return false }
+                return true
+            }
+        } catch {
             let accepted = apnsIDs()
-            guard validIDs.allSatisfy({ accepted[$0] != nil }) else { return false }
-            for (queue, bodies) in deadExpected where try await harness.messageCount(queue) < bodies.count { return false }
-            return true
+            print("hostile publisher: valid jobs not delivered: \(validIDs.filter { accepted[$0] == nil }.count) of \(validIDs.count)")
+            for (queue, bodies) in deadExpected.sorted(by: { $0.key < $1.key }) {
+                print("hostile publisher: \(queue): \(try await harness.messageCount(queue)) dead, \(bodies.count) expected at least")
+            }
+            throw error
         }
         let accepted = apnsIDs()
         let duplicated = validIDs.filter { accepted[$0] != 1 }
