@@ -39,7 +39,7 @@ struct HostileMutations {
     mutating func mutate(_ object: [String: JSONValue]) -> [UInt8] {
         var fields = object
         for _ in 0..<Int.random(in: 1...3, using: &rng) {
-            let key = chance(0.85) ? pick(Array(fields.keys.sorted())) : pick(["unknown", "extra", "\u{0}", ""])
+            let key = chance(0.85) && !fields.isEmpty ? pick(Array(fields.keys.sorted())) : pick(["unknown", "extra", "\u{0}", ""])
             if chance(0.15) { fields[key] = nil } else { fields[key] = hostileValue() }
         }
         var body: [UInt8] = []
