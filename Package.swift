@@ -82,7 +82,8 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // The APNs broker topology (contract §1, §6) as the client's declaration values.
+        // The APNs broker topology (contract §1, §6) as the client's declaration values, and
+        // the one reader and writer of a job's AMQP headers (JobEnvelope).
         .target(
             name: "APNSTopology",
             dependencies: ["APNSCore", "APNSConfig", "AMQPClient"],
@@ -146,6 +147,7 @@ let package = Package(
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strictSettings
@@ -154,7 +156,7 @@ let package = Package(
         .target(
             name: "APNSOperations",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient",
+                "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
