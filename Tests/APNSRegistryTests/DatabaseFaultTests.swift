@@ -35,41 +35,33 @@ import TestSupport
 /// The same decision on errors the real PostgreSQL of `scripts/test` raises.
 @Suite(.enabled(if: TestPostgres.isAvailable, "needs scripts/test's PostgreSQL and broker"))
 struct DatabaseFaultStoreTests {
-    /// A value this version's validation refuses first, sent to PostgreSQL directly: NUL in text.
-    @Test func nulInAGroupIsRefusedByPostgresAsTheMessagesFault() async throws {
+    /// Applies `group` in a fresh database (after `prepare`) and expects PostgreSQL's refusal,
+    /// classified as the message's fault with `sqlState`.
+    func expectRefusal(group: String, sqlState: String, prepare: @escaping @Sendable (RegistrySettings) async throws -> Void = { _ in }) async throws {
         let settings = try await TestPostgres.freshDatabase()
         try await TestPostgres.withStore(settings) { store in
             try await store.migrate()
-            let message = RegistrationMessage(op: .register, bundleID: "com.example.app", token: "abcd", group: "a\u{0}b", at: 1)
+            try await prepare(settings)
             do {
-                try await store.apply(message)
-                Issue.record("PostgreSQL took NUL in a text value")
+                try await store.apply(RegistrationMessage(op: .register, bundleID: "com.example.app", token: "abcd", group: group, at: 1))
+                Issue.record("PostgreSQL took group \(group.debugDescription)")
             } catch {
                 guard case .message(let malformed) = DatabaseFault.classify(error) else {
                     Issue.record("classified as unavailable: \(String(reflecting: error))")
                     return
                 }
-                #expect(malformed.message.contains("SQLSTATE 22021"))
+                #expect(malformed.message.contains("SQLSTATE \(sqlState)"))
             }
         }
     }
 
+    /// A value this version's validation refuses first, sent to PostgreSQL directly: NUL in text.
+    @Test func nulInAGroupIsRefusedByPostgresAsTheMessagesFault() async throws {
+        try await expectRefusal(group: "a\u{0}b", sqlState: "22021")
+    }
+
     @Test func aConstraintViolationIsTheMessagesFault() async throws {
-        let settings = try await TestPostgres.freshDatabase()
-        try await TestPostgres.withStore(settings) { store in
-            try await store.migrate()
-            try await RegistryRefusingDatabase.addRefusal(settings)
-            do {
-                try await store.apply(RegistrationMessage(op: .register, bundleID: "com.example.app", token: "abcd", group: RegistryRefusingDatabase.refusedGroup, at: 1))
-                Issue.record("the constraint did not refuse the group")
-            } catch {
-                guard case .message(let malformed) = DatabaseFault.classify(error) else {
-                    Issue.record("classified as unavailable: \(String(reflecting: error))")
-                    return
-                }
-                #expect(malformed.message.contains("SQLSTATE 23514"))
-            }
-        }
+        try await expectRefusal(group: RegistryRefusingDatabase.refusedGroup, sqlState: "23514", prepare: RegistryRefusingDatabase.addRefusal)
     }
 }
 
