@@ -35,6 +35,19 @@ let package = Package(
             name: "FuzzAdminQuery",
             dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
         ),
+        // Registration messages (apns.registry), group jobs (apns.groups), fleet messages (apns.fleet).
+        .executableTarget(
+            name: "FuzzRegistration",
+            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+        ),
+        .executableTarget(
+            name: "FuzzGroupJob",
+            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+        ),
+        .executableTarget(
+            name: "FuzzFleet",
+            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

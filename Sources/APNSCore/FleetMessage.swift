@@ -25,14 +25,21 @@ public enum FleetMessage: Sendable, Hashable {
         return Array((try? FleetJSON.encoder.encode(envelope)) ?? Data())
     }
 
-    /// Nil for anything that is not one of ours (another version's kind, garbage): the fleet
-    /// exchange is open to any client of the vhost, and one bad message must not stop a listener.
+    /// The largest fleet message read: a heartbeat of 1,000 bundles with long names is about
+    /// 400 KiB. Anything larger is not decoded at all.
+    public static let maxBodyBytes = 1 << 20
+
+    /// Nil for anything that is not one of ours (another version's kind, garbage) or not well
+    /// formed (contract §5: bounded strings, counts from 0 to 2^53): the fleet exchange is open to
+    /// any client of the vhost, and one bad message must not stop a listener.
     public static func decode(_ body: [UInt8]) -> FleetMessage? {
-        guard let envelope = try? FleetJSON.decoder.decode(Envelope.self, from: Data(body)) else { return nil }
+        guard body.count <= maxBodyBytes,
+            let envelope = try? FleetJSON.decoder.decode(Envelope.self, from: Data(body))
+        else { return nil }
         switch envelope.kind {
-        case "heartbeat": return envelope.instance.map { .heartbeat($0) }
-        case "pause": return envelope.bundleId.flatMap { $0.isEmpty ? nil : .pause(bundleID: $0) }
-        case "resume": return envelope.bundleId.flatMap { $0.isEmpty ? nil : .resume(bundleID: $0) }
+        case "heartbeat": return envelope.instance.flatMap { $0.isWellFormed ? .heartbeat($0) : nil }
+        case "pause": return envelope.bundleId.flatMap { FleetInstance.isBundleKey($0) ? .pause(bundleID: $0) : nil }
+        case "resume": return envelope.bundleId.flatMap { FleetInstance.isBundleKey($0) ? .resume(bundleID: $0) : nil }
         default: return nil
         }
     }
@@ -73,6 +80,16 @@ public struct FleetInstance: Sendable, Hashable, Codable {
             self.paused = paused
             self.connections = connections
             self.lastTakenPublishedAt = lastTakenPublishedAt
+        }
+
+        var isWellFormed: Bool {
+            let count = 0...UntrustedText.maxCount
+            guard [delivered, invalidToken, retry, dead, gated, inFlight].allSatisfy(count.contains),
+                connections.count <= FleetInstance.maxConnectionStates
+            else { return false }
+            return connections.allSatisfy { state, number in
+                UntrustedText.isPlain(state, maxBytes: FleetInstance.maxBrokerStateBytes) && count.contains(number)
+            }
         }
 
         /// The count of one end by the names of `FleetRates.ends`.
@@ -120,6 +137,36 @@ public struct FleetInstance: Sendable, Hashable, Codable {
     }
 
     public var heldBundles: [String] { bundles.filter(\.value.held).map(\.key).sorted() }
+
+    /// Bounds of a heartbeat's text fields, in UTF-8 bytes.
+    public static let maxIDBytes = 200
+    public static let maxHostBytes = 255
+    public static let maxVersionBytes = 100
+    public static let maxBrokerStateBytes = 64
+    /// A bundle key: a configured bundle ID (the configuration allows more than §6's shape).
+    public static let maxBundleKeyBytes = 255
+    /// APNs connection states per bundle (a handful are real).
+    public static let maxConnectionStates = 16
+
+    /// Contract §5: text fields bounded and free of control characters, every count and size
+    /// from 0 to 2^53, times finite. A heartbeat that is not is ignored whole (a listener cannot
+    /// tell which part of a forged or damaged heartbeat to believe). The number of bundles is not
+    /// bounded here: `FleetView` keeps the first 1,000 and counts the rest as dropped.
+    public var isWellFormed: Bool {
+        let count = 0...UntrustedText.maxCount
+        guard UntrustedText.isPlain(id, maxBytes: Self.maxIDBytes),
+            UntrustedText.isPlain(host, maxBytes: Self.maxHostBytes, allowEmpty: true),
+            UntrustedText.isPlain(version, maxBytes: Self.maxVersionBytes, allowEmpty: true),
+            UntrustedText.isPlain(broker, maxBytes: Self.maxBrokerStateBytes, allowEmpty: true),
+            pid >= 0, count.contains(rssBytes),
+            cpuSeconds.isFinite, cpuSeconds >= 0, cpuSeconds <= Double(UntrustedText.maxCount),
+            heartbeatInterval.isFinite, heartbeatInterval > 0,
+            startedAt.timeIntervalSince1970.isFinite
+        else { return false }
+        return bundles.allSatisfy { key, bundle in Self.isBundleKey(key) && bundle.isWellFormed }
+    }
+
+    public static func isBundleKey(_ key: String) -> Bool { UntrustedText.isPlain(key, maxBytes: maxBundleKeyBytes) }
     public var inFlight: Int { bundles.values.reduce(0) { $0 + $1.inFlight } }
 }
 

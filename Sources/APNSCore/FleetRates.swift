@@ -16,6 +16,12 @@ public struct FleetRates: Sendable {
     private var buckets: [Int64: [String: [FleetEnd: Int]]] = [:]
     private var baselines: [String: [String: [FleetEnd: Int]]] = [:]
 
+    /// Distinct bundles one bucket keeps apart (the rest share `otherBundles`).
+    public static let maxBundlesPerBucket = 1000
+    /// The bucket key of the work of bundles beyond `maxBundlesPerBucket`: not a bundle ID a
+    /// heartbeat can carry (those have no control characters), so no bundle's graph shows it.
+    public static let otherBundles = "\u{0}other"
+
     public init(bucketSeconds: Int = 10, windowSeconds: Int = 15 * 60) {
         self.bucketSeconds = max(bucketSeconds, 1)
         self.windowSeconds = max(windowSeconds, self.bucketSeconds)
@@ -31,10 +37,17 @@ public struct FleetRates: Sendable {
         let index = bucket(of: now)
         var slot = buckets[index, default: [:]]
         for (bundleID, ends) in counts {
+            // Bounded memory whatever the heartbeats claim: past `maxBundlesPerBucket` bundles in
+            // one bucket the work still counts fleet-wide, under `otherBundles`.
+            let key = slot[bundleID] != nil || slot.count < Self.maxBundlesPerBucket ? bundleID : Self.otherBundles
             for (end, count) in ends {
                 // Counts only grow within one process; a smaller one is treated as a fresh start.
-                let delta = count - (previous[bundleID]?[end] ?? 0)
-                if delta > 0 { slot[bundleID, default: [:]][end, default: 0] += delta }
+                // Overflow-checked: the counts come from outside (FleetView checks them first,
+                // but this type must not trap on any input).
+                let (delta, overflow) = count.subtractingReportingOverflow(previous[bundleID]?[end] ?? 0)
+                guard delta > 0, !overflow else { continue }
+                let sum = slot[key]?[end] ?? 0
+                slot[key, default: [:]][end] = sum.saturatingAdd(delta)
             }
         }
         buckets[index] = slot
@@ -82,7 +95,7 @@ public struct FleetRates: Sendable {
         for end in FleetEnd.allCases { total[end] = 0 }
         for (index, bundles) in buckets where index > last - span && index <= last {
             for (bundle, ends) in bundles where bundleID == nil || bundle == bundleID {
-                for (end, count) in ends { total[end, default: 0] += count }
+                for (end, count) in ends { total[end] = total[end, default: 0].saturatingAdd(count) }
             }
         }
         return total

@@ -5,7 +5,7 @@ import Foundation
 /// group. Parsed and validated as a whole before any fan-out; `jobBody(...)` builds the section-2
 /// job for one device with the group job's payload bytes exactly as received (whitespace removed).
 public struct GroupJob: Sendable, Hashable {
-    /// The group: 1 to `maxGroupBytes` bytes of UTF-8.
+    /// The group: 1 to `maxGroupBytes` bytes of UTF-8 without control characters.
     public var group: String
     /// The group job's id (section 2's rules; see `GroupJobParser`).
     public var id: UUID
@@ -20,6 +20,16 @@ public struct GroupJob: Sendable, Hashable {
     public var userInfo: [String: JSONValue]
 
     public static let maxGroupBytes = 200
+
+    /// Why a group name is refused (contract §6: 1 to 200 bytes of UTF-8 without control
+    /// characters; PostgreSQL refuses NUL in text, and the name reaches logs), or nil. The one
+    /// rule for registrations and group jobs.
+    public static func problem(group: String) -> String? {
+        let count = group.utf8.count
+        guard (1...maxGroupBytes).contains(count) else { return "must be 1 to \(maxGroupBytes) bytes, got \(count)" }
+        guard UntrustedText.isPlain(group, maxBytes: maxGroupBytes) else { return "must not contain control characters" }
+        return nil
+    }
 
     /// Whether a device is notified, apart from its registry state.
     public func includes(bundleID: String, token: String) -> Bool {
@@ -95,9 +105,7 @@ public enum GroupJobParser {
         }
         guard let groupValue = present("group")?.value else { throw .malformed("group", "is required") }
         guard case .string(let group) = groupValue else { throw .malformed("group", "must be a string, got \(groupValue.typeName)") }
-        guard (1...GroupJob.maxGroupBytes).contains(group.utf8.count) else {
-            throw .malformed("group", "must be 1 to \(GroupJob.maxGroupBytes) bytes, got \(group.utf8.count)")
-        }
+        if let problem = GroupJob.problem(group: group) { throw .malformed("group", problem) }
         func strings(_ name: String) throws(JobError) -> [String]? {
             guard let value = present(name)?.value else { return nil }
             guard case .array(let items) = value else { throw .malformed(name, "must be an array of strings, got \(value.typeName)") }

@@ -26,7 +26,7 @@ extension GroupFanOut {
                 page = try await store.activeDevicesWithWindows(group: job.group, after: after, limit: batchSize)
                 decided = try await decideAndStore(page, job: job)
             } catch {
-                return .registryFailed(error)
+                return DatabaseFault.disposition(for: error)
             }
             guard let decided else {
                 return .requeue("sync windows of group job \(job.id.uuidString.lowercased()) kept changing under other instances; fanned out again")

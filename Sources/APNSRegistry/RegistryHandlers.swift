@@ -26,7 +26,7 @@ struct RegistrationHandler: Sendable {
                 ])
             return .ack
         } catch {
-            return .registryFailed(error)
+            return DatabaseFault.disposition(for: error)
         }
     }
 }
@@ -58,7 +58,7 @@ struct GroupFanOut: Sendable {
             do {
                 page = try await store.activeDevices(group: job.group, after: after, limit: batchSize)
             } catch {
-                return .registryFailed(error)
+                return DatabaseFault.disposition(for: error)
             }
             after = page.last?.position
             let targets = page.filter { job.includes(bundleID: $0.bundleID, token: $0.token) }

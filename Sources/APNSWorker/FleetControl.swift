@@ -55,7 +55,11 @@ public enum FleetControl {
                 await consumer.cancel()
             }
             for try await delivery in consumer {
-                if case .heartbeat(let instance) = FleetMessage.decode(delivery.message.body) { view.received(instance, at: Date()) }
+                switch FleetMessage.decode(delivery.message.body) {
+                case .heartbeat(let instance): view.received(instance, at: Date())
+                case .pause, .resume: break
+                case nil: view.ignoredMessage()
+                }
                 await broker.ack(delivery)
             }
             try await group.waitForAll()
@@ -66,7 +70,7 @@ public enum FleetControl {
         for bundleID in Set(bundleIDs).union(seen).sorted() where try await isPaused(bundleID, on: broker) {
             paused.append(bundleID)
         }
-        return FleetReport(instances: view.live(now: now), paused: paused)
+        return FleetReport(instances: view.live(now: now), paused: paused, dropped: view.dropped)
     }
 }
 
@@ -75,9 +79,14 @@ public struct FleetReport: Sendable, Hashable, Codable {
     public var instances: [FleetInstance]
     /// Bundles paused fleet-wide, sorted.
     public var paused: [String]
+    /// What the listener's view did not keep (contract §5: it says when it drops any): new
+    /// instances past 1,000, bundles past 1,000 of one instance, messages not well formed.
+    /// Optional so that an answer of an older version still decodes.
+    public var dropped: FleetDrops?
 
-    public init(instances: [FleetInstance], paused: [String]) {
+    public init(instances: [FleetInstance], paused: [String], dropped: FleetDrops? = nil) {
         self.instances = instances
         self.paused = paused
+        self.dropped = dropped
     }
 }

@@ -47,6 +47,8 @@ public final class FleetService: Service, Sendable {
     let broker: AMQPConnection
     let worker: WorkerService
     let view = Mutex(FleetView())
+    /// The kinds of drop already logged (`noteDropped`).
+    private let droppedLogged = Mutex(Set<String>())
     /// Orders pause-marker checks: a check's answer is applied only if no check started later
     /// was applied first (checks run in order on the connection's control channel).
     private let pauseChecks = Mutex(PauseChecks())
@@ -82,7 +84,7 @@ public final class FleetService: Service, Sendable {
         let instances = view.withLock { $0.live(now: now) }
         var paused = Set(worker.pipelines.filter(\.isPaused).map(\.settings.bundleID))
         for instance in instances { paused.formUnion(instance.bundles.filter(\.value.paused).keys) }
-        return FleetReport(instances: instances, paused: paused.sorted())
+        return FleetReport(instances: instances, paused: paused.sorted(), dropped: view.withLock(\.dropped))
     }
 
     /// The fleet view as it stands (totals, rates), for the page.
@@ -131,7 +133,8 @@ public final class FleetService: Service, Sendable {
         for try await delivery in consumer {
             switch FleetMessage.decode(delivery.message.body) {
             case .heartbeat(let instance):
-                view.withLock { $0.received(instance, at: Date()) }
+                let admission = view.withLock { $0.received(instance, at: Date()) }
+                noteDropped(admission)
             case .pause(let bundleID), .resume(let bundleID):
                 // The marker is the truth (the message may be late, or from anyone on the vhost).
                 if pipelines[bundleID] != nil {
@@ -140,10 +143,32 @@ public final class FleetService: Service, Sendable {
                     }
                 }
             case nil:
-                logger.debug("fleet: ignored a message that is not a fleet message")
+                view.withLock { $0.ignoredMessage() }
+                noteDropped(.ignored)
             }
             await broker.ack(delivery)
         }
+    }
+
+    /// One loud line per kind for the life of the process (a forger must not flood the log);
+    /// the counts go on in `GET /api/fleet`'s `dropped`.
+    private func noteDropped(_ admission: FleetView.Admission) {
+        let line: String
+        var metadata: Logger.Metadata = [:]
+        switch admission {
+        case .kept: return
+        case .ignored:
+            line = "fleet: ignored a message on apns.fleet that is not a well-formed fleet message (counted in GET /api/fleet dropped.ignored; logged once)"
+        case .droppedInstance:
+            line = "fleet: view full, a new instance was not kept (counted in GET /api/fleet dropped.instances; logged once)"
+            metadata["fleet.max_instances"] = "\(FleetView.maxInstances)"
+        case .keptDroppingBundles(let count):
+            line = "fleet: a heartbeat carried too many bundles, the rest were not kept (counted in GET /api/fleet dropped.bundles; logged once)"
+            metadata["fleet.max_bundles"] = "\(FleetView.maxBundlesPerInstance)"
+            metadata["fleet.dropped"] = "\(count)"
+        }
+        guard droppedLogged.withLock({ $0.insert(line).inserted }) else { return }
+        logger.warning("\(line)", metadata: metadata)
     }
 
     private func beat(until stop: StopSignal) async {

@@ -1,10 +1,13 @@
-import APNSCore
-
-/// A registration change from the sync server (contract §6), parsed and validated with no IO.
+/// A registration change from the sync server (contract §6), parsed and validated with no IO
+/// (here rather than in APNSRegistry so that its fuzz target needs no PostgreSQL client).
 ///
+/// Every field becomes a database value, so every one is checked here, before PostgreSQL sees it
+/// (contract §4, §6): `bundleId` 1 to 155 bytes of letters, digits, `.` and `-`; `group` 1 to 200
+/// bytes of UTF-8 without control characters; a body over 64 KiB is malformed.
 /// Decisions where the contract is silent: `null` means absent; unknown fields are ignored; a
-/// token is 1 to `maxTokenHexDigits` hex digits of whole bytes (stored lower case); `bundleId` is
-/// 1 to 255 bytes with no whitespace; `group` on an unregister is ignored; `at` must be 0 or more.
+/// token is 2 to `maxTokenHexDigits` hex digits of whole bytes (stored lower case; Apple's tokens
+/// are 32 bytes, documented as variable, 100 bytes leaves room); `group` on an unregister is
+/// ignored; `at` must be 0 or more.
 public struct RegistrationMessage: Sendable, Hashable {
     public enum Operation: String, Sendable, Hashable {
         case register, unregister
@@ -20,8 +23,8 @@ public struct RegistrationMessage: Sendable, Hashable {
     /// When the sync server made the change, ms since the epoch.
     public var at: Int64
 
-    public static let maxTokenHexDigits = 512
-    public static let maxBundleIDBytes = 255
+    public static let maxTokenHexDigits = 200
+    public static let maxBodyBytes = 64 * 1024
 
     public init(op: Operation, bundleID: String, token: String, group: String?, environment: APNSEnvironment = .production, at: Int64) {
         self.op = op
@@ -41,7 +44,7 @@ public struct RegistrationMessage: Sendable, Hashable {
     }
 
     static func parseOrThrow(_ body: [UInt8]) throws(JobError) -> RegistrationMessage {
-        guard body.count <= 16 * 1024 else { throw malformed("body", "the body is \(body.count) bytes; at most 16384 are accepted") }
+        guard body.count <= maxBodyBytes else { throw malformed("body", "the body is \(body.count) bytes; at most \(maxBodyBytes) are accepted") }
         let value: JSONValue
         do {
             value = try JSONValue(parsing: body, maxDepth: 16)
@@ -60,8 +63,8 @@ public struct RegistrationMessage: Sendable, Hashable {
         let opText = try string("op", required: true)!
         guard let op = Operation(rawValue: opText) else { throw malformed("op", "must be register or unregister") }
         let bundleID = try string("bundleId", required: true)!
-        guard (1...maxBundleIDBytes).contains(bundleID.utf8.count), !bundleID.contains(where: { $0.isWhitespace }) else {
-            throw malformed("bundleId", "must be 1 to \(maxBundleIDBytes) bytes without whitespace")
+        guard UntrustedText.isBundleID(bundleID) else {
+            throw malformed("bundleId", "must be 1 to \(UntrustedText.maxBundleIDBytes) bytes of letters, digits, '.' and '-'")
         }
         let token = try string("token", required: true)!
         guard DeviceToken(hex: token) != nil, token.utf8.count <= maxTokenHexDigits else {
@@ -70,9 +73,7 @@ public struct RegistrationMessage: Sendable, Hashable {
         var group: String? = nil
         if op == .register {
             let g = try string("group", required: true)!
-            guard (1...GroupJob.maxGroupBytes).contains(g.utf8.count) else {
-                throw malformed("group", "must be 1 to \(GroupJob.maxGroupBytes) bytes, got \(g.utf8.count)")
-            }
+            if let problem = GroupJob.problem(group: g) { throw malformed("group", problem) }
             group = g
         }
         var environment = APNSEnvironment.production

@@ -1,0 +1,40 @@
+// libFuzzer target: RegistrationMessage.parse on arbitrary bodies of `apns.registry` (contract
+// §6). What it accepts must obey §6's shapes, since every field becomes a database value.
+import APNSCore
+import FuzzDriver
+
+/// The executable's `main` (see Package.swift): libFuzzer's driver with this target's input function.
+@_cdecl("FuzzRegistration_main")
+public func fuzzRegistrationMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    var argc = argc
+    var argv = argv
+    return LLVMFuzzerRunDriver(&argc, &argv) { data, size in
+        guard let data else { return fuzzRegistration(UnsafePointer(bitPattern: 1)!, 0) }
+        return fuzzRegistration(data, size)
+    }
+}
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzRegistration(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+    let body = Array(UnsafeBufferPointer(start: data, count: size))
+    let result = RegistrationMessage.parse(body: body)
+    guard RegistrationMessage.parse(body: body) == result else { fatalError("RegistrationMessage.parse gave two answers for one body") }
+    switch result {
+    case .failure(let error):
+        guard error.reason == "MalformedJob" else { fatalError("a refusal that is not MalformedJob: \(error)") }
+    case .success(let message):
+        guard body.count <= RegistrationMessage.maxBodyBytes else { fatalError("accepted a body over 64 KiB") }
+        guard UntrustedText.isBundleID(message.bundleID) else { fatalError("accepted bundleId \(message.bundleID.debugDescription)") }
+        guard let token = DeviceToken(hex: message.token), message.token.utf8.count <= RegistrationMessage.maxTokenHexDigits,
+            message.token == LowercaseHex.string(token.bytes)
+        else { fatalError("accepted a token that is not lower-case hex within the cap") }
+        switch message.op {
+        case .register:
+            guard let group = message.group, GroupJob.problem(group: group) == nil else { fatalError("accepted group \(String(describing: message.group))") }
+        case .unregister:
+            guard message.group == nil else { fatalError("an unregister kept a group") }
+        }
+        guard message.at >= 0 else { fatalError("accepted a negative at") }
+    }
+    return 0
+}

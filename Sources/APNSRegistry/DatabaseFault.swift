@@ -1,0 +1,40 @@
+import APNSCore
+import PostgresNIO
+
+/// Whose fault a failed registry operation is (contract §4): the message's, when PostgreSQL
+/// refused a value it carries (SQLSTATE class 22 "data exception" or 23 "integrity constraint
+/// violation"), which makes the message malformed (dead-lettered, consumers go on); anything
+/// else (a lost or refused connection, a timeout, a server in trouble) is the registry being
+/// unavailable, which holds the consumers and keeps the message in the broker.
+enum DatabaseFault: Sendable, Hashable {
+    case message(JobError)
+    case unavailable
+
+    /// The SQLSTATE classes a message's own values cause (PostgreSQL, Appendix A).
+    static let messageClasses: Set<String> = ["22", "23"]
+
+    /// The decision, from what the server said (pure: tests give it any SQLSTATE).
+    static func classify(sqlState: String?, serverMessage: String?, column: String?) -> DatabaseFault {
+        guard let sqlState, sqlState.utf8.count == 5, messageClasses.contains(String(sqlState.prefix(2))) else {
+            return .unavailable
+        }
+        // PostgreSQL's primary message names the problem, not the values (those are in `detail`,
+        // which may hold a token): safe for a log line and `x-apns-error`.
+        let text = (serverMessage ?? "").split(whereSeparator: \.isNewline).joined(separator: " ").prefix(200)
+        return .message(
+            JobError(kind: .malformedJob, field: column ?? "body", message: "PostgreSQL refused a value of this message (SQLSTATE \(sqlState)): \(text)"))
+    }
+
+    static func classify(_ error: any Error) -> DatabaseFault {
+        guard let error = error as? PSQLError, error.code == .server, let info = error.serverInfo else { return .unavailable }
+        return classify(sqlState: info[.sqlState], serverMessage: info[.message], column: info[.columnName])
+    }
+
+    /// The handlers' disposition for a failed registry operation.
+    static func disposition(for error: any Error) -> RegistryDisposition {
+        switch classify(error) {
+        case .message(let malformed): .dead(malformed)
+        case .unavailable: .registryFailed(error)
+        }
+    }
+}

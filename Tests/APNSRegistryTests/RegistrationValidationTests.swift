@@ -1,0 +1,76 @@
+import APNSCore
+import Foundation
+import Testing
+
+@testable import APNSRegistry
+
+/// Contract §4 and §6's shape rules for what reaches PostgreSQL: a registration's `bundleId`,
+/// `token` and `group`, a group job's `group`, and the 64 KiB body limit. Pure, no sockets.
+@Suite struct RegistrationValidationTests {
+    static func register(bundle: String = "com.example.app", token: String = "abcd", group: String = "acct") -> [UInt8] {
+        var out = Array(#"{"op":"register","bundleId":"#.utf8)
+        JSONValue.string(bundle).append(to: &out)
+        out += Array(#","token":"#.utf8)
+        JSONValue.string(token).append(to: &out)
+        out += Array(#","group":"#.utf8)
+        JSONValue.string(group).append(to: &out)
+        out += Array(#","at":1}"#.utf8)
+        return out
+    }
+
+    static func field(_ result: Result<RegistrationMessage, JobError>) -> String? {
+        if case .failure(let error) = result { return error.field }
+        return nil
+    }
+
+    @Test(arguments: [
+        "a\u{0}b", "line\nbreak", "tab\there", "del\u{7F}", "c1\u{85}control", "esc\u{1B}[31m",
+        String(repeating: "g", count: 201), "",
+    ])
+    func groupsWithControlCharactersOrOutOfBoundsAreMalformed(group: String) {
+        #expect(Self.field(RegistrationMessage.parse(body: Self.register(group: group))) == "group")
+        let groupJob = Array(#"{"group":"#.utf8) + { var out: [UInt8] = []; JSONValue.string(group).append(to: &out); return out }()
+            + Array(#","payload":{"aps":{"content-available":1}}}"#.utf8)
+        guard case .failure(let error) = GroupJobParser.parse(body: groupJob, messageID: nil) else {
+            Issue.record("group job accepted with group \(group.debugDescription)")
+            return
+        }
+        #expect(error.field == "group")
+    }
+
+    @Test(arguments: ["accountnamé 🎉", String(repeating: "g", count: 200), String(repeating: "é", count: 100), "a b"])
+    func printableGroupsUpTo200BytesAreAccepted(group: String) throws {
+        #expect(try RegistrationMessage.parse(body: Self.register(group: group)).get().group == group)
+        let body = #"{"group":"\#(group)","payload":{"aps":{"content-available":1}}}"#
+        #expect(try GroupJobParser.parse(body: Array(body.utf8), messageID: nil).get().group == group)
+    }
+
+    @Test(arguments: [
+        "com.example\u{0}app", "com example", "com_example", "com.example/app", "é.app", "",
+        String(repeating: "a", count: UntrustedText.maxBundleIDBytes + 1),
+    ])
+    func bundleIDsOutsideLettersDigitsDotAndDashAreMalformed(bundle: String) {
+        #expect(Self.field(RegistrationMessage.parse(body: Self.register(bundle: bundle))) == "bundleId")
+    }
+
+    @Test func bundleIDsOfLettersDigitsDotsAndDashesUpTo155BytesAreAccepted() throws {
+        for bundle in ["com.Example-App.2", String(repeating: "a", count: UntrustedText.maxBundleIDBytes)] {
+            #expect(try RegistrationMessage.parse(body: Self.register(bundle: bundle)).get().bundleID == bundle)
+        }
+    }
+
+    @Test func tokensAreHexUpToTheCap() throws {
+        let longest = String(repeating: "ab", count: RegistrationMessage.maxTokenHexDigits / 2)
+        #expect(try RegistrationMessage.parse(body: Self.register(token: longest)).get().token == longest)
+        for token in [longest + "ab", "ab\u{0}", "", "zz", String(repeating: "a", count: 1_000)] {
+            #expect(Self.field(RegistrationMessage.parse(body: Self.register(token: token))) == "token", "\(token.prefix(8))")
+        }
+    }
+
+    @Test func bodiesUpTo64KiBAreReadAndLargerOnesAreMalformed() throws {
+        let head = #"{"op":"unregister","bundleId":"b","token":"ab","at":1,"pad":""#
+        let fill = { (size: Int) in Array(head.utf8) + [UInt8](repeating: UInt8(ascii: "x"), count: size - head.utf8.count - 2) + Array(#""}"#.utf8) }
+        #expect(try RegistrationMessage.parse(body: fill(64 * 1024)).get().op == .unregister)
+        #expect(Self.field(RegistrationMessage.parse(body: fill(64 * 1024 + 1))) == "body")
+    }
+}
