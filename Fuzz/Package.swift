@@ -31,6 +31,17 @@ let package = Package(
             name: "FuzzConfig",
             dependencies: ["FuzzDriver", .product(name: "APNSConfig", package: "apns-worker")]
         ),
+        .executableTarget(
+            name: "FuzzAMQPFields",
+            dependencies: ["FuzzDriver", .product(name: "AMQPClient", package: "apns-worker")]
+        ),
+        .executableTarget(
+            name: "FuzzJobEnvelope",
+            dependencies: [
+                "FuzzDriver", .product(name: "AMQPClient", package: "apns-worker"),
+                .product(name: "APNSCore", package: "apns-worker"), .product(name: "APNSTopology", package: "apns-worker"),
+            ]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )
