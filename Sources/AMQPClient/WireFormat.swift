@@ -41,18 +41,27 @@ public enum AMQPWireFormat {
     public static func encodeTable(_ table: AMQPTable) -> [UInt8]? {
         let arena = EncodingArena()
         var input = arena.table(table)
-        var capacity = 4096
-        while capacity <= 1 << 30 {
-            var buffer = [UInt8](repeating: 0, count: capacity)
-            var offset = 0
-            let status = buffer.withUnsafeMutableBytes { raw in
-                amqp_encode_table(amqp_bytes_t(len: raw.count, bytes: raw.baseAddress), &input, &offset)
-            }
-            if status == AMQP_STATUS_OK.rawValue { return Array(buffer.prefix(offset)) }
-            guard status == AMQP_STATUS_TABLE_TOO_BIG.rawValue else { return nil }
-            capacity *= 4
+        // Room for the whole encoding at once: librabbitmq reports a buffer that ends at a
+        // field's kind byte as bad data, not as too small, so growing on TABLE_TOO_BIG alone
+        // would call a good table unencodable.
+        var buffer = [UInt8](repeating: 0, count: encodedSizeBound(.table(table)))
+        var offset = 0
+        let status = buffer.withUnsafeMutableBytes { raw in
+            amqp_encode_table(amqp_bytes_t(len: raw.count, bytes: raw.baseAddress), &input, &offset)
         }
-        return nil
+        guard status == AMQP_STATUS_OK.rawValue else { return nil }
+        return Array(buffer.prefix(offset))
+    }
+
+    /// At least the bytes `value` takes on the wire with its kind byte (keys cut to 255 bytes).
+    private static func encodedSizeBound(_ value: AMQPFieldValue) -> Int {
+        switch value {
+        case .string(let s): return 5 + s.utf8.count
+        case .bytes(let b): return 5 + b.count
+        case .table(let t): return 5 + t.reduce(0) { $0 + 1 + min($1.key.utf8.count, 255) + encodedSizeBound($1.value) }
+        case .array(let a): return 5 + a.reduce(0) { $0 + encodedSizeBound($1) }
+        case .bool, .int8, .int16, .int32, .int64, .float, .double, .decimal, .timestamp, .void: return 9
+        }
     }
 
     private static func withPool<T>(_ body: (UnsafeMutablePointer<amqp_pool_t>) -> T) -> T {

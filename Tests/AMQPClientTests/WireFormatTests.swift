@@ -21,6 +21,17 @@ import Testing
         #expect(again.values.contains(.int32(7)))
     }
 
+    /// 300 entries of an 11-byte key and an int32 put a kind byte at offset 4096, where the
+    /// first buffer of the old encoder ended: librabbitmq calls that bad data, not too small,
+    /// and the table was reported unencodable (found by both fuzz targets).
+    @Test func aTableWhoseKindByteFallsOnA4KiBBoundaryEncodes() throws {
+        var table: AMQPTable = [:]
+        for i in 0..<300 { table["key-" + String(format: "%07d", i)] = .int32(Int32(i)) }
+        let encoded = try #require(AMQPWireFormat.encodeTable(table))
+        #expect(encoded.count == 4 + 300 * 17)
+        #expect(AMQPWireFormat.decodeTable(encoded) == table)
+    }
+
     @Test func aTableOfEveryKindRoundTrips() throws {
         let table: AMQPTable = [
             "x-apns-attempt": .int32(3), "s": .string("é"), "l": .int64(.max), "t": .bool(true), "d": .double(1.5),
