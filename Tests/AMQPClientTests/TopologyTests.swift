@@ -86,7 +86,9 @@ struct TopologyTests {
         let plan = TopologyPlan(bundleIDs: [bundle], retryDelays: [.seconds(10)], queueType: .quorum)
         try await withConnection(configuration(broker)) { connection in
             var before = plan
-            for index in before.queues.indices {
+            // This bundle's queues as an older version declared them (the shared unrouted queues
+            // are left as they are: other tests declare them too).
+            for index in before.queues.indices where before.queues[index].name.contains(bundle) {
                 before.queues[index].arguments["x-delivery-limit"] = nil
                 before.queues[index].lenientArguments = []
             }
