@@ -18,6 +18,8 @@ let package = Package(
         // For the libFuzzer package in Fuzz/, which depends on this one by path.
         .library(name: "APNSCore", targets: ["APNSCore"]),
         .library(name: "APNSConfig", targets: ["APNSConfig"]),
+        .library(name: "AMQPClient", targets: ["AMQPClient"]),
+        .library(name: "APNSTopology", targets: ["APNSTopology"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),

@@ -48,6 +48,17 @@ let package = Package(
             name: "FuzzFleet",
             dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
         ),
+        .executableTarget(
+            name: "FuzzAMQPFields",
+            dependencies: ["FuzzDriver", .product(name: "AMQPClient", package: "apns-worker")]
+        ),
+        .executableTarget(
+            name: "FuzzJobEnvelope",
+            dependencies: [
+                "FuzzDriver", .product(name: "AMQPClient", package: "apns-worker"),
+                .product(name: "APNSCore", package: "apns-worker"), .product(name: "APNSTopology", package: "apns-worker"),
+            ]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -2,8 +2,8 @@
 # Builds the libFuzzer targets in Fuzz/ (address sanitizer on) and runs each for a given time.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET…]    default: 60 seconds, every target
-#   targets: FuzzJobParser FuzzBinaryFraming FuzzFeedbackTuple FuzzConfig
-#            FuzzAdminQuery FuzzRegistration FuzzGroupJob FuzzFleet
+#   targets: FuzzJobParser FuzzBinaryFraming FuzzFeedbackTuple FuzzConfig FuzzAMQPFields
+#            FuzzJobEnvelope FuzzAdminQuery FuzzRegistration FuzzGroupJob FuzzFleet
 #
 # Each target starts from its committed seeds (Fuzz/Corpus/TARGET) in a scratch copy
 # (Fuzz/work/TARGET: new inputs do not touch the committed corpus). A crash, a sanitizer report,
@@ -12,7 +12,7 @@
 # gives its executions and time. Extra libFuzzer flags: FUZZ_FLAGS="-max_len=65536 …".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-all_targets=(FuzzJobParser FuzzBinaryFraming FuzzFeedbackTuple FuzzConfig)
+all_targets=(FuzzJobParser FuzzBinaryFraming FuzzFeedbackTuple FuzzConfig FuzzAMQPFields FuzzJobEnvelope)
 all_targets+=(FuzzAdminQuery FuzzRegistration FuzzGroupJob FuzzFleet)
 seconds=${1:-60}
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "usage: $0 [SECONDS] [TARGET…]" >&2; exit 2; }

@@ -68,12 +68,25 @@ extension ConnectionDriver {
 
     @discardableResult
     func declare(_ queue: QueueDeclaration) throws -> AMQPQueueInfo {
+        do {
+            return try declare(queue, passive: false)
+        } catch let error as AMQPError
+            where error.code == .declarationConflict && error.argument.map(queue.lenientArguments.contains) == true
+        {
+            logger.warning(
+                "queue exists with another value of a lenient argument; taken as it is (a policy can set it)",
+                metadata: ["amqp.queue": "\(queue.name)", "amqp.argument": "\(error.argument ?? "")", "amqp.reply": "\(error.replyText ?? "")"])
+            return try declare(queue, passive: true)
+        }
+    }
+
+    private func declare(_ queue: QueueDeclaration, passive: Bool) throws -> AMQPQueueInfo {
         guard let state = conn else { throw AMQPError(.notConnected, "not connected to the broker") }
         defer { arena.reset() }
         // passive, durable, exclusive, auto-delete: an exclusive queue is neither durable nor kept.
         let ok = amqp_queue_declare(
-            state, ChannelTable.control, arena.bytes(queue.name), 0, queue.exclusive ? 0 : 1, queue.exclusive ? 1 : 0,
-            queue.exclusive ? 1 : 0, arena.table(queue.arguments))
+            state, ChannelTable.control, arena.bytes(queue.name), passive ? 1 : 0, queue.exclusive ? 0 : 1, queue.exclusive ? 1 : 0,
+            queue.exclusive ? 1 : 0, passive ? amqp_table_t(num_entries: 0, entries: nil) : arena.table(queue.arguments))
         try check(amqp_get_rpc_reply(state), channel: ChannelTable.control, reopen: true, context: "declaring queue '\(queue.name)'", queue: queue.name)
         let info = AMQPQueueInfo(name: queue.name, messageCount: ok?.pointee.message_count ?? 0, consumerCount: ok?.pointee.consumer_count ?? 0)
         amqp_maybe_release_buffers_on_channel(state, ChannelTable.control)

@@ -27,10 +27,17 @@ public struct QueueDeclaration: Sendable, Hashable {
     public var arguments: [String: TopologyArgument]
     /// Exclusive to the declaring connection and deleted with it (so not durable either).
     public var exclusive: Bool
-    public init(name: String, arguments: [String: TopologyArgument] = [:], exclusive: Bool = false) {
+    /// Arguments a queue declared earlier (by an older version) may lack or hold with another
+    /// value. When the broker refuses the declaration over one of these (406, inequivalent
+    /// argument), the queue is taken as it is (a passive declare) and a warning names the queue
+    /// and the argument, instead of failing: RabbitMQ cannot change a queue's arguments, and a
+    /// policy can set them on an existing queue.
+    public var lenientArguments: Set<String>
+    public init(name: String, arguments: [String: TopologyArgument] = [:], exclusive: Bool = false, lenientArguments: Set<String> = []) {
         self.name = name
         self.arguments = arguments
         self.exclusive = exclusive
+        self.lenientArguments = lenientArguments
     }
 }
 

@@ -162,9 +162,22 @@ final class EncodingArena {
             .bindMemory(to: amqp_table_entry_t.self, capacity: table.count)
         // Sorted keys make the encoding deterministic (and tests and logs stable).
         for (i, key) in table.keys.sorted().enumerated() {
-            (entries + i).initialize(to: amqp_table_entry_t(key: bytes(key), value: value(table[key]!)))
+            (entries + i).initialize(to: amqp_table_entry_t(key: bytes(Self.shortString(key)), value: value(table[key]!)))
         }
         return amqp_table_t(num_entries: Int32(table.count), entries: entries)
+    }
+
+    /// A table key is a short string: at most 255 bytes. A key decoded from bytes that are not
+    /// UTF-8 grows (each bad byte becomes U+FFFD, three bytes) and may no longer fit; librabbitmq
+    /// would write its length modulo 256, a frame the broker refuses by closing the connection,
+    /// and a job carrying such a header would come back forever. Cut at a character boundary.
+    static func shortString(_ text: String) -> Substring.UTF8View {
+        var end = text.utf8.endIndex
+        if text.utf8.count > 255 {
+            end = text.utf8.index(text.utf8.startIndex, offsetBy: 255)
+            while end > text.utf8.startIndex && end.samePosition(in: text.unicodeScalars) == nil { text.utf8.formIndex(before: &end) }
+        }
+        return text[..<end].utf8
     }
 
     func table(_ arguments: [String: TopologyArgument]) -> amqp_table_t {

@@ -22,8 +22,8 @@ extension TopologyPlan {
                 arguments: ["alternate-exchange": .string(TopologyNames.feedbackUnrouted)]),
         ]
         var queues = [
-            QueueDeclaration(name: TopologyNames.unrouted, arguments: Self.typeArguments(queueType)),
-            QueueDeclaration(name: TopologyNames.feedbackUnrouted, arguments: Self.typeArguments(queueType)),
+            Self.queue(TopologyNames.unrouted, Self.typeArguments(queueType)),
+            Self.queue(TopologyNames.feedbackUnrouted, Self.typeArguments(queueType)),
         ]
         var bindings = [
             BindingDeclaration(queue: TopologyNames.unrouted, exchange: TopologyNames.unrouted, routingKey: ""),
@@ -33,7 +33,7 @@ extension TopologyPlan {
         for d in retryDelays where !distinctDelays.contains(d) { distinctDelays.append(d) }
         for bundle in bundleIDs {
             let work = TopologyNames.workQueue(bundle)
-            queues.append(QueueDeclaration(name: work, arguments: Self.typeArguments(queueType)))
+            queues.append(Self.queue(work, Self.typeArguments(queueType)))
             bindings.append(BindingDeclaration(queue: work, exchange: TopologyNames.jobsExchange, routingKey: bundle))
             for delay in distinctDelays {
                 var args = Self.typeArguments(queueType)
@@ -47,27 +47,45 @@ extension TopologyPlan {
                     args["x-dead-letter-strategy"] = .string("at-least-once")
                     args["x-overflow"] = .string("reject-publish")
                 }
-                queues.append(QueueDeclaration(name: TopologyNames.retryQueue(bundle, delay: delay), arguments: args))
+                queues.append(Self.queue(TopologyNames.retryQueue(bundle, delay: delay), args))
             }
-            queues.append(QueueDeclaration(name: TopologyNames.deadQueue(bundle), arguments: Self.typeArguments(queueType)))
+            queues.append(Self.queue(TopologyNames.deadQueue(bundle), Self.typeArguments(queueType)))
         }
         self.init(exchanges: exchanges, queues: queues, bindings: bindings)
     }
 
     private static func typeArguments(_ type: QueueType) -> [String: TopologyArgument] {
-        ["x-queue-type": .string(type.rawValue)]
+        var arguments: [String: TopologyArgument] = ["x-queue-type": .string(type.rawValue)]
+        if type == .quorum { arguments[Self.deliveryLimitArgument] = .int(Self.unlimitedDeliveries) }
+        return arguments
+    }
+
+    /// A quorum queue's own poison-message limit. RabbitMQ 4 drops a message delivered 20 times
+    /// unless told otherwise, and every listing and registry-hold nack counts as a delivery; no
+    /// queue of ours wants that (the worker dead-letters poison jobs itself, with a reason:
+    /// `[worker] maxDeliveries`). "Unlimited" is -1 on RabbitMQ 4, but RabbitMQ 3.10 accepts -1
+    /// and drops a message at its first return; 2^31−1 means "never" on both (docs/decisions.md).
+    public static let deliveryLimitArgument = "x-delivery-limit"
+    public static let unlimitedDeliveries = Int64(Int32.max)
+
+    /// A queue declared the way every quorum queue of ours is: the limit is lenient, so a queue
+    /// declared by a version before the limit still starts (`QueueDeclaration.lenientArguments`).
+    static func queue(_ name: String, _ arguments: [String: TopologyArgument]) -> QueueDeclaration {
+        var declaration = QueueDeclaration(name: name, arguments: arguments)
+        if arguments[deliveryLimitArgument] != nil { declaration.lenientArguments = [deliveryLimitArgument] }
+        return declaration
     }
 
     /// Adds §6's exchanges, queues and bindings (the two work queues of the configured type).
     public mutating func addRegistry(queueType: QueueType) {
-        let type: [String: TopologyArgument] = ["x-queue-type": .string(queueType.rawValue)]
+        let type = Self.typeArguments(queueType)
         for name in [TopologyNames.registry, TopologyNames.groups] {
             exchanges.append(ExchangeDeclaration(name: name, kind: .fanout))
-            queues.append(QueueDeclaration(name: name, arguments: type))
+            queues.append(Self.queue(name, type))
             bindings.append(BindingDeclaration(queue: name, exchange: name, routingKey: ""))
         }
-        queues.append(QueueDeclaration(name: TopologyNames.registryDead, arguments: type))
-        queues.append(QueueDeclaration(name: TopologyNames.groupsDead, arguments: type))
+        queues.append(Self.queue(TopologyNames.registryDead, type))
+        queues.append(Self.queue(TopologyNames.groupsDead, type))
     }
 }
 

@@ -36,6 +36,11 @@ struct TopologyTests {
         #expect(arguments["x-overflow"] as? String == "reject-publish")
         await #expect(((try broker.object("/queues/%2f/apns.\(bundle).retry.1m"))["arguments"] as? [String: Any])?["x-message-ttl"] as? Int == 60_000)
         await #expect(try broker.object("/queues/%2f/apns.\(bundle).dead")["type"] as? String == "quorum")
+        // (The shared unrouted queues may predate the limit on a test broker: see the next test.)
+        for queue in plan.queues where queue.name.contains(bundle) {
+            let declared = try await broker.object("/queues/%2f/\(queue.name)")["arguments"] as? [String: Any]
+            #expect((declared?["x-delivery-limit"] as? NSNumber)?.int64Value == 2_147_483_647, "\(queue.name)")
+        }
 
         let bindings = try await broker.array("/queues/%2f/apns.\(bundle)/bindings")
         #expect(bindings.contains { $0["source"] as? String == "apns.jobs" && $0["routing_key"] as? String == bundle })
@@ -69,6 +74,57 @@ struct TopologyTests {
         // The control channel was reopened: the connection keeps working.
         #expect(try await connection.inspectQueue(name).messageCount == 0)
         try await connection.deleteQueue(name)
+        }
+    }
+
+    /// Quorum queues declared by a version before x-delivery-limit (issue 24) still start: the
+    /// limit is lenient, so the existing queue is taken as it is, with a warning. Any other
+    /// argument that differs still stops the declaration.
+    @Test func aQueueDeclaredBeforeTheDeliveryLimitStillStarts() async throws {
+        let broker = try TestBroker.require()
+        let bundle = uniqueName("com.example.upgrade")
+        let plan = TopologyPlan(bundleIDs: [bundle], retryDelays: [.seconds(10)], queueType: .quorum)
+        try await withConnection(configuration(broker)) { connection in
+            var before = plan
+            // This bundle's queues as an older version declared them (the shared unrouted queues
+            // are left as they are: other tests declare them too).
+            for index in before.queues.indices where before.queues[index].name.contains(bundle) {
+                before.queues[index].arguments["x-delivery-limit"] = nil
+                before.queues[index].lenientArguments = []
+            }
+            try await connection.declare(before)
+            try await connection.declare(plan)
+            let work = try await broker.object("/queues/%2f/apns.\(bundle)")["arguments"] as? [String: Any]
+            #expect(work?["x-delivery-limit"] == nil, "taken as it was")
+            #expect(try await connection.inspectQueue("apns.\(bundle)").messageCount == 0, "the connection keeps working")
+
+            var strict = plan.queues.first { $0.name == "apns.\(bundle)" }!
+            strict.arguments["x-max-length"] = .int(5)
+            strict.lenientArguments = ["x-delivery-limit"]
+            await #expect(throws: AMQPError.self) { try await connection.declareQueue(strict) }
+            for queue in plan.queues where queue.name.contains(bundle) { try await connection.deleteQueue(queue.name) }
+        }
+    }
+
+    /// The limit declared means "never" on the broker CI runs (3.10) as on RabbitMQ 4: a message
+    /// handed back more than 20 times (a listing, a registry hold) stays.
+    @Test func aQuorumQueueOfOursKeepsAMessageHandedBackMoreThan20Times() async throws {
+        let broker = try TestBroker.require()
+        let bundle = uniqueName("com.example.limit")
+        let plan = TopologyPlan(bundleIDs: [bundle], retryDelays: [.seconds(10)], queueType: .quorum)
+        let dead = "apns.\(bundle).dead"
+        try await withConnection(configuration(broker)) { connection in
+            try await connection.declare(plan)
+            try await connection.publish(message("kept", to: dead))
+            for round in 0..<25 {
+                let delivery = try #require(try await connection.get(queue: dead), "round \(round)")
+                _ = await connection.nack(delivery, requeue: true)
+            }
+            let last = try #require(try await connection.get(queue: dead))
+            #expect(last.message.body == Array("kept".utf8))
+            #expect(JobEnvelope(last.message).deliveryCount == 25)
+            _ = connection.ackNow(last)
+            for queue in plan.queues where queue.name.contains(bundle) { try await connection.deleteQueue(queue.name) }
         }
     }
 

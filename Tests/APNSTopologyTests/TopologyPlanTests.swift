@@ -28,6 +28,26 @@ import Testing
         #expect(plan.queues.allSatisfy { $0.arguments["x-queue-type"] == .string("classic") })
     }
 
+    /// RabbitMQ 4 drops a quorum queue's message after 20 deliveries unless told otherwise;
+    /// every quorum queue of ours says "never" (2^31−1: -1 drops at the first return on 3.10),
+    /// leniently, so a queue declared before still starts. Classic queues have no such limit.
+    @Test(arguments: [QueueType.quorum, .classic])
+    func everyQuorumQueueDeclaresItsDeliveryLimit(type: QueueType) {
+        var plan = TopologyPlan(bundleIDs: ["a.b", "c.d"], retryDelays: RetryPolicy.standard.delays, queueType: type)
+        plan.addRegistry(queueType: type)
+        #expect(plan.queues.count == 2 + 2 * 6 + 4)
+        for queue in plan.queues {
+            switch type {
+            case .quorum:
+                #expect(queue.arguments["x-delivery-limit"] == .int(2_147_483_647), "\(queue.name)")
+                #expect(queue.lenientArguments == ["x-delivery-limit"], "\(queue.name)")
+            case .classic:
+                #expect(queue.arguments["x-delivery-limit"] == nil, "\(queue.name)")
+                #expect(queue.lenientArguments.isEmpty)
+            }
+        }
+    }
+
     /// The fleet of contract §5: a transient exchange, an exclusive queue per admin server, durable pause markers.
     @Test func theFleetTopology() {
         let plan = FleetTopology.plan(instanceID: "h-1-abc", messageTTL: .seconds(15))

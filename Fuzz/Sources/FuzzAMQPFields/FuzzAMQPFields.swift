@@ -1,0 +1,95 @@
+// libFuzzer target: AMQP field tables and `basic` properties as AMQPClient decodes a delivery's
+// (librabbitmq's decoder, then the Swift values). The first byte picks what the rest is: a
+// field table (its 4-byte length first) or a content header's property list (flags first).
+// A decoded table must encode again and decode to the same values: what the worker forwards
+// (a retry, a dead letter) is what it read.
+import AMQPClient
+import Foundation
+import FuzzDriver
+
+@_cdecl("FuzzAMQPFields_main")
+public func fuzzAMQPFieldsMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    var argc = argc
+    var argv = argv
+    return LLVMFuzzerRunDriver(&argc, &argv) { data, size in
+        guard let data else { return fuzzAMQPFields(UnsafePointer(bitPattern: 1)!, 0) }
+        return fuzzAMQPFields(data, size)
+    }
+}
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzAMQPFields(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+    guard size > 0 else { return 0 }
+    let bytes = Array(UnsafeBufferPointer(start: data + 1, count: size - 1))
+    if data[0] & 1 == 0 {
+        guard let table = AMQPWireFormat.decodeTable(bytes) else { return 0 }
+        checkRoundTrip(table)
+    } else {
+        guard let properties = AMQPWireFormat.decodeProperties(bytes) else { return 0 }
+        if let headers = properties.headers { checkRoundTrip(headers) }
+    }
+    return 0
+}
+
+private func checkRoundTrip(_ table: AMQPTable) {
+    guard let encoded = AMQPWireFormat.encodeTable(table) else {
+        fatalError("a table librabbitmq decoded does not encode again")
+    }
+    guard let again = AMQPWireFormat.decodeTable(encoded) else {
+        fatalError("a table AMQPClient encoded does not decode")
+    }
+    // Keys past a short string's 255 bytes (grown by U+FFFD) are cut when written; two keys may
+    // then become one, and only decoding is checked.
+    guard let expected = cutKeys(.table(table)) else { return }
+    guard same(expected, .table(again)) else {
+        fatalError("a table changed on its way through AMQPClient: \(table) became \(again)")
+    }
+}
+
+/// Equality where NaN equals NaN (a float header is carried, not computed with) and a timestamp
+/// is its whole seconds.
+private func same(_ a: AMQPFieldValue, _ b: AMQPFieldValue) -> Bool {
+    switch (a, b) {
+    case (.float(let x), .float(let y)): return x == y || (x.isNaN && y.isNaN)
+    case (.double(let x), .double(let y)): return x == y || (x.isNaN && y.isNaN)
+    case (.timestamp(let x), .timestamp(let y)):
+        // Whole seconds on the wire; a Date keeps them as a Double off by 2001, so beyond 2^53
+        // the same seconds may come back a rounding away.
+        let a = x.timeIntervalSince1970, b = y.timeIntervalSince1970
+        return a == b || abs(a - b) <= max(1, abs(a) * 1e-12)
+    case (.table(let x), .table(let y)):
+        return x.count == y.count && x.allSatisfy { key, value in y[key].map { same(value, $0) } ?? false }
+    case (.array(let x), .array(let y)):
+        return x.count == y.count && zip(x, y).allSatisfy { same($0, $1) }
+    default: return a == b
+    }
+}
+
+/// The value as AMQPClient writes it: every table key cut to 255 bytes at a character boundary;
+/// nil when two keys of one table become the same.
+private func cutKeys(_ value: AMQPFieldValue) -> AMQPFieldValue? {
+    switch value {
+    case .table(let table):
+        var out: AMQPTable = [:]
+        for (key, element) in table {
+            var end = key.utf8.endIndex
+            if key.utf8.count > 255 {
+                end = key.utf8.index(key.utf8.startIndex, offsetBy: 255)
+                while end > key.utf8.startIndex && end.samePosition(in: key.unicodeScalars) == nil { key.utf8.formIndex(before: &end) }
+            }
+            let cut = String(key[..<end])
+            guard out[cut] == nil, let element = cutKeys(element) else { return nil }
+            out[cut] = element
+        }
+        return .table(out)
+    case .array(let elements):
+        var out: [AMQPFieldValue] = []
+        for element in elements {
+            guard let element = cutKeys(element) else { return nil }
+            out.append(element)
+        }
+        return .array(out)
+    default:
+        return value
+    }
+}
