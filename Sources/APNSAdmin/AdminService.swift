@@ -24,6 +24,9 @@ public final class AdminService: Service, Sendable {
     /// This instance's fleet service (`apns-worker run`): `/api/fleet`, pause and resume, the
     /// page's fleet-wide view. Nil shows this instance only and answers the fleet routes 503.
     public let fleet: FleetService?
+    /// Broadcast channel management (contract §7) for `/api/bundles/{b}/channels`; nil leaves
+    /// those routes out.
+    public let channels: (any BroadcastChannelManaging)?
 
     /// - Parameters:
     ///   - worker: the running worker's state (`WorkerService`).
@@ -36,8 +39,9 @@ public final class AdminService: Service, Sendable {
     public init(
         settings: AdminSettings, worker: any WorkerStatusProviding, queues: QueueInspector?,
         registry: PrometheusCollectorRegistry?, logger: Logger, registryStore: RegistryStore? = nil, fleet: FleetService? = nil,
-        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+        channels: (any BroadcastChannelManaging)? = nil, onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws {
+        self.channels = channels
         self.registryStore = registryStore
         self.fleet = fleet
         if settings.token == nil, !settings.listen.isLoopback {
@@ -60,6 +64,7 @@ public final class AdminService: Service, Sendable {
         router.add(middleware: AdminAuthentication(token: settings.token))
         AdminRoutes(worker: worker, queues: queues, registry: registry, token: settings.token, logger: logger, fleet: fleet).register(on: router)
         if let registryStore { AdminRegistryRoutes(store: registryStore).register(on: router) }
+        if let channels { AdminChannelRoutes(channels: channels).register(on: router) }
         return router
     }
 
