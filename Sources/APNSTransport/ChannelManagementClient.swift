@@ -104,11 +104,17 @@ public struct ChannelManagementClient: Sendable {
         let tls = try ClientTLS.makeContext(trustRoots: configuration.trustRoots, certificate: certificate, applicationProtocols: ["h2"])
         let host = configuration.host
         let timeout = configuration.timeout.timeAmount
+        // TLS and HTTP/2 go into the pipeline before the connection is up: added afterwards, the
+        // server's first frames could pass a pipeline without them and be lost (seen under load).
         let channel = try await ClientBootstrap(group: eventLoopGroup)
             .connectTimeout(timeout)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(ClientTLS.handler(context: tls, host: host))
+                    // The server opens no streams of its own (no push): refuse any it would.
+                    _ = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
+                        mode: .client, connectionConfiguration: .init(), streamConfiguration: .init()
+                    ) { stream in stream.close() }
                 }
             }
             .connect(host: host, port: configuration.port).get()
@@ -116,10 +122,7 @@ public struct ChannelManagementClient: Sendable {
         let promise = channel.eventLoop.makePromise(of: RawAnswer.self)
         channel.eventLoop.scheduleTask(in: timeout) { promise.fail(ChannelManagementTimeout()) }
         try await channel.eventLoop.submit {
-            // The server opens no streams of its own (no push): refuse any it would.
-            let multiplexer = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
-                mode: .client, connectionConfiguration: .init(), streamConfiguration: .init()
-            ) { stream in stream.close() }
+            let multiplexer = try channel.pipeline.syncOperations.handler(type: NIOHTTP2Handler.self).syncMultiplexer()
             multiplexer.createStreamChannel(promise: nil) { stream in
                 stream.eventLoop.makeCompletedFuture {
                     try stream.pipeline.syncOperations.addHandler(OneRequestHandler(request: request, promise: promise))
