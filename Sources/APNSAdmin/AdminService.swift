@@ -29,6 +29,9 @@ public final class AdminService: Service, Sendable {
     public let fleet: FleetService?
     /// Operator requests served at once; more are answered 503 (`AdminRequestLimit`).
     public let requestGate: AdminRequestGate
+    /// Broadcast channel management (contract §7) for `/api/bundles/{b}/channels`; nil leaves
+    /// those routes out.
+    public let channels: (any BroadcastChannelManaging)?
 
     /// Operator requests (listings, moves, the page) served at once by default: each listing
     /// holds up to a page of messages and a broker connection of its own.
@@ -45,9 +48,11 @@ public final class AdminService: Service, Sendable {
     public init(
         settings: AdminSettings, worker: any WorkerStatusProviding, queues: QueueInspector?,
         registry: PrometheusCollectorRegistry?, logger: Logger, registryStore: RegistryStore? = nil, fleet: FleetService? = nil,
-        concurrentRequests: Int = defaultConcurrentRequests, onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+        channels: (any BroadcastChannelManaging)? = nil, concurrentRequests: Int = defaultConcurrentRequests,
+        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws {
         self.requestGate = AdminRequestGate(limit: concurrentRequests)
+        self.channels = channels
         self.registryStore = registryStore
         self.fleet = fleet
         if settings.token == nil, !settings.listen.isLoopback {
@@ -75,6 +80,7 @@ public final class AdminService: Service, Sendable {
             fleet: fleet
         ).register(on: router)
         if let registryStore { AdminRegistryRoutes(store: registryStore).register(on: router) }
+        if let channels { AdminChannelRoutes(channels: channels).register(on: router) }
         return router
     }
 

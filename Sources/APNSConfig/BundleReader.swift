@@ -52,13 +52,25 @@ struct BundleReader {
         let environment = try readEnvironment()
         let auth = try readAuth(transport: transport)
 
-        let host = try value("host") { v throws(ValueProblem) in
-            guard !v.isEmpty, !v.contains(where: \.isWhitespace), !v.contains("/"), !v.contains("://") else {
-                throw ValueProblem("\(ValueSyntax.quoted(v)) is not a host name or address (no scheme, no port: use port)")
+        func hostName(portKey: String) -> (String) throws(ValueProblem) -> String {
+            { v throws(ValueProblem) in
+                guard !v.isEmpty, !v.contains(where: \.isWhitespace), !v.contains("/"), !v.contains("://") else {
+                    throw ValueProblem("\(ValueSyntax.quoted(v)) is not a host name or address (no scheme, no port: use \(portKey))")
+                }
+                return v
             }
-            return v
         }
+        let host = try value("host", hostName(portKey: "port"))
         let port = try value("port") { v throws(ValueProblem) in try ValueSyntax.int(v, in: 1...65535) }
+        // Broadcast push (contract §7) exists on the HTTP/2 provider API only.
+        for key in ["channelHost", "channelPort"] {
+            if let http2Only = entry(key), transport != .http2 {
+                throw error(.conflict, line: http2Only.line, key: key,
+                    "only applies to transport = http2 (broadcast channels do not exist on the binary provider API)")
+            }
+        }
+        let channelHost = try value("channelHost", hostName(portKey: "channelPort"))
+        let channelPort = try value("channelPort") { v throws(ValueProblem) in try ValueSyntax.int(v, in: 1...65535) }
         let caFile = try nonEmpty("caFile").map(resolver.resolve)
         let connections = try value("connections") { v throws(ValueProblem) in try ValueSyntax.int(v, in: 1...16) }
 
@@ -106,7 +118,8 @@ struct BundleReader {
         return BundleConfiguration(
             bundleID: bundleID, transport: transport, environment: environment, auth: auth, host: host, port: port,
             caFile: caFile, connections: connections, rollout: rollout, binaryHoldWindow: binaryHoldWindow,
-            feedbackInterval: feedbackInterval, feedbackPort: feedbackPort, line: section.line)
+            feedbackInterval: feedbackInterval, feedbackPort: feedbackPort, channelHost: channelHost, channelPort: channelPort,
+            line: section.line)
     }
 
     /// `environment`, or the seed's `domain`; both may be given when they agree.

@@ -278,6 +278,12 @@ public struct BundleConfiguration: Sendable, Hashable {
     /// `feedbackPort` (binary only): the feedback service's port on `host` (Apple's feedback
     /// hosts when `host` is absent). Default 2196.
     public var feedbackPort: Int
+    /// `channelHost` (http2 only): Apple's channel management service for broadcast push
+    /// (contract §7) is reached here instead (a simulator). Default: Apple's host per environment.
+    public var channelHost: String?
+    /// `channelPort` (http2 only): default Apple's port per environment (2196 production, 2195
+    /// development).
+    public var channelPort: Int?
     /// The line of the section header, for messages about the bundle as a whole.
     public var line: Int?
 
@@ -293,7 +299,7 @@ public struct BundleConfiguration: Sendable, Hashable {
         auth: APNSAuthentication, host: String? = nil, port: Int? = nil, caFile: String? = nil,
         connections: Int? = nil, rollout: RolloutGate = .init(),
         binaryHoldWindow: Duration = defaultBinaryHoldWindow, feedbackInterval: Duration = defaultFeedbackInterval,
-        feedbackPort: Int = defaultFeedbackPort, line: Int? = nil
+        feedbackPort: Int = defaultFeedbackPort, channelHost: String? = nil, channelPort: Int? = nil, line: Int? = nil
     ) {
         self.bundleID = bundleID
         self.transport = transport
@@ -307,7 +313,15 @@ public struct BundleConfiguration: Sendable, Hashable {
         self.binaryHoldWindow = binaryHoldWindow
         self.feedbackInterval = feedbackInterval
         self.feedbackPort = feedbackPort
+        self.channelHost = channelHost
+        self.channelPort = channelPort
         self.line = line
+    }
+
+    /// Where Apple's channel management service is for `environment` (contract §7): the
+    /// `channelHost`/`channelPort` overrides, else Apple's host and port for the environment.
+    public func channelEndpoint(for environment: APNSEnvironment) -> (host: String, port: Int) {
+        (channelHost ?? environment.channelManagementHost, channelPort ?? environment.channelManagementPort)
     }
 
     /// Where the legacy feedback service is for `environment`, or nil when it is not polled

@@ -10,6 +10,9 @@ public enum APNSReason: Sendable, Hashable, CustomStringConvertible {
     case invalidProviderToken, missingProviderToken, unrelatedKeyIdInToken, badEnvironmentKeyInToken
     // 404, 405
     case badPath, methodNotAllowed
+    // Broadcast and channel management (iOS 18): 400 except `channelNotRegistered` (404)
+    case badChannelId, missingChannelId, channelNotRegistered, cannotCreateChannelConfig
+    case missingPushType, featureNotEnabled
     // 410
     case expiredToken, unregistered
     // 413
@@ -28,7 +31,8 @@ public enum APNSReason: Sendable, Hashable, CustomStringConvertible {
         .missingTopic, .payloadEmpty, .topicDisallowed,
         .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden,
         .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyInToken,
-        .badPath, .methodNotAllowed, .expiredToken, .unregistered, .payloadTooLarge,
+        .badPath, .methodNotAllowed, .badChannelId, .missingChannelId, .channelNotRegistered,
+        .cannotCreateChannelConfig, .missingPushType, .featureNotEnabled, .expiredToken, .unregistered, .payloadTooLarge,
         .tooManyProviderTokenUpdates, .tooManyRequests, .internalServerError, .serviceUnavailable, .shutdown,
     ]
 
@@ -69,6 +73,12 @@ public enum APNSReason: Sendable, Hashable, CustomStringConvertible {
         case .badEnvironmentKeyInToken: return "BadEnvironmentKeyInToken"
         case .badPath: return "BadPath"
         case .methodNotAllowed: return "MethodNotAllowed"
+        case .badChannelId: return "BadChannelId"
+        case .missingChannelId: return "MissingChannelId"
+        case .channelNotRegistered: return "ChannelNotRegistered"
+        case .cannotCreateChannelConfig: return "CannotCreateChannelConfig"
+        case .missingPushType: return "MissingPushType"
+        case .featureNotEnabled: return "FeatureNotEnabled"
         case .expiredToken: return "ExpiredToken"
         case .unregistered: return "Unregistered"
         case .payloadTooLarge: return "PayloadTooLarge"

@@ -109,8 +109,9 @@ public struct BinaryNotificationFrame: Sendable, Hashable {
         guard let priority = UInt8(exactly: notification.priority) else {
             throw .valueOutOfRange(item: .priority, value: notification.priority)
         }
+        guard let token = notification.token else { throw .broadcastUnsupported }
         self.init(
-            deviceToken: notification.token.bytes, payload: notification.payload, identifier: identifier,
+            deviceToken: token.bytes, payload: notification.payload, identifier: identifier,
             expiration: expiration, priority: priority)
     }
 
@@ -307,9 +308,13 @@ public enum BinaryFramingError: Error, Sendable, Hashable, CustomStringConvertib
     case itemTooLong(item: BinaryProtocol.Item, length: Int)
     /// A notification value that does not fit its item (negative or too large).
     case valueOutOfRange(item: BinaryProtocol.Item, value: Int)
+    /// A broadcast (channel) notification: the binary provider API has none (`JobParser` makes
+    /// such a job malformed on a binary bundle, so this is a second line of defence).
+    case broadcastUnsupported
 
     public var description: String {
         switch self {
+        case .broadcastUnsupported: return "the binary provider API has no broadcast notifications"
         case .itemTooLong(let item, let length): return "item \(item) is \(length) bytes, more than \(UInt16.max)"
         case .valueOutOfRange(let item, let value): return "value \(value) does not fit item \(item)"
         }

@@ -22,7 +22,10 @@ public struct HTTP2HeaderField: Sendable, Hashable {
     }
 }
 
-/// A request to `POST /3/device/<token>`.
+/// A request to `POST /3/device/<token>`, or for a broadcast (contract §7) Apple's broadcast
+/// request `POST /4/broadcasts/apps/<bundleID>` ("Sending broadcast push notification requests
+/// to APNs"): the channel in `apns-channel-id`, the job id in `apns-request-id`, push type
+/// `liveactivity`, no device token and no `apns-topic` (the bundle is the path's).
 public struct HTTP2Request: Sendable, Hashable {
     /// Pseudo-headers first (HTTP/2 requires it), then Apple's headers.
     public var headers: [HTTP2HeaderField]
@@ -32,16 +35,31 @@ public struct HTTP2Request: Sendable, Hashable {
     ///   - authority: the `:authority`, i.e. the host the connection was made to.
     ///   - authorization: `bearer <jwt>` with token authentication, nil with a client certificate.
     public init(notification n: PushNotification, authority: String, authorization: String?) {
-        var h: [HTTP2HeaderField] = [
-            .init(":method", "POST"),
-            .init(":scheme", "https"),
-            .init(":path", "/3/device/" + n.token.hex),
-            .init(":authority", authority),
-            .init("apns-id", LowercaseHex.string(n.id)),
-            .init("apns-topic", n.topic),
-            .init("apns-push-type", n.pushType.rawValue),
-            .init("apns-priority", String(n.priority)),
-        ]
+        var h: [HTTP2HeaderField]
+        switch n.target {
+        case .device(let token):
+            h = [
+                .init(":method", "POST"),
+                .init(":scheme", "https"),
+                .init(":path", "/3/device/" + token.hex),
+                .init(":authority", authority),
+                .init("apns-id", LowercaseHex.string(n.id)),
+                .init("apns-topic", n.topic),
+                .init("apns-push-type", n.pushType.rawValue),
+                .init("apns-priority", String(n.priority)),
+            ]
+        case .channel(let channel):
+            h = [
+                .init(":method", "POST"),
+                .init(":scheme", "https"),
+                .init(":path", "/4/broadcasts/apps/" + n.topic),
+                .init(":authority", authority),
+                .init("apns-request-id", LowercaseHex.string(n.id)),
+                .init("apns-channel-id", channel.id),
+                .init("apns-push-type", n.pushType.rawValue),
+                .init("apns-priority", String(n.priority)),
+            ]
+        }
         if let expiration = n.expiration { h.append(.init("apns-expiration", String(expiration))) }
         if let collapseID = n.collapseID { h.append(.init("apns-collapse-id", collapseID)) }
         if let authorization { h.append(.init("authorization", authorization)) }
@@ -60,7 +78,7 @@ public struct HTTP2Request: Sendable, Hashable {
 public enum HTTP2Response {
     /// Whether `answer` reads the response header called `name`; a client may keep only those.
     public static func readsHeader(named name: String) -> Bool {
-        name == "apns-id" || name == "apns-unique-id"
+        name == "apns-id" || name == "apns-request-id" || name == "apns-unique-id"
     }
 
     /// The answer for a response with this `:status`, headers and body. A body that is not the
@@ -70,7 +88,8 @@ public enum HTTP2Response {
         var answer = HTTPAnswer(status: status)
         for field in headers {
             switch field.name {
-            case "apns-id": answer.apnsID = UUID(uuidString: field.value)
+            // A broadcast's answer names the request with `apns-request-id` instead.
+            case "apns-id", "apns-request-id": answer.apnsID = UUID(uuidString: field.value)
             case "apns-unique-id": answer.uniqueID = field.value
             default: break
             }

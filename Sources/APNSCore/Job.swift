@@ -17,7 +17,8 @@ public struct Job: Sendable, Hashable {
     public var id: UUID
     /// The bundle ID the job was published for (the routing key / the configured bundle).
     public var bundleID: String
-    public var token: DeviceToken
+    /// One device, or a broadcast channel (contract §7).
+    public var target: PushTarget
     /// The payload exactly as it is sent to Apple: the job's `payload` object with insignificant
     /// whitespace removed; key order, escapes and number lexemes are the sync server's own.
     public var payload: [UInt8]
@@ -32,13 +33,13 @@ public struct Job: Sendable, Hashable {
     public var userInfo: [String: JSONValue]
 
     public init(
-        id: UUID, bundleID: String, token: DeviceToken, payload: [UInt8], pushType: PushType,
+        id: UUID, bundleID: String, target: PushTarget, payload: [UInt8], pushType: PushType,
         priority: Int, expiration: Int?, collapseID: String?, environment: APNSEnvironment,
         userInfo: [String: JSONValue]
     ) {
         self.id = id
         self.bundleID = bundleID
-        self.token = token
+        self.target = target
         self.payload = payload
         self.pushType = pushType
         self.priority = priority
@@ -48,13 +49,19 @@ public struct Job: Sendable, Hashable {
         self.userInfo = userInfo
     }
 
-    /// `apns-topic`: the bundle ID plus Apple's suffix for the push type.
-    public var topic: String { bundleID + pushType.topicSuffix }
+    /// The device token; nil for a broadcast job.
+    public var token: DeviceToken? { target.token }
+
+    /// `apns-topic`: the bundle ID plus Apple's suffix for the push type. A broadcast has no
+    /// topic header; its bundle ID goes into the request path, so its topic is the bare bundle ID.
+    public var topic: String {
+        target.channel == nil ? bundleID + pushType.topicSuffix : bundleID
+    }
 
     /// What a transport sends for this job.
     public var notification: PushNotification {
         PushNotification(
-            id: id, token: token, topic: topic, pushType: pushType, priority: priority,
+            id: id, target: target, topic: topic, pushType: pushType, priority: priority,
             expiration: expiration, collapseID: collapseID, payload: payload,
             environment: environment)
     }

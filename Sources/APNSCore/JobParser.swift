@@ -11,6 +11,12 @@ import Foundation
 /// - Binary transport: the token must be 32 bytes, the payload at most 2048 bytes, priority 10 or
 ///   5 (the binary protocol defines no other), expiration at most 2^32 - 1 (a 4-byte item);
 ///   `pushType` and `collapseId` are validated but have no item in that protocol.
+/// - Broadcast jobs (contract §7): `channel` instead of `token` (both, or neither, is malformed);
+///   the channel id is checked by `BroadcastChannel` (base64, a length cap, so no control
+///   characters reach the `apns-channel-id` header). The push type is `liveactivity` whether
+///   given or omitted, the payload limit 5120 bytes. `collapseId` is malformed on a broadcast:
+///   Apple's broadcast request has no collapse id, and dropping it silently would surprise the
+///   sender. On a binary-transport bundle a broadcast job is malformed (the legacy API has none).
 /// - Bodies larger than `Limits.maxBodyBytes` are refused before any parsing, so a 10 MB body
 ///   costs one comparison; nesting deeper than `Limits.maxDepth` is refused without recursion
 ///   beyond that depth.
@@ -28,11 +34,12 @@ public enum JobParser {
         }
     }
 
-    /// The largest payload, in bytes as sent, for a push type on a transport.
-    public static func payloadLimit(pushType: PushType, transport: TransportKind) -> Int {
+    /// The largest payload, in bytes as sent, for a push type on a transport; a broadcast (Apple's
+    /// "Sending broadcast push notification requests to APNs") allows 5120.
+    public static func payloadLimit(pushType: PushType, transport: TransportKind, broadcast: Bool = false) -> Int {
         switch transport {
         case .binary: return 2048
-        case .http2: return pushType == .voip ? 5120 : 4096
+        case .http2: return pushType == .voip || broadcast ? 5120 : 4096
         }
     }
 
@@ -79,12 +86,9 @@ public enum JobParser {
             return member
         }
 
-        // token
-        guard let tokenValue = present("token")?.value else { throw .malformed("token", "is required") }
-        guard case .string(let tokenHex) = tokenValue else {
-            throw .malformed("token", "must be a string of hex digits, got \(tokenValue.typeName)")
-        }
-        let token = try parseToken(tokenHex, transport: transport)
+        // target: a device token, or a broadcast channel (contract §7)
+        let target = try parseTarget(token: present("token")?.value, channel: present("channel")?.value, transport: transport)
+        let isBroadcast = target.channel != nil
 
         // payload (skimmed, not built: only these facts about it are needed)
         guard let payloadMember = object.skimmed, payloadMember.summary.kind != .null else {
@@ -109,18 +113,24 @@ public enum JobParser {
                 let allowed = PushType.allCases.map(\.rawValue).joined(separator: ", ")
                 throw .malformed("pushType", "unknown push type \"\(printable(name))\"; expected one of \(allowed)")
             }
+            if isBroadcast, known != .liveactivity {
+                throw .malformed("pushType", "a broadcast job (channel) must be liveactivity, got \(known.rawValue)")
+            }
             pushType = known
+        } else if isBroadcast {
+            pushType = .liveactivity
         } else {
             let silent = summary.contentAvailableIsOne
                 && !summary.apsHasAlert && !summary.apsHasSound && !summary.apsHasBadge
             pushType = silent ? .background : .alert
         }
 
-        let limit = payloadLimit(pushType: pushType, transport: transport)
+        let limit = payloadLimit(pushType: pushType, transport: transport, broadcast: isBroadcast)
         guard payload.count <= limit else {
+            let kind = isBroadcast ? "a broadcast" : pushType.rawValue
             throw JobError(
                 kind: .payloadTooLarge, field: "payload",
-                message: "is \(payload.count) bytes as sent; at most \(limit) for \(pushType.rawValue) on \(transport.rawValue)")
+                message: "is \(payload.count) bytes as sent; at most \(limit) for \(kind) on \(transport.rawValue)")
         }
 
         // priority
@@ -172,6 +182,10 @@ public enum JobParser {
             collapseID = c.isEmpty ? nil : c
         }
 
+        if isBroadcast, collapseID != nil {
+            throw .malformed("collapseId", "a broadcast job (channel) cannot have one: Apple's broadcast request has no collapse id")
+        }
+
         // id
         let id: UUID
         if let value = present("id")?.value {
@@ -210,9 +224,34 @@ public enum JobParser {
         }
 
         return Job(
-            id: id, bundleID: bundleID, token: token, payload: payload, pushType: pushType,
+            id: id, bundleID: bundleID, target: target, payload: payload, pushType: pushType,
             priority: priority, expiration: expiration, collapseID: collapseID,
             environment: environment, userInfo: userInfo)
+    }
+
+    /// The job's target from its `token` and `channel` fields (absent or null = nil): exactly one.
+    private static func parseTarget(token: JSONValue?, channel: JSONValue?, transport: TransportKind) throws(JobError) -> PushTarget {
+        switch (token, channel) {
+        case (nil, nil):
+            throw .malformed("token", "is required (or channel, for a broadcast job)")
+        case (.some, .some):
+            throw .malformed("channel", "a job has a token or a channel, not both")
+        case (let tokenValue?, nil):
+            guard case .string(let tokenHex) = tokenValue else {
+                throw .malformed("token", "must be a string of hex digits, got \(tokenValue.typeName)")
+            }
+            return .device(try parseToken(tokenHex, transport: transport))
+        case (nil, let channelValue?):
+            guard transport == .http2 else {
+                throw .malformed("channel", "broadcast jobs need the HTTP/2 transport; this bundle uses the binary provider API")
+            }
+            guard case .string(let id) = channelValue else {
+                throw .malformed("channel", "must be a string (the base64 channel id Apple issued), got \(channelValue.typeName)")
+            }
+            if let problem = BroadcastChannel.problem(id) { throw .malformed("channel", problem) }
+            guard let parsed = BroadcastChannel(id: id) else { throw .malformed("channel", "is not a channel id") }
+            return .channel(parsed)
+        }
     }
 
     /// Never echoes the token: a message may end up in logs and dead-letter headers.

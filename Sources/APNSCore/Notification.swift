@@ -72,7 +72,8 @@ public struct DeviceToken: Sendable, Hashable, CustomStringConvertible {
 public struct PushNotification: Sendable, Hashable {
     /// `apns-id`; kept for every attempt of the same job.
     public var id: UUID
-    public var token: DeviceToken
+    /// One device, or a broadcast channel.
+    public var target: PushTarget
     /// `apns-topic`: the bundle ID plus the push type's suffix.
     public var topic: String
     public var pushType: PushType
@@ -86,11 +87,11 @@ public struct PushNotification: Sendable, Hashable {
     public var environment: APNSEnvironment
 
     public init(
-        id: UUID, token: DeviceToken, topic: String, pushType: PushType, priority: Int,
+        id: UUID, target: PushTarget, topic: String, pushType: PushType, priority: Int,
         expiration: Int?, collapseID: String?, payload: [UInt8], environment: APNSEnvironment
     ) {
         self.id = id
-        self.token = token
+        self.target = target
         self.topic = topic
         self.pushType = pushType
         self.priority = priority
@@ -99,4 +100,19 @@ public struct PushNotification: Sendable, Hashable {
         self.payload = payload
         self.environment = environment
     }
+}
+
+extension PushNotification {
+    /// A notification for one device.
+    public init(
+        id: UUID, token: DeviceToken, topic: String, pushType: PushType, priority: Int,
+        expiration: Int?, collapseID: String?, payload: [UInt8], environment: APNSEnvironment
+    ) {
+        self.init(
+            id: id, target: .device(token), topic: topic, pushType: pushType, priority: priority, expiration: expiration,
+            collapseID: collapseID, payload: payload, environment: environment)
+    }
+
+    /// The device token; nil for a broadcast.
+    public var token: DeviceToken? { target.token }
 }

@@ -3,7 +3,8 @@
 public enum Outcome: Sendable, Hashable {
     /// APNs accepted the notification: ack the job.
     case delivered
-    /// The device token is dead: publish a feedback event, then ack.
+    /// The device token is dead, or the broadcast channel is unknown or invalid (contract §7):
+    /// publish a feedback event (naming the token or the channel), then ack.
     /// `reason` is Apple's (or `InvalidToken` for binary status 8); `timestamp` is ms since epoch.
     case invalidToken(reason: String, timestamp: Int64?)
     /// Try again later with the next backoff delay. `status` is Apple's HTTP status or binary

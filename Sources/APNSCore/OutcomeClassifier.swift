@@ -20,6 +20,11 @@
 /// - `ExpiredProviderToken` → held. The HTTP/2 transport renews the token and sends once more
 ///   by itself; an answer that still reaches here means the renewed token was refused as well
 ///   (a skewed clock, a revoked key): contract §4 holds the bundle, never a requeue loop.
+/// - Broadcasts (contract §7): `ChannelNotRegistered`, `BadChannelId`, `MissingChannelId` end the
+///   job like an invalid token (the router names the channel in the feedback event);
+///   `FeatureNotEnabled` (broadcast not enabled for the key or bundle) and `MissingPushType` (the
+///   worker always sends one) → held; `CannotCreateChannelConfig` (channel limit, a management
+///   answer) → dead if it ever answers a broadcast.
 /// - A 410 with any reason → invalid token (410 only ever means the token is gone), reason
 ///   `Unregistered` when Apple gave none.
 ///
@@ -68,15 +73,16 @@ public enum OutcomeClassifier {
         let status = answer.status
         let name = reason.rawValue
         switch reason {
-        case .badDeviceToken, .deviceTokenNotForTopic, .expiredToken, .unregistered:
+        case .badDeviceToken, .deviceTokenNotForTopic, .expiredToken, .unregistered,
+            .channelNotRegistered, .badChannelId, .missingChannelId:
             return .invalidToken(reason: name, timestamp: answer.timestamp)
-        case .badCollapseId, .badExpirationDate, .badMessageId, .badPriority, .invalidPushType,
+        case .cannotCreateChannelConfig, .badCollapseId, .badExpirationDate, .badMessageId, .badPriority, .invalidPushType,
             .missingDeviceToken, .payloadEmpty, .payloadTooLarge:
             return .dead(reason: name, status: status, detail: "APNs answered \(status) \(name): \(reason.explanation)")
         case .badTopic, .topicDisallowed, .missingTopic, .duplicateHeaders, .badPath, .methodNotAllowed,
             .badCertificate, .badCertificateEnvironment, .forbidden, .invalidProviderToken,
             .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyInToken,
-            .tooManyProviderTokenUpdates, .expiredProviderToken:
+            .tooManyProviderTokenUpdates, .expiredProviderToken, .featureNotEnabled, .missingPushType:
             return .held(reason: name, status: status)
         case .idleTimeout, .tooManyRequests, .internalServerError, .serviceUnavailable, .shutdown:
             return .retry(reason: name, status: status)
@@ -131,6 +137,12 @@ extension APNSReason {
         case .badEnvironmentKeyInToken: return "the key ID in the provider token is for the wrong environment"
         case .badPath: return "the request path is invalid"
         case .methodNotAllowed: return "the method is not allowed"
+        case .badChannelId: return "the apns-channel-id value is invalid"
+        case .missingChannelId: return "the apns-channel-id header is missing"
+        case .channelNotRegistered: return "the channel does not exist"
+        case .cannotCreateChannelConfig: return "the bundle has reached its maximum number of channels"
+        case .missingPushType: return "the apns-push-type header is missing"
+        case .featureNotEnabled: return "broadcast push is not enabled for this key or bundle"
         case .expiredToken: return "the device token has expired"
         case .unregistered: return "the device token is inactive for the topic"
         case .payloadTooLarge: return "the message payload is too large"

@@ -1,7 +1,8 @@
 /// APNSSimulator: a local APNs that behaves like Apple over TLS + HTTP/2, with scripted outcomes
 /// per device token and fault injection adjustable at runtime, for tests, benchmarks and the local
 /// run (`apns-worker simulator`); optionally also Apple's legacy binary gateway and feedback
-/// service (`BinaryGateway.swift`). Apple's validation lives in `RequestValidator`, the decisions
+/// service (`BinaryGateway.swift`), and Apple's channel management service for broadcast push on
+/// a port of its own (`SimulatorEngine+Channels.swift`). Apple's validation lives in `RequestValidator`, the decisions
 /// in `SimulatorEngine`, the protocol in the channel handlers; this file owns the listeners.
 import APNSCore
 import Logging
@@ -25,23 +26,26 @@ public final class APNSSimulator: Sendable, Service {
     public let binaryPort: Int?
     /// The feedback service's port, nil when `configuration.feedbackPort` is nil.
     public let feedbackPort: Int?
+    /// The channel management service's port, nil when `configuration.channelPort` is nil.
+    public let channelPort: Int?
     public let configuration: SimulatorConfiguration
 
     private init(
         configuration: SimulatorConfiguration, engine: SimulatorEngine, registry: ConnectionRegistry, serverChannel: any Channel,
         binary: (channel: any Channel, registry: ConnectionRegistry)?, feedback: (channel: any Channel, registry: ConnectionRegistry)?,
-        logger: Logger
+        channels: (channel: any Channel, registry: ConnectionRegistry)?, logger: Logger
     ) {
         self.configuration = configuration
         self.engine = engine
         self.registry = registry
         self.serverChannel = serverChannel
-        self.legacyRegistries = [binary?.registry, feedback?.registry].compactMap { $0 }
-        self.legacyChannels = [binary?.channel, feedback?.channel].compactMap { $0 }
+        self.legacyRegistries = [binary?.registry, feedback?.registry, channels?.registry].compactMap { $0 }
+        self.legacyChannels = [binary?.channel, feedback?.channel, channels?.channel].compactMap { $0 }
         self.logger = logger
         self.port = serverChannel.localAddress?.port ?? configuration.port
         self.binaryPort = binary.map { $0.channel.localAddress?.port ?? configuration.binaryPort ?? 0 }
         self.feedbackPort = feedback.map { $0.channel.localAddress?.port ?? configuration.feedbackPort ?? 0 }
+        self.channelPort = channels.map { $0.channel.localAddress?.port ?? configuration.channelPort ?? 0 }
     }
 
     /// Binds the listener and returns once it accepts connections.
@@ -56,18 +60,9 @@ public final class APNSSimulator: Sendable, Service {
         let engine = SimulatorEngine(configuration: configuration)
         let registry = ConnectionRegistry(engine: engine)
 
-        let channel = try await ServerBootstrap(group: eventLoopGroup)
-            .serverChannelOption(.backlog, value: 256)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try configureConnection(
-                        channel, sslContext: sslContext, engine: engine, registry: registry, logger: logger)
-                }
-            }
-            .bind(host: configuration.host, port: configuration.port)
-            .get()
+        let channel = try await bindHTTP2Listener(
+            group: eventLoopGroup, host: configuration.host, port: configuration.port, sslContext: sslContext, engine: engine,
+            registry: registry, service: .push, logger: logger)
 
         var binary: (channel: any Channel, registry: ConnectionRegistry)?
         var feedback: (channel: any Channel, registry: ConnectionRegistry)?
@@ -100,16 +95,32 @@ public final class APNSSimulator: Sendable, Service {
             try? await binary?.channel.close()
             throw error
         }
+        var channels: (channel: any Channel, registry: ConnectionRegistry)?
+        if let channelPort = configuration.channelPort {
+            do {
+                let channelRegistry = ConnectionRegistry(engine: engine, listener: .channelManagement)
+                let listener = try await bindHTTP2Listener(
+                    group: eventLoopGroup, host: configuration.host, port: channelPort, sslContext: sslContext, engine: engine,
+                    registry: channelRegistry, service: .channelManagement, logger: logger)
+                channels = (listener, channelRegistry)
+            } catch {
+                try? await channel.close()
+                try? await binary?.channel.close()
+                try? await feedback?.channel.close()
+                throw error
+            }
+        }
 
         let simulator = APNSSimulator(
             configuration: configuration, engine: engine, registry: registry, serverChannel: channel, binary: binary,
-            feedback: feedback, logger: logger)
+            feedback: feedback, channels: channels, logger: logger)
         var metadata: Logger.Metadata = [
             "simulator.host": "\(configuration.host)", "simulator.port": "\(simulator.port)",
             "simulator.bundles": "\(configuration.bundleIDs.joined(separator: ","))",
         ]
         if let port = simulator.binaryPort { metadata["simulator.binary_port"] = "\(port)" }
         if let port = simulator.feedbackPort { metadata["simulator.feedback_port"] = "\(port)" }
+        if let port = simulator.channelPort { metadata["simulator.channel_port"] = "\(port)" }
         logger.info("APNs simulator listening", metadata: metadata)
         return simulator
     }
@@ -130,8 +141,28 @@ public final class APNSSimulator: Sendable, Service {
         return configuration
     }
 
+    /// A TLS + HTTP/2 listener playing one of Apple's services.
+    private static func bindHTTP2Listener(
+        group: any EventLoopGroup, host: String, port: Int, sslContext: NIOSSLContext, engine: SimulatorEngine,
+        registry: ConnectionRegistry, service: StreamHandler.Service, logger: Logger
+    ) async throws -> any Channel {
+        try await ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try configureConnection(
+                        channel, sslContext: sslContext, engine: engine, registry: registry, service: service, logger: logger)
+                }
+            }
+            .bind(host: host, port: port)
+            .get()
+    }
+
     private static func configureConnection(
-        _ channel: any Channel, sslContext: NIOSSLContext, engine: SimulatorEngine, registry: ConnectionRegistry, logger: Logger
+        _ channel: any Channel, sslContext: NIOSSLContext, engine: SimulatorEngine, registry: ConnectionRegistry,
+        service: StreamHandler.Service, logger: Logger
     ) throws {
         let connection = ConnectionState()
         let pipeline = channel.pipeline.syncOperations
@@ -151,7 +182,7 @@ public final class APNSSimulator: Sendable, Service {
                 let admission = connection.streamOpened(
                     streamID: streamID.map { Int($0) } ?? 0, goawayAfter: engine.faults.goawayAfterStreams)
                 try stream.pipeline.syncOperations.addHandler(
-                    StreamHandler(engine: engine, connection: connection, admission: admission))
+                    StreamHandler(engine: engine, connection: connection, admission: admission, service: service))
             }
         }
     }
@@ -197,6 +228,10 @@ public final class APNSSimulator: Sendable, Service {
         guard let token = DeviceToken(hex: token) else { preconditionFailure("addFeedback: \(token) is not hexadecimal") }
         engine.addFeedback(FeedbackTuple(timestamp: timestamp, deviceToken: token.bytes))
     }
+
+    /// Every broadcast channel the simulator holds (created and not deleted), with what each
+    /// received.
+    public func channels() -> [SimulatorChannel] { engine.channels() }
 
     /// Tuples queued for the feedback service and not yet served.
     public func pendingFeedback() -> [FeedbackTuple] { engine.pendingFeedback }

@@ -43,10 +43,22 @@ struct Rejection: Error, Sendable, Hashable {
     static let badPayload = APNSReason.unknown("BadPayload")
 }
 
-/// The device token of a request whose route is valid.
+/// What a request whose route is valid is for.
 struct ValidatedRoute: Sendable {
-    /// Lower-case hexadecimal.
-    var tokenHex: String
+    enum Target: Sendable {
+        /// `POST /3/device/<token>`; lower-case hexadecimal.
+        case device(tokenHex: String)
+        /// `POST /4/broadcasts/apps/<bundle>` (Apple's broadcast request).
+        case broadcast(bundleID: String)
+    }
+
+    var target: Target
+
+    /// The device token, lower-case hexadecimal; nil for a broadcast.
+    var tokenHex: String? {
+        if case .device(let hex) = target { return hex }
+        return nil
+    }
 }
 
 /// How a request proved who sent it.
@@ -94,6 +106,7 @@ struct RequestValidator: Sendable {
         guard request.method == "POST" else { return .failure(Rejection(405, .methodNotAllowed)) }
         guard var path = request.path else { return .failure(Rejection(404, .badPath)) }
         if let query = path.firstIndex(of: "?") { path = String(path[..<query]) }
+        if let bundle = Self.broadcastBundle(path: path) { return bundle }
         let prefix = "/3/device"
         guard path.hasPrefix(prefix) else { return .failure(Rejection(404, .badPath)) }
         let rest = path.dropFirst(prefix.count)
@@ -104,7 +117,16 @@ struct RequestValidator: Sendable {
         guard let token = DeviceToken(hex: String(tokenText)), token.bytes.count <= Self.maximumTokenBytes else {
             return .failure(Rejection(400, .badDeviceToken))
         }
-        return .success(ValidatedRoute(tokenHex: token.hex))
+        return .success(ValidatedRoute(target: .device(tokenHex: token.hex)))
+    }
+
+    /// The route of Apple's broadcast request, `/4/broadcasts/apps/<bundle>`; nil for any other path.
+    static func broadcastBundle(path: String) -> Result<ValidatedRoute, Rejection>? {
+        let prefix = "/4/broadcasts/apps/"
+        guard path.hasPrefix(prefix) else { return nil }
+        let bundle = path.dropFirst(prefix.count)
+        guard !bundle.isEmpty, !bundle.contains("/"), isWellFormedTopic(String(bundle)) else { return .failure(Rejection(404, .badPath)) }
+        return .success(ValidatedRoute(target: .broadcast(bundleID: String(bundle))))
     }
 
     // MARK: Authentication
@@ -164,6 +186,7 @@ struct RequestValidator: Sendable {
     /// Everything after authentication: topic, push type, priority, id, expiration, collapse id,
     /// payload.
     func validateNotification(_ request: SimulatorRequest, route: ValidatedRoute) -> Result<ValidatedNotification, Rejection> {
+        guard let tokenHex = route.tokenHex else { return .failure(Rejection(404, .badPath)) }
         func header(_ name: String) -> String? { request.headers.first(where: { $0.name == name })?.value }
 
         guard let topic = header("apns-topic"), !topic.isEmpty else { return .failure(Rejection(400, .missingTopic)) }
@@ -223,7 +246,7 @@ struct RequestValidator: Sendable {
 
         return .success(
             ValidatedNotification(
-                tokenHex: route.tokenHex, topic: topic, pushType: pushType, priority: priority,
+                tokenHex: tokenHex, topic: topic, pushType: pushType, priority: priority,
                 apnsID: apnsID, expiration: expiration, collapseID: collapseID))
     }
 

@@ -50,6 +50,10 @@ public struct SimulatorConfiguration: Sendable {
     public var binaryPort: Int?
     /// Port of the legacy feedback service (Apple's 2196), same rules as `binaryPort`.
     public var feedbackPort: Int?
+    /// Port of the channel management service (Apple's own host, 2195 in development and 2196 in
+    /// production): nil runs none, 0 picks a free one (`APNSSimulator.channelPort`). Same TLS and
+    /// credentials as the provider API.
+    public var channelPort: Int?
     public var tls: SimulatorTLSConfiguration
     /// The apps this "team" may push to. A topic is one of these, or one of these plus the suffix
     /// its push type requires (`.voip`, `.complication`, …).
@@ -78,6 +82,7 @@ public struct SimulatorConfiguration: Sendable {
         port: Int = 0,
         binaryPort: Int? = nil,
         feedbackPort: Int? = nil,
+        channelPort: Int? = nil,
         tls: SimulatorTLSConfiguration,
         bundleIDs: [String],
         tokenKeys: [SimulatorTokenKey] = [],
@@ -92,6 +97,7 @@ public struct SimulatorConfiguration: Sendable {
         self.port = port
         self.binaryPort = binaryPort
         self.feedbackPort = feedbackPort
+        self.channelPort = channelPort
         self.tls = tls
         self.bundleIDs = bundleIDs
         self.tokenKeys = tokenKeys
@@ -234,6 +240,10 @@ public struct SimulatorCounters: Sendable, Hashable {
     /// Feedback service: connections served, and tuples written to them.
     public var feedbackConnections: Int = 0
     public var feedbackTuplesServed: Int = 0
+    /// Broadcasts answered 200 (also counted in `accepted`).
+    public var broadcastsAccepted: Int = 0
+    /// Channel management requests read completely, whatever their answer.
+    public var channelRequests: Int = 0
 
     public init() {}
 
@@ -281,4 +291,6 @@ public struct AcceptedNotification: Sendable, Hashable {
     public var transport: Transport = .http2
     /// Binary: the frame's notification identifier item, nil when it had none.
     public var binaryIdentifier: UInt32? = nil
+    /// A broadcast's `apns-channel-id` (then `token` is empty and `topic` the bundle ID).
+    public var channel: String? = nil
 }

@@ -25,10 +25,17 @@ struct SimulatorResponse: Sendable, Hashable {
     var timestamp: Int64?
     var apnsID: String
     var uniqueID: String?
+    /// The header naming the request: `apns-id` for a device, `apns-request-id` for Apple's
+    /// broadcast and channel management requests.
+    var idHeader = "apns-id"
+    /// Further headers (`apns-channel-id` of a created channel).
+    var extraHeaders: [HTTP2HeaderField] = []
+    /// A JSON body of a successful answer (a channel's description, the channel list).
+    var successBody: String?
 
-    /// `{"reason":"…"}` with `"timestamp"` for 410; nil for 200.
+    /// `{"reason":"…"}` with `"timestamp"` for 410; `successBody` or nil without a reason.
     var body: String? {
-        guard let reason else { return nil }
+        guard let reason else { return successBody }
         if let timestamp { return "{\"reason\":\"\(reason.rawValue)\",\"timestamp\":\(timestamp)}" }
         return "{\"reason\":\"\(reason.rawValue)\"}"
     }
@@ -38,12 +45,14 @@ final class SimulatorEngine: Sendable {
     let configuration: SimulatorConfiguration
     let validator: RequestValidator
 
-    private struct ScriptEntry {
+    struct ScriptEntry {
         var outcome: ScriptedOutcome
         var requests: Int = 0
     }
 
-    private struct State {
+    /// Internal, not private: the broadcast and channel management decisions
+    /// (`SimulatorEngine+Channels.swift`) share it.
+    struct State {
         var faults = SimulatorFaults()
         var random = SeededGenerator(seed: 1)
         var scripts: [String: ScriptEntry] = [:]
@@ -55,9 +64,11 @@ final class SimulatorEngine: Sendable {
         var binaryFrameIndex = 0
         /// Tuples the feedback service hands out to the next connection, oldest first.
         var feedback: [FeedbackTuple] = []
+        /// Broadcast channels (`AppleChannels.swift`).
+        var channels = ChannelBook()
     }
 
-    private let state = Mutex(State())
+    let state = Mutex(State())
 
     init(configuration: SimulatorConfiguration) {
         self.configuration = configuration
@@ -139,6 +150,11 @@ final class SimulatorEngine: Sendable {
         case .failure(let rejection): return reject(rejection)
         }
 
+        if case .broadcast(let bundleID) = route.target {
+            return decideBroadcast(
+                request, bundleID: bundleID, faults: faults, raiseStreamLimit: raiseStreamLimit, credential: credential, now: now)
+        }
+
         let notification: ValidatedNotification
         switch validator.validateNotification(request, route: route) {
         case .success(let value): notification = value
@@ -160,9 +176,9 @@ final class SimulatorEngine: Sendable {
             if roll < faults.rate429 + faults.rate500 + faults.rate503 {
                 return .fail(status: 503, reason: .serviceUnavailable, timestamp: nil)
             }
-            guard var entry = s.scripts[route.tokenHex] else { return .accept }
+            guard var entry = s.scripts[notification.tokenHex] else { return .accept }
             entry.requests += 1
-            s.scripts[route.tokenHex] = entry
+            s.scripts[notification.tokenHex] = entry
             switch entry.outcome {
             case .accept: return .accept
             case .unregistered(let timestamp): return .fail(status: 410, reason: .unregistered, timestamp: timestamp)
@@ -203,7 +219,7 @@ final class SimulatorEngine: Sendable {
     }
 
     /// Keeps `record` for `accepted()`, dropping the oldest once `recordLimit` are kept.
-    private func keep(_ record: AcceptedNotification, in s: inout State) {
+    func keep(_ record: AcceptedNotification, in s: inout State) {
         let limit = configuration.recordLimit
         guard limit > 0 else { return }
         if s.accepted.count < limit {
@@ -299,7 +315,7 @@ final class SimulatorEngine: Sendable {
     var pendingFeedback: [FeedbackTuple] { state.withLock { $0.feedback } }
 
     /// An error answer, counted.
-    private func answer(_ status: Int, _ reason: APNSReason, apnsID: String) -> SimulatorResponse {
+    func answer(_ status: Int, _ reason: APNSReason, apnsID: String) -> SimulatorResponse {
         state.withLock { s in
             s.counters.rejected += 1
             s.counters.byStatus[status, default: 0] += 1
@@ -311,7 +327,7 @@ final class SimulatorEngine: Sendable {
     /// Authentication with the connection's memory: a token seen before on the connection is not
     /// verified again (only its age is checked), and a new token too soon after the previous one
     /// is `TooManyProviderTokenUpdates`. Only tokens that verified count as the connection's.
-    private func authenticate(
+    func authenticate(
         _ request: SimulatorRequest, connection: ConnectionState, now: Date
     ) -> Result<(RequestCredential, Int?), Rejection> {
         if let authorization = request.headers.first(where: { $0.name == "authorization" })?.value,

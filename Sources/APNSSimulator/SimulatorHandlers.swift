@@ -50,17 +50,27 @@ final class StreamHandler: ChannelInboundHandler {
     /// the answer leaves the socket first.
     static let goawayCloseDelay: TimeAmount = .milliseconds(50)
 
+    /// Which of Apple's services the listener plays.
+    enum Service: Sendable {
+        /// The provider API: device notifications and broadcasts.
+        case push
+        /// The channel management service (its own host and port at Apple).
+        case channelManagement
+    }
+
     private let engine: SimulatorEngine
     private let connection: ConnectionState
     private let admission: ConnectionState.StreamAdmission
+    private let service: Service
     private var request = SimulatorRequest(method: nil, path: nil, headers: [], body: [], bodyLength: 0)
     private var sawHeaders = false
     private var decided = false
 
-    init(engine: SimulatorEngine, connection: ConnectionState, admission: ConnectionState.StreamAdmission) {
+    init(engine: SimulatorEngine, connection: ConnectionState, admission: ConnectionState.StreamAdmission, service: Service = .push) {
         self.engine = engine
         self.connection = connection
         self.admission = admission
+        self.service = service
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -147,7 +157,12 @@ final class StreamHandler: ChannelInboundHandler {
             let certificate = try? parent.pipeline.syncOperations.nioSSL_peerCertificate()
             connection.hasClientCertificate = certificate != nil
         }
-        switch engine.decide(request, connection: connection, ordinal: ordinal) {
+        let decision =
+            switch service {
+            case .push: engine.decide(request, connection: connection, ordinal: ordinal)
+            case .channelManagement: engine.decideChannelManagement(request, connection: connection)
+            }
+        switch decision {
         case .dropConnection:
             (context.channel.parent ?? context.channel).close(promise: nil)
         case .neverAnswer:
@@ -173,8 +188,9 @@ final class StreamHandler: ChannelInboundHandler {
         guard context.channel.isActive else { return }
         var headers = HPACKHeaders()
         headers.add(name: ":status", value: String(response.status))
-        headers.add(name: "apns-id", value: response.apnsID)
+        headers.add(name: response.idHeader, value: response.apnsID)
         if let uniqueID = response.uniqueID { headers.add(name: "apns-unique-id", value: uniqueID) }
+        for field in response.extraHeaders { headers.add(name: field.name, value: field.value) }
         guard let body = response.body else {
             context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers, endStream: true))), promise: nil)
             return
@@ -192,7 +208,7 @@ final class StreamHandler: ChannelInboundHandler {
 final class ConnectionRegistry: Sendable {
     /// Which listener's connections, for the counters.
     enum Listener {
-        case http2, binary, feedback
+        case http2, binary, feedback, channelManagement
     }
 
     private let channels = Mutex<[ObjectIdentifier: any Channel]>([:])
@@ -217,8 +233,9 @@ final class ConnectionRegistry: Sendable {
                 $0.binaryConnections += 1
                 $0.openBinaryConnections += 1
             }
-        case .feedback:
-            // Counted when served (`SimulatorEngine.takeFeedback`).
+        case .feedback, .channelManagement:
+            // Feedback: counted when served (`SimulatorEngine.takeFeedback`); channel management:
+            // its requests are counted (`channelRequests`), not its connections.
             break
         }
     }
@@ -229,7 +246,7 @@ final class ConnectionRegistry: Sendable {
         switch listener {
         case .http2: engine.updateCounters { $0.openConnections -= 1 }
         case .binary: engine.updateCounters { $0.openBinaryConnections -= 1 }
-        case .feedback: break
+        case .feedback, .channelManagement: break
         }
     }
 

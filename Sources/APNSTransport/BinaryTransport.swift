@@ -80,7 +80,7 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
         firstUse.open()
         let slot = slots[nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue % slots.count]
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<TransportResult, Never>) in
-            let pending = PendingFrame(frame: encoded, continuation: continuation, token: notification.token.redacted)
+            let pending = PendingFrame(frame: encoded, continuation: continuation, token: notification.target.redacted)
             slot.eventLoop.execute { [self] in
                 settle(slot) { $0.submit(pending, now: .now) }
             }

@@ -219,7 +219,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     /// be sent in full again and re-indexed, for nothing.
     static func indexing(of name: String) -> HPACKIndexing {
         switch name {
-        case "apns-id", ":path", "content-length", "apns-expiration", "apns-collapse-id": return .nonIndexable
+        case "apns-id", "apns-request-id", ":path", "content-length", "apns-expiration", "apns-collapse-id": return .nonIndexable
         default: return .indexable
         }
     }

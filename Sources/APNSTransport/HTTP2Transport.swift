@@ -69,7 +69,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     // MARK: sending
 
     public func send(_ notification: PushNotification) async -> TransportResult {
-        let end = started(id: notification.id, token: notification.token)
+        let end = started(id: notification.id, target: notification.target)
         let result: TransportResult
         switch firstToken() {
         case .success(let token):
@@ -87,7 +87,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     /// on the connection's event loop with no task; anything else (waiting for a stream, a
     /// resend after GOAWAY, a renewed token) continues in a task, through the same steps.
     public func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
-        let end = started(id: notification.id, token: notification.token, then: completion)
+        let end = started(id: notification.id, target: notification.target, then: completion)
         let token: ProviderToken?
         switch firstToken() {
         case .success(let t): token = t
@@ -120,7 +120,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     /// Counts a send as begun; the function returned records its end (metrics, and a debug line
     /// for a notification that got no answer), then passes the result to `completion`.
     private func started(
-        id: UUID, token: DeviceToken, then completion: @escaping @Sendable (TransportResult) -> Void = { _ in }
+        id: UUID, target: PushTarget, then completion: @escaping @Sendable (TransportResult) -> Void = { _ in }
     ) -> @Sendable (TransportResult) -> Void {
         let started = ContinuousClock.now
         firstUse.open()
@@ -133,7 +133,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
                     "notification not answered",
                     metadata: [
                         "apns.id": .string(id.uuidString.lowercased()),
-                        "apns.token": .string(token.redacted), "apns.failure": .string(failure.description),
+                        "apns.target": .string(target.redacted), "apns.failure": .string(failure.description),
                     ])
             }
             completion(result)

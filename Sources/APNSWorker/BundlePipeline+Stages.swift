@@ -122,7 +122,7 @@ extension BundlePipeline {
         logger.debug(
             "job",
             metadata: [
-                "job.id": "\(job.id)", "apns.token": "\(job.token.redacted)", "apns.push_type": "\(job.pushType.rawValue)",
+                "job.id": "\(job.id)", "apns.target": "\(job.target.redacted)", "apns.push_type": "\(job.pushType.rawValue)",
                 "job.attempt": "\(attempt)", "amqp.redelivered": "\(redelivered)",
             ])
     }
@@ -158,12 +158,15 @@ extension BundlePipeline {
         case .delivered:
             // Debug, not info: at thousands of jobs a second one line each costs more than the
             // job's own work; APNS_WORKER_LOG_LEVEL=debug turns it on.
-            logger.debug("job delivered", metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")"])
+            logger.debug("job delivered", metadata: ["job.id": "\(jobID)", "apns.target": "\(context.target?.redacted ?? "-")"])
         case .invalidToken(let reason, let timestamp):
+            // Only a device token reaches the registry's invalid-token marks: a broadcast channel
+            // Apple does not know is no device of any group (contract §7).
             if let token = context.token { observer?.tokenInvalid(bundleID: settings.bundleID, token: token, reason: reason, timestamp: timestamp) }
+            let what = context.target?.channel == nil ? "device token invalid" : "broadcast channel unknown or invalid"
             logger.info(
-                "device token invalid; feedback event published",
-                metadata: ["job.id": "\(jobID)", "apns.token": "\(context.token?.redacted ?? "-")", "apns.reason": "\(reason)"])
+                "\(what); feedback event published",
+                metadata: ["job.id": "\(jobID)", "apns.target": "\(context.target?.redacted ?? "-")", "apns.reason": "\(reason)"])
         case .retry(let reason, let status) where end == .retry:
             bundleStatistics.retryScheduled(attempt: context.previousAttempts + 1)
             logger.info("job will be retried", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])

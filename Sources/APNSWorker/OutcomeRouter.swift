@@ -39,17 +39,21 @@ public struct OutcomeRouter: Sendable {
             }
         }
         private var id: JobIdentity
-        /// The device token, when the body parsed far enough to have one (hex for feedback
-        /// events, redacted for logs).
-        public var token: DeviceToken?
+        /// The device token or broadcast channel, when the body parsed far enough to have one
+        /// (in full for feedback events, redacted for logs).
+        public var target: PushTarget?
         /// Attempts made before this one (`x-apns-attempt` of the delivery, 0 when absent),
         /// within 0...2^31−1 whatever the caller passed, so counting this attempt cannot overflow.
         public private(set) var previousAttempts: Int
 
+        /// The device token; nil for a broadcast job or an unparsed body. Only a device token
+        /// may reach the registry's invalid-token marks.
+        public var token: DeviceToken? { target?.token }
+
         public init(message: AMQPDeliveredMessage, jobID: String?, token: DeviceToken?, previousAttempts: Int) {
             self.message = message
             self.id = .unparsed(jobID)
-            self.token = token
+            self.target = token.map { .device($0) }
             self.previousAttempts = min(max(previousAttempts, 0), JobEnvelope.maximumCount)
         }
 
@@ -57,7 +61,7 @@ public struct OutcomeRouter: Sendable {
         public init(message: AMQPDeliveredMessage, job: Job, previousAttempts: Int) {
             self.message = message
             self.id = .parsed(job.id)
-            self.token = job.token
+            self.target = job.target
             self.previousAttempts = min(max(previousAttempts, 0), JobEnvelope.maximumCount)
         }
 
@@ -160,9 +164,19 @@ public struct OutcomeRouter: Sendable {
 
     // MARK: - Messages
 
+    /// The event for an invalid token, or for a broadcast job's unknown or invalid channel
+    /// (contract §7: `"channel"` in place of `"token"`).
     func feedbackEvent(job: JobContext, reason: String, timestamp: Int64?) -> AMQPOutboundMessage {
-        Self.feedbackMessage(
-            FeedbackEvent(bundleId: bundleID, token: job.token?.hex ?? "", reason: reason, timestamp: timestamp, jobId: job.jobID))
+        let event: FeedbackEvent
+        switch job.target {
+        case .channel(let channel):
+            event = FeedbackEvent(bundleId: bundleID, channel: channel.id, reason: reason, timestamp: timestamp, jobId: job.jobID)
+        case .device(let token):
+            event = FeedbackEvent(bundleId: bundleID, token: token.hex, reason: reason, timestamp: timestamp, jobId: job.jobID)
+        case nil:
+            event = FeedbackEvent(bundleId: bundleID, token: "", reason: reason, timestamp: timestamp, jobId: job.jobID)
+        }
+        return Self.feedbackMessage(event)
     }
 
     /// The event for a token the legacy feedback service reported: reason `Unregistered` (the
@@ -217,10 +231,14 @@ public struct OutcomeRouter: Sendable {
     }
 }
 
-/// The event on `apns.feedback` for an invalid device token (contract §4).
+/// The event on `apns.feedback` for an invalid device token (contract §4), or for a broadcast
+/// channel Apple does not know (contract §7): exactly one of `token` and `channel` is set.
 public struct FeedbackEvent: Sendable, Hashable, Codable {
     public var bundleId: String
-    public var token: String
+    /// Hexadecimal; nil in a channel's event.
+    public var token: String?
+    /// The channel id as Apple issued it; nil in a token's event.
+    public var channel: String?
     public var reason: String
     /// Apple's timestamp in ms since the epoch, or nil.
     public var timestamp: Int64?
@@ -234,11 +252,22 @@ public struct FeedbackEvent: Sendable, Hashable, Codable {
         self.jobId = jobId
     }
 
-    /// JSON with every key present (`timestamp: null` when Apple gave none), keys sorted.
+    public init(bundleId: String, channel: String, reason: String, timestamp: Int64?, jobId: String?) {
+        self.bundleId = bundleId
+        self.channel = channel
+        self.reason = reason
+        self.timestamp = timestamp
+        self.jobId = jobId
+    }
+
+    /// JSON with every key present (`timestamp: null` when Apple gave none), keys sorted;
+    /// `"channel"` in place of `"token"` for a channel's event.
     public func jsonBytes() -> [UInt8] {
-        FlatJSON.object([
-            "bundleId": .string(bundleId), "token": .string(token), "reason": .string(reason),
+        var object: [String: FlatJSON.Value] = [
+            "bundleId": .string(bundleId), "reason": .string(reason),
             "timestamp": timestamp.map { .integer($0) } ?? .null, "jobId": jobId.map { .string($0) } ?? .null,
-        ])
+        ]
+        if let channel { object["channel"] = .string(channel) } else { object["token"] = .string(token ?? "") }
+        return FlatJSON.object(object)
     }
 }

@@ -18,6 +18,9 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "Device token, hexadecimal.")
     var token: String?
 
+    @Option(help: "A broadcast job (contract §7): the channel id Apple issued, instead of --token.")
+    var channel: String?
+
     @Option(help: "A group job (contract §6) for every active device of this group, instead of --bundle/--token.")
     var group: String?
 
@@ -55,9 +58,11 @@ struct PublishCommand: AsyncParsableCommand {
         guard alert != nil || payload != nil else { throw ValidationError("give --alert or --payload") }
         guard count >= 1 else { throw ValidationError("--count must be at least 1") }
         if group == nil {
-            guard bundle != nil, token != nil else { throw ValidationError("give --bundle and --token, or --group") }
+            guard bundle != nil, (token == nil) != (channel == nil) else {
+                throw ValidationError("give --bundle and --token (or --channel for a broadcast), or --group")
+            }
         } else {
-            guard bundle == nil, token == nil, environment == nil else {
+            guard bundle == nil, token == nil, channel == nil, environment == nil else {
                 throw ValidationError("--group reaches the group's devices: no --bundle, --token or --environment")
             }
         }
@@ -77,6 +82,7 @@ struct PublishCommand: AsyncParsableCommand {
                 let jobID = id ?? UUID().uuidString
                 var job: [String: Any] = ["payload": payloadObject, "id": jobID]
                 if let token { job["token"] = token }
+                if let channel { job["channel"] = channel }
                 if let group { job["group"] = group }
                 if !exceptTokens.isEmpty { job["except"] = exceptTokens }
                 if !onlyBundles.isEmpty { job["bundleIds"] = onlyBundles }

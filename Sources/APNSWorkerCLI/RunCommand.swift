@@ -96,7 +96,8 @@ struct RunCommand: AsyncParsableCommand {
             settings: configuration.admin,
             worker: registry.map { registry in RegistryAwareStatus(base: worker, registryHeld: { registry.isHeld }) as any WorkerStatusProviding } ?? worker,
             queues: try QueueInspector(configuration: configuration, connectionName: "apns-worker admin", logger: logger, pooledReads: true),
-            registry: metricsRegistry, logger: logger, registryStore: registry?.store, fleet: fleet)
+            registry: metricsRegistry, logger: logger, registryStore: registry?.store, fleet: fleet,
+            channels: try ConfiguredChannels(configuration: configuration, tokens: tokenSources))
         services.insert(admin, at: 0)
         let configPath = configPath
         services.append(

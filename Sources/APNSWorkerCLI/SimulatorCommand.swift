@@ -17,7 +17,9 @@ struct SimulatorCommand: AsyncParsableCommand {
             --credentials, and generated there when missing. Point the worker at it with \
             host = 127.0.0.1, port = <port>, caFile = <credentials>/ca.pem and the .p8 key. \
             --binary-port and --feedback-port add Apple's legacy binary gateway and feedback \
-            service (TLS, client certificate <credentials>/client.pem and client.key required).
+            service (TLS, client certificate <credentials>/client.pem and client.key required). \
+            --channel-port adds Apple's channel management service for broadcast push (point the \
+            worker at it with channelHost and channelPort); broadcasts go to --port, as at Apple.
             """
     )
 
@@ -32,6 +34,9 @@ struct SimulatorCommand: AsyncParsableCommand {
 
     @Option(help: "Port of the legacy feedback service (Apple's 2196; 0 = any free port; none when absent).")
     var feedbackPort: Int?
+
+    @Option(help: "Port of Apple's channel management service for broadcast push (Apple's 2195/2196; 0 = any free port; none when absent).")
+    var channelPort: Int?
 
     @Option(help: "Binary gateway: after this many frames on a connection, answer status 10 (shutdown) and close.")
     var binaryShutdownAfter: Int?
@@ -109,7 +114,8 @@ struct SimulatorCommand: AsyncParsableCommand {
         let generated = try SimulatorCredentials.loadOrGenerate(
             directory: credentials, teamID: teamID, keyID: keyID, serverNames: serverNames)
         let configuration = SimulatorConfiguration(
-            host: host, port: port, binaryPort: binaryPort, feedbackPort: feedbackPort, tls: generated.tlsConfiguration(),
+            host: host, port: port, binaryPort: binaryPort, feedbackPort: feedbackPort, channelPort: channelPort,
+            tls: generated.tlsConfiguration(),
             bundleIDs: bundles.isEmpty ? ["com.example.app", "com.example.legacy"] : bundles,
             tokenKeys: [generated.tokenKey], maxConcurrentStreams: maxStreams,
             maxConcurrentStreamsBeforeFirstToken: streamsBeforeToken,
@@ -165,6 +171,12 @@ struct SimulatorSummary: Service {
             }
             if simulator.feedbackPort != nil {
                 metadata["simulator.feedback.served"] = "\(now.feedbackTuplesServed)"
+            }
+            if simulator.channelPort != nil {
+                // What each broadcast channel received: how the local run shows a broadcast arriving.
+                let channels = simulator.channels().map { "\($0.id)=\($0.received)" }.joined(separator: ",")
+                metadata["simulator.broadcasts"] = "\(now.broadcastsAccepted)"
+                metadata["simulator.channels"] = "\(channels)"
             }
             logger.info("simulator summary", metadata: metadata)
             last = now

@@ -76,7 +76,7 @@ import Testing
             body: device, bundleID: "com.a", messageID: nil, defaultEnvironment: .production, transport: .http2
         ).get()
         #expect(parsed.id == id)
-        #expect(parsed.token.hex == "00ff")
+        #expect(parsed.token?.hex == "00ff")
         #expect(parsed.environment == .sandbox)
         #expect(parsed.priority == 5)
         #expect(String(decoding: parsed.payload, as: UTF8.self) == #"{"aps":{"content-available":1},"z":1.50}"#)

@@ -24,7 +24,7 @@ struct HTTP2TransportIntegrationTests {
             #expect(answer.apnsID == notification.id)
             let record = try #require(simulator.accepted().first)
             #expect(UUID(uuidString: record.apnsID) == notification.id)
-            #expect(record.token == notification.token.hex)
+            #expect(record.token == notification.token?.hex)
             #expect(record.topic == Env.bundle)
             #expect(record.payload == notification.payload)
             #expect(record.authentication == .token(keyID: Env.credentials.keyID, teamID: Env.credentials.teamID))

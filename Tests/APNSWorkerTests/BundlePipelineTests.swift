@@ -23,7 +23,10 @@ import Testing
         let statistics = WorkerStatistics()
         let pipeline: BundlePipeline<FakeBroker>
 
-        init(answer: TransportResult?, prefetch: UInt16 = 10, shutdownDeadline: Duration = .seconds(30), rollout: RolloutRule = .open) {
+        init(
+            answer: TransportResult?, prefetch: UInt16 = 10, shutdownDeadline: Duration = .seconds(30), rollout: RolloutRule = .open,
+            observer: (any JobEndObserver)? = nil
+        ) {
             transport = ScriptedTransport(answer: answer)
             var logger = Logger(label: "pipeline-test")
             logger.logLevel = .critical
@@ -31,7 +34,8 @@ import Testing
                 settings: BundlePipelineSettings(
                     bundleID: BundlePipelineTests.bundle, prefetch: prefetch, retryPolicy: .standard, probeInterval: .seconds(5),
                     shutdownDeadline: shutdownDeadline),
-                broker: broker, transport: transport, rollout: rollout, statistics: statistics, logger: logger, clock: clock)
+                broker: broker, transport: transport, rollout: rollout, statistics: statistics, logger: logger, observer: observer,
+                clock: clock)
         }
 
         func enqueueJob(syncServer: String? = nil, headers: AMQPTable? = nil, redelivered: Bool = false) {

@@ -53,6 +53,8 @@ final class WorkerHarness: Sendable {
         /// How many accepted notifications the simulator keeps for `acceptedIDs()` (its default
         /// keeps 10,000): at least the jobs and their duplicates, or the oldest are forgotten.
         var recordLimit: Int?
+        /// Set: the simulator also runs Apple's channel management service (broadcast, §7).
+        var channelManagement = false
     }
 
     static func start(broker: BrokerCoordinates, options: Options = Options()) async throws -> WorkerHarness {
@@ -67,6 +69,7 @@ final class WorkerHarness: Sendable {
             environment: .production)
         if options.binaryHoldWindow != nil { simulatorConfiguration.binaryPort = 0 }
         if let recordLimit = options.recordLimit { simulatorConfiguration.recordLimit = recordLimit }
+        if options.channelManagement { simulatorConfiguration.channelPort = 0 }
         let simulatorGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let simulator = try await APNSSimulator.start(simulatorConfiguration, logger: logger, eventLoopGroup: simulatorGroup)
         let authenticationLines: String
