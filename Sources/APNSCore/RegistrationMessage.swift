@@ -1,5 +1,3 @@
-import APNSCore
-
 /// A registration change from the sync server (contract §6), parsed and validated with no IO.
 ///
 /// Decisions where the contract is silent: `null` means absent; unknown fields are ignored; a
