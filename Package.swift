@@ -84,7 +84,8 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // The APNs broker topology (contract §1, §6) as the client's declaration values.
+        // The APNs broker topology (contract §1, §6) as the client's declaration values, and
+        // the one reader and writer of a job's AMQP headers (JobEnvelope).
         .target(
             name: "APNSTopology",
             dependencies: ["APNSCore", "APNSConfig", "AMQPClient"],
@@ -156,7 +157,7 @@ let package = Package(
         .target(
             name: "APNSOperations",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient",
+                "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings

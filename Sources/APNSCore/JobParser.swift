@@ -164,6 +164,11 @@ public enum JobParser {
             guard c.utf8.count <= 64 else {
                 throw .malformed("collapseId", "is \(c.utf8.count) bytes; at most 64")
             }
+            // It goes out as the `apns-collapse-id` header value with NIOHTTP2's validation off
+            // (contract §2, §4): the parser is the only gate against CR, LF and NUL.
+            if let position = firstControlCharacter(c) {
+                throw .malformed("collapseId", "has a control character at byte \(position)")
+            }
             collapseID = c.isEmpty ? nil : c
         }
 
@@ -212,6 +217,10 @@ public enum JobParser {
 
     /// Never echoes the token: a message may end up in logs and dead-letter headers.
     private static func parseToken(_ hex: String, transport: TransportKind) throws(JobError) -> DeviceToken {
+        // The contract fixes no length on HTTP/2, but the token goes into `:path`: bounded.
+        guard hex.utf8.count <= 2 * maxTokenBytes else {
+            throw .malformed("token", "has \(hex.utf8.count) characters; at most \(2 * maxTokenBytes) hex digits (\(maxTokenBytes) bytes)")
+        }
         guard let token = DeviceToken(hex: hex) else { throw diagnoseToken(hex) }
         if transport == .binary && token.bytes.count != 32 {
             throw .malformed("token", "must be 32 bytes (64 hex digits) on the binary transport, got \(token.bytes.count) bytes")
@@ -229,6 +238,16 @@ public enum JobParser {
             if !isHex { return .malformed("token", "has a non-hex character at position \(position)") }
         }
         return .malformed("token", "has an odd number of hex digits (\(hex.utf8.count))")
+    }
+
+    /// The longest device token accepted, in bytes: today's tokens are 32, and Apple says not
+    /// to assume that; 100 leaves room for longer ones while bounding `:path` (docs/decisions.md).
+    public static let maxTokenBytes = 100
+
+    /// The byte offset of the first control character (U+0000–U+001F, U+007F), if any. In UTF-8
+    /// these are single bytes that occur in no other character, so bytes are checked.
+    static func firstControlCharacter(_ text: String) -> Int? {
+        text.utf8.firstIndex { $0 < 0x20 || $0 == 0x7F }.map { text.utf8.distance(from: text.utf8.startIndex, to: $0) }
     }
 
     /// A UUID in the canonical 8-4-4-4-12 form, either case; nil for anything else (braces,

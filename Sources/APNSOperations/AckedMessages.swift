@@ -1,5 +1,6 @@
 import AMQPClient
 import APNSCore
+import APNSTopology
 
 /// The messages an operator's move or purge acked, kept to recognise them if the broker hands
 /// them back. RabbitMQ's quorum queues apply acks as low-priority commands, and the close of a
@@ -22,7 +23,9 @@ struct AckedMessages {
             exchange = message.exchange
             routingKey = message.routingKey
             properties = message.properties
-            properties.headers?[JobHeaders.deliveryCount] = nil
+            var envelope = JobEnvelope(properties.headers)
+            envelope.forward()
+            properties.headers = envelope.amqpHeaders
             body = message.body
         }
     }
@@ -61,6 +64,6 @@ struct AckedMessages {
     mutating func forget(_ queue: String) { acked[queue] = nil }
 
     private static func deliveryCount(_ message: AMQPDeliveredMessage) -> Int {
-        JobInspection.integer(message.properties.headers?[JobHeaders.deliveryCount]) ?? 0
+        JobEnvelope(message).deliveryCount ?? 0
     }
 }

@@ -2,6 +2,7 @@
 /// which jobs a filter selects, and how a requeued job's headers are rewritten.
 import AMQPClient
 import APNSCore
+import APNSTopology
 import Foundation
 
 public enum JobInspection {
@@ -19,29 +20,25 @@ public enum JobInspection {
 
     /// Headers the worker (or the broker) writes about a failure or a delivery; a requeued job
     /// starts afresh without them, so a later listing never shows a stale failure.
-    public static let headersClearedOnRequeue: Set<String> = [
-        JobHeaders.attempt, JobHeaders.reason, JobHeaders.status, JobHeaders.attempts,
-        JobHeaders.failedAt, JobHeaders.error, JobHeaders.deliveryCount,
-    ]
+    public static var headersClearedOnRequeue: Set<String> { JobEnvelope.clearedOnRequeue }
 
     /// Decodes a message of `queue` (a dead or retry queue of `bundleID`).
     public static func queuedJob(_ message: AMQPDeliveredMessage, queue: String, bundleID: String, position: Int) -> QueuedJob {
-        let headers = message.properties.headers ?? [:]
+        let envelope = JobEnvelope(message)
         let body = try? JSONValue(parsing: message.body)
         let bodyID = body?["id"]?.stringValue
         let token = body?["token"]?.stringValue.flatMap(DeviceToken.init(hex:))
-        let attempts = integer(headers[JobHeaders.attempts]) ?? integer(headers[JobHeaders.attempt])
         return QueuedJob(
             queue: queue, bundleID: bundleID, position: position,
             jobID: bodyID ?? message.properties.messageID,
-            reason: headers[JobHeaders.reason]?.stringValue,
-            status: integer(headers[JobHeaders.status]),
-            attempts: attempts,
-            failedAt: headers[JobHeaders.failedAt]?.stringValue.flatMap(parseRFC3339),
+            reason: envelope.reason,
+            status: envelope.status,
+            attempts: envelope.attempts ?? envelope.attempt,
+            failedAt: envelope.failedAt,
             publishedAt: message.properties.timestamp,
-            error: headers[JobHeaders.error]?.stringValue,
-            lastReason: headers[JobHeaders.lastReason]?.stringValue,
-            headers: headers.mapValues(render),
+            error: envelope.error,
+            lastReason: envelope.lastReason,
+            headers: envelope.headers.mapValues(render),
             body: String(decoding: message.body, as: UTF8.self),
             tokenRedacted: token?.redacted)
     }
@@ -76,11 +73,9 @@ public enum JobInspection {
     /// has none, as on retry jobs).
     public static func requeueMessage(_ message: AMQPDeliveredMessage, bundleID: String) -> AMQPOutboundMessage {
         var properties = message.properties
-        var headers = properties.headers ?? [:]
-        let reason = headers[JobHeaders.reason]
-        for name in headersClearedOnRequeue { headers[name] = nil }
-        if let reason { headers[JobHeaders.lastReason] = reason }
-        properties.headers = headers.isEmpty ? nil : headers
+        var envelope = JobEnvelope(properties.headers)
+        envelope.requeue()
+        properties.headers = envelope.amqpHeaders
         return AMQPOutboundMessage(
             exchange: "", routingKey: TopologyNames.workQueue(bundleID), body: message.body, properties: properties)
     }
@@ -142,19 +137,6 @@ public enum JobInspection {
             }
         }
         return out + "\""
-    }
-
-    static func integer(_ value: AMQPFieldValue?) -> Int? {
-        guard let value else { return nil }
-        if let int = value.intValue { return Int(int) }
-        if let string = value.stringValue { return Int(string) }
-        return nil
-    }
-
-    /// RFC 3339 with or without fractional seconds (the worker writes `.iso8601`, without).
-    public static func parseRFC3339(_ text: String) -> Date? {
-        if let date = try? Date(text, strategy: .iso8601) { return date }
-        return try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))
     }
 }
 

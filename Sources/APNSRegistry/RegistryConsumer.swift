@@ -1,5 +1,6 @@
 import AMQPClient
 import APNSCore
+import APNSTopology
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -130,15 +131,12 @@ struct RegistryConsumer: Sendable {
     /// Section 4's dead letter: body and properties unchanged, `x-apns-*` headers added.
     static func deadLetter(_ message: AMQPDeliveredMessage, queue: String, error: JobError, now: Date) -> AMQPOutboundMessage {
         var properties = message.properties
-        var headers = properties.headers ?? [:]
-        headers[JobHeaders.deliveryCount] = nil
-        headers[JobHeaders.reason] = .string(JobError.Kind.malformedJob.rawValue)
-        headers[JobHeaders.status] = .int32(0)
-        headers[JobHeaders.attempts] = .int32(0)
-        headers[JobHeaders.failedAt] = .string(now.formatted(.iso8601))
-        let line = error.description.split(whereSeparator: \.isNewline).joined(separator: " ")
-        headers[JobHeaders.error] = .string(String(line.prefix(500)))
-        properties.headers = headers
+        var envelope = JobEnvelope(properties.headers)
+        envelope.forward()
+        envelope.record(
+            JobEnvelope.Failure(
+                reason: JobError.Kind.malformedJob.rawValue, status: 0, attempts: 0, failedAt: now, error: error.description))
+        properties.headers = envelope.amqpHeaders
         return AMQPOutboundMessage(exchange: "", routingKey: queue, body: message.body, properties: properties)
     }
 }

@@ -1,7 +1,8 @@
 /// APNSTopology: the broker topology of contract §1 (and §6 with a registry) as an `AMQPClient`
 /// plan: which exchanges, queues and bindings the worker declares, with which arguments. Pure
 /// values; `AMQPConnection.declare` carries them out. It sits above the client, so the client
-/// stays a general AMQP client and the core holds no AMQP argument vocabulary.
+/// stays a general AMQP client and the core holds no AMQP argument vocabulary. The headers of a
+/// job's messages are read and written here too, by `JobEnvelope`.
 import AMQPClient
 import APNSConfig
 import APNSCore

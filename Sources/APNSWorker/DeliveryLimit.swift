@@ -1,5 +1,6 @@
 import AMQPClient
 import APNSCore
+import APNSTopology
 
 /// Poison jobs (contract §4): a job that crashes or stalls every worker that takes it comes back
 /// forever and takes the fleet down in turn. Once it has been delivered more than
@@ -29,8 +30,9 @@ public struct DeliveryLimit: Sendable {
 
     /// How many times this message has been delivered, this delivery included.
     public mutating func deliveries(of message: AMQPDeliveredMessage) -> Int {
-        if let count = message.properties.headers?[JobHeaders.deliveryCount], let earlier = Self.integer(count) {
-            return max(earlier, 0) + 1
+        // Within 0...2^31−1 (`JobEnvelope`), so adding this delivery cannot overflow.
+        if let earlier = JobEnvelope(message).deliveryCount {
+            return earlier + 1
         }
         guard message.redelivered else { return 1 }
         var hasher = Hasher()
@@ -65,11 +67,5 @@ public struct DeliveryLimit: Sendable {
                 orderStart = 0
             }
         }
-    }
-
-    private static func integer(_ value: AMQPFieldValue) -> Int? {
-        if let int = value.intValue { return Int(int) }
-        if let string = value.stringValue { return Int(string) }
-        return nil
     }
 }

@@ -1,5 +1,6 @@
 import AMQPClient
 import APNSCore
+import APNSTopology
 import Foundation
 
 /// Turns a job's outcome into what the worker does with the broker (contract §4), with no IO:
@@ -41,14 +42,15 @@ public struct OutcomeRouter: Sendable {
         /// The device token, when the body parsed far enough to have one (hex for feedback
         /// events, redacted for logs).
         public var token: DeviceToken?
-        /// Attempts made before this one (`x-apns-attempt` of the delivery, 0 when absent).
-        public var previousAttempts: Int
+        /// Attempts made before this one (`x-apns-attempt` of the delivery, 0 when absent),
+        /// within 0...2^31−1 whatever the caller passed, so counting this attempt cannot overflow.
+        public private(set) var previousAttempts: Int
 
         public init(message: AMQPDeliveredMessage, jobID: String?, token: DeviceToken?, previousAttempts: Int) {
             self.message = message
             self.id = .unparsed(jobID)
             self.token = token
-            self.previousAttempts = previousAttempts
+            self.previousAttempts = min(max(previousAttempts, 0), JobEnvelope.maximumCount)
         }
 
         /// The context of a job whose body parsed.
@@ -56,7 +58,7 @@ public struct OutcomeRouter: Sendable {
             self.message = message
             self.id = .parsed(job.id)
             self.token = job.token
-            self.previousAttempts = previousAttempts
+            self.previousAttempts = min(max(previousAttempts, 0), JobEnvelope.maximumCount)
         }
 
         private enum JobIdentity: Sendable {
@@ -64,12 +66,10 @@ public struct OutcomeRouter: Sendable {
             case unparsed(String?)
         }
 
-        /// Reads `x-apns-attempt` from the message headers; absent or malformed counts as 0.
+        /// Reads `x-apns-attempt` from the message headers (`JobEnvelope`): absent, or not an
+        /// integer from 0 to 2^31−1, counts as 0.
         public static func previousAttempts(in message: AMQPDeliveredMessage) -> Int {
-            guard let value = message.properties.headers?[JobHeaders.attempt] else { return 0 }
-            if let int = value.intValue { return max(Int(int), 0) }
-            if let string = value.stringValue, let int = Int(string) { return max(int, 0) }
-            return 0
+            JobEnvelope(message).previousAttempts
         }
     }
 
@@ -184,12 +184,13 @@ public struct OutcomeRouter: Sendable {
 
     /// The job's properties for a message that carries it on: its job id as `message_id`, so a
     /// generated id stays the same for every attempt (contract §2), and no broker delivery count.
-    func forwardedProperties(_ job: JobContext) -> AMQPProperties {
+    func forwardedProperties(_ job: JobContext, _ write: (inout JobEnvelope) -> Void = { _ in }) -> AMQPProperties {
         var properties = job.message.properties
         if let jobID = job.jobID { properties.messageID = jobID }
-        if properties.headers?[JobHeaders.deliveryCount] != nil {
-            properties.headers?[JobHeaders.deliveryCount] = nil
-        }
+        var envelope = JobEnvelope(properties.headers)
+        envelope.forward()
+        write(&envelope)
+        properties.headers = envelope.amqpHeaders
         return properties
     }
 
@@ -202,32 +203,17 @@ public struct OutcomeRouter: Sendable {
     }
 
     func retryMessage(job: JobContext, attemptsMade: Int, delay: Duration) -> AMQPOutboundMessage {
-        var properties = forwardedProperties(job)
-        var headers = properties.headers ?? [:]
-        headers[JobHeaders.attempt] = .int32(Int32(clamping: attemptsMade))
-        properties.headers = headers
+        let properties = forwardedProperties(job) { $0.setAttempt(attemptsMade) }
         return AMQPOutboundMessage(
             exchange: "", routingKey: TopologyNames.retryQueue(bundleID, delay: delay),
             body: job.message.body, properties: properties)
     }
 
     func deadLetter(job: JobContext, reason: String, status: Int, attempts: Int, detail: String, now: Date) -> AMQPOutboundMessage {
-        var properties = forwardedProperties(job)
-        var headers = properties.headers ?? [:]
-        headers[JobHeaders.reason] = .string(reason)
-        headers[JobHeaders.status] = .int32(Int32(clamping: status))
-        headers[JobHeaders.attempts] = .int32(Int32(clamping: attempts))
-        headers[JobHeaders.failedAt] = .string(now.formatted(.iso8601))
-        headers[JobHeaders.error] = .string(Self.oneLine(detail))
-        properties.headers = headers
+        let failure = JobEnvelope.Failure(reason: reason, status: status, attempts: attempts, failedAt: now, error: detail)
+        let properties = forwardedProperties(job) { $0.record(failure) }
         return AMQPOutboundMessage(
             exchange: "", routingKey: TopologyNames.deadQueue(bundleID), body: job.message.body, properties: properties)
-    }
-
-    /// Header values are read by people in a list: one line, bounded length.
-    static func oneLine(_ text: String) -> String {
-        let flat = text.split(whereSeparator: \.isNewline).joined(separator: " ")
-        return flat.count > 500 ? String(flat.prefix(497)) + "..." : flat
     }
 }
 

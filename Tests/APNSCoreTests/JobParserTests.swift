@@ -72,6 +72,7 @@ import Testing
              body: body(#""collapseId":"\#(String(repeating: "c", count: 64))""#),
              collapseID: String(repeating: "c", count: 64)),
         Good(name: "empty collapseId is none", body: body(#""collapseId":"""#)),
+        Good(name: "collapseId with spaces and non-ASCII letters", body: body(#""collapseId":"a b é\u0080""#), collapseID: "a b é\u{80}"),
         Good(name: "environment sandbox overrides the default", body: body(#""environment":"sandbox""#), environment: .sandbox),
         Good(name: "environment production", body: body(#""environment":"production""#)),
         Good(name: "unknown fields are ignored",
@@ -322,6 +323,8 @@ import Testing
         Bad("token has spaces", body(token: "ab cd"), field: "token", mentions: "position 2"),
         Bad("token has an odd length", body(token: "abc"), field: "token", mentions: "odd number of hex digits"),
         Bad("binary token of 31 bytes", body(token: String(repeating: "ab", count: 31)), transport: .binary, field: "token", mentions: "32 bytes"),
+        Bad("token of 101 bytes", body(token: String(repeating: "ab", count: 101)), field: "token", mentions: "202 characters; at most 200 hex digits"),
+        Bad("token of 30000 bytes", body(token: String(repeating: "ab", count: 30_000)), field: "token", mentions: "at most 200"),
         Bad("binary token of 33 bytes", body(token: String(repeating: "ab", count: 33)), transport: .binary, field: "token", mentions: "got 33 bytes"),
 
         Bad("missing payload", #"{"token":"ab"}"#, field: "payload", mentions: "is required"),
@@ -349,6 +352,12 @@ import Testing
         Bad("collapseId of 65 bytes", body(#""collapseId":"\#(String(repeating: "c", count: 65))""#), field: "collapseId", mentions: "65 bytes; at most 64"),
         Bad("collapseId of 33 two-byte characters", body(#""collapseId":"\#(String(repeating: "é", count: 33))""#), field: "collapseId", mentions: "66 bytes"),
         Bad("collapseId is a number", body(#""collapseId":5"#), field: "collapseId", mentions: "must be a string"),
+        // Contract §2/§4: it becomes a header value, sent with NIOHTTP2's validation off.
+        Bad("collapseId with CR LF", body(#""collapseId":"a\r\nx-evil: 1""#), field: "collapseId", mentions: "control character at byte 1"),
+        Bad("collapseId with NUL", body(#""collapseId":"\u0000""#), field: "collapseId", mentions: "control character at byte 0"),
+        Bad("collapseId with DEL", body(#""collapseId":"ab\u007f""#), field: "collapseId", mentions: "control character at byte 2"),
+        Bad("collapseId with a tab", body(#""collapseId":"a\tb""#), field: "collapseId", mentions: "control character"),
+        Bad("collapseId with U+001F", body(#""collapseId":"\u001f""#), field: "collapseId", mentions: "control character"),
 
         Bad("id is not a UUID", body(#""id":"job-42""#), field: "id", mentions: "not a canonical UUID"),
         Bad("id with braces", body(#""id":"{6f1d2c1e-6b1a-4e8c-9d6f-0123456789ab}""#), field: "id", mentions: "canonical"),
@@ -486,6 +495,19 @@ import Testing
         }
         #expect(error.field == "body")
         #expect(error.message.contains("nesting deeper than 64 levels"))
+    }
+
+    /// A group job is validated by a probe through `JobParser` (contract §6), so it inherits the
+    /// header-injection check: a control character in its `collapseId` makes it malformed.
+    @Test(arguments: [#""a\r\nb""#, #""\u0000""#, #""x\u007f""#])
+    func aGroupJobWithAControlCharacterInItsCollapseIdIsMalformed(collapseID: String) {
+        let body = #"{"group":"g","payload":{"aps":{"alert":"x"}},"collapseId":\#(collapseID)}"#
+        guard case .failure(let error) = GroupJobParser.parse(body: Array(body.utf8), messageID: nil) else {
+            Issue.record("accepted \(body)")
+            return
+        }
+        #expect(error.field == "collapseId")
+        #expect(error.message.contains("control character"))
     }
 
     @Test func pathologicalNestingDoesNotCrash() {

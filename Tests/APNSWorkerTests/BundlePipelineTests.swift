@@ -225,6 +225,21 @@ import Testing
         #expect(rig.jobs(.dead) == 1)
     }
 
+    /// Contract §4: a header that is no count in 0...2^31−1 counts as absent. 2^63−1 in
+    /// `x-apns-attempt` or `x-delivery-count` once trapped on `+ 1` (issue 24): every instance
+    /// that took the job crashed in turn.
+    @Test(arguments: [Int64.max, Int64.min, Int64(Int32.max) + 1])
+    func aJobWithAnOutOfRangeCountIsSentAndRoutedAsIfTheHeaderWereAbsent(value: Int64) async throws {
+        let rig = Rig(answer: ScriptedTransport.accepted)
+        try await rig.running { _ in
+            rig.enqueueJob(headers: [JobHeaders.attempt: .int64(value), JobHeaders.deliveryCount: .int64(value)], redelivered: true)
+            rig.enqueueJob(headers: [JobHeaders.attempt: .string(String(value))], redelivered: false)
+            try await waitUntil("two acks") { rig.broker.snapshot.acked.count == 2 }
+        }
+        #expect(rig.transport.sends == 2)
+        #expect(rig.jobs(.delivered) == 2)
+    }
+
     @Test func aJobTheRolloutGateHoldsBackGoesToTheFirstRetryQueueUnsent() async throws {
         let rig = Rig(answer: ScriptedTransport.accepted, rollout: RolloutRule(deny: ["old-server"]))
         try await rig.running { _ in

@@ -36,6 +36,15 @@ import Testing
         #expect(!exceeded(&limit, message(redelivered: true, count: .int64(19))))
     }
 
+    /// A count that is no integer in 0...2^31−1 counts as absent (contract §4): 2^63−1 once
+    /// trapped on `+ 1` (issue 24). Absent, the redelivered flag counts: at least the second.
+    @Test(arguments: [AMQPFieldValue.int64(Int64.max), .int64(Int64.min), .int64(1 << 31), .string("9223372036854775807")])
+    func anOutOfRangeCountIsAbsent(count: AMQPFieldValue) {
+        var limit = DeliveryLimit(maxDeliveries: 20)
+        #expect(counted(&limit, message(redelivered: true, count: count)) == 2)
+        #expect(!exceeded(&limit, message(redelivered: false, count: count)))
+    }
+
     /// Classic queues: this worker counts the redeliveries it sees of one job.
     @Test func classicRedeliveriesAreCountedPerJob() {
         var limit = DeliveryLimit(maxDeliveries: 3)

@@ -174,4 +174,29 @@ import Testing
         #expect(job(extraHeaders: [JobHeaders.attempt: .string("x")]).previousAttempts == 0)
         #expect(job(extraHeaders: [JobHeaders.attempt: .int32(-2)]).previousAttempts == 0)
     }
+
+    /// 2^63−1 in `x-apns-attempt` once trapped on counting this attempt (issue 24). Not a count
+    /// in 0...2^31−1: absent, so this is the first attempt.
+    @Test(arguments: [Int64.max, Int64(Int32.max) + 1])
+    func anOutOfRangeAttemptCountsAsAbsent(value: Int64) {
+        let hostile = job(extraHeaders: [JobHeaders.attempt: .int64(value)])
+        #expect(hostile.previousAttempts == 0)
+        for outcome in [Outcome.retry(reason: "InternalServerError", status: 500), .dead(reason: "BadPriority", status: 400, detail: "x"), .delivered] {
+            let route = router.route(outcome, job: hostile, now: now)
+            guard case .publishThenAck(let message, _) = route else { continue }
+            let headers = message.properties.headers ?? [:]
+            #expect(headers[JobHeaders.attempt] == .int32(1) || headers[JobHeaders.attempts] == .int32(1))
+        }
+    }
+
+    /// The largest valid count still routes: the next attempt is clamped, never wraps.
+    @Test func theLargestValidAttemptRoutesWithoutOverflow() {
+        let context = OutcomeRouter.JobContext(message: job().message, jobID: nil, token: nil, previousAttempts: Int.max)
+        #expect(context.previousAttempts == Int(Int32.max))
+        guard case .publishThenAck(let message, let end) = router.route(.retry(reason: "x", status: 500), job: context, now: now) else {
+            Issue.record("expected a publish"); return
+        }
+        #expect(end == .dead)
+        #expect(message.properties.headers?[JobHeaders.attempts] == .int32(Int32.max))
+    }
 }
