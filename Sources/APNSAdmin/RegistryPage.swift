@@ -22,6 +22,7 @@ struct RegistryPage {
         var context: [String: Any] = [
             "groupQuery": group ?? "",
             "bundles": summary.devices.map { ["bundleID": $0.bundleId, "active": String($0.active), "invalid": String($0.invalid)] },
+            "syncWindows": Self.syncWindowRows(summary.counts),
             "legend": JobEndKind.allCases.map { ["end": $0.rawValue, "color": HourlyChart.color(of: $0)] },
             "charts": Set(summary.counts.map(\.bundleId)).sorted().map { bundle in
                 ["bundleID": bundle, "chart": HourlyChart(rows: summary.counts.filter { $0.bundleId == bundle }, since: summary.since).context]
@@ -42,6 +43,23 @@ struct RegistryPage {
             ] as [String: Any]
         }
         return context
+    }
+
+    /// Per bundle, over the hours shown: group-job pushes sent at once, merged into a trailing
+    /// push (contract §6's `coalesced`), and trailing pushes sent. Bundles with none are left out.
+    static func syncWindowRows(_ counts: [CountRow]) -> [[String: String]] {
+        var perBundle: [String: [JobEndKind: Int64]] = [:]
+        for row in counts {
+            guard let end = JobEndKind(rawValue: row.end), [.fannedOut, .coalesced, .trailing].contains(end) else { continue }
+            perBundle[row.bundleId, default: [:]][end, default: 0] += row.count
+        }
+        return perBundle.keys.sorted().map { bundle in
+            let counts = perBundle[bundle] ?? [:]
+            return [
+                "bundleID": bundle, "sentNow": String(counts[.fannedOut] ?? 0), "merged": String(counts[.coalesced] ?? 0),
+                "trailing": String(counts[.trailing] ?? 0),
+            ]
+        }
     }
 
     static func time(ms: Int64) -> String {
@@ -78,6 +96,10 @@ struct RegistryPage {
             <table id="device-counts"><tr><th>bundle ID</th><th>active</th><th>invalid</th></tr>
             {{#bundles}}<tr><td>{{bundleID}}</td><td>{{active}}</td><td>{{invalid}}</td></tr>
             {{/bundles}}</table>
+            <h2>Group-job pushes per bundle, last 48 hours (sync window)</h2>
+            <table id="sync-window-counts"><tr><th>bundle ID</th><th>sent now</th><th>merged</th><th>trailing</th></tr>
+            {{#syncWindows}}<tr><td>{{bundleID}}</td><td>{{sentNow}}</td><td>{{merged}}</td><td>{{trailing}}</td></tr>
+            {{/syncWindows}}</table>
             <h2>Last 48 hours (UTC), every instance</h2>
             <p class="legend">{{#legend}}<span><i class="swatch" style="background:{{color}}"></i>{{end}}</span>{{/legend}}</p>
             {{#charts}}
@@ -144,6 +166,8 @@ struct HourlyChart {
         case .dead: "#c62828"
         case .gated: "#757575"
         case .fannedOut: "#1565c0"
+        case .coalesced: "#8e99a8"
+        case .trailing: "#6a1b9a"
         }
     }
 

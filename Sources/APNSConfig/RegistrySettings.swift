@@ -10,11 +10,15 @@ public struct RegistrySettings: Sendable, Hashable {
     /// `countsFlushInterval`: how often this instance adds its counts to PostgreSQL (100ms to 1h).
     /// Default 5s; at most this much of one instance's counts is lost to a `kill -9`.
     public var countsFlushInterval: Duration
+    /// `syncWindow`: background group-job pushes reach a device at most once per window,
+    /// fleet-wide (0 to 1h; 0 = off). Default 30s.
+    public var syncWindow: Duration = defaultSyncWindow
     /// Where `url` was set (file and line, or environment variable), for start-up errors.
     public var urlLocation: ConfigLocation = .environment(variable: "APNS_WORKER_REGISTRY_URL")
 
     public static let defaultPoolSize = 8
     public static let defaultCountsFlushInterval: Duration = .seconds(5)
+    public static let defaultSyncWindow: Duration = .seconds(30)
 
     public init(url: PostgresURL, poolSize: Int = defaultPoolSize, countsFlushInterval: Duration = defaultCountsFlushInterval) {
         self.url = url
@@ -98,7 +102,7 @@ public struct PostgresURLError: Error, Sendable, Hashable, CustomStringConvertib
 
 extension ConfigurationLoader {
     /// The `[registry]` keys (contract §6).
-    static let registryKeys = ["url", "poolSize", "countsFlushInterval"]
+    static let registryKeys = ["url", "poolSize", "countsFlushInterval", "syncWindow"]
 
     /// `[registry]`, or nil when neither the file nor the environment asks for a registry.
     static func readRegistry(_ settings: LayeredSettings, document: ConfigDocument) throws(ConfigurationError) -> RegistrySettings? {
@@ -124,6 +128,15 @@ extension ConfigurationLoader {
                 let value = try ValueSyntax.duration(v)
                 guard value >= .milliseconds(100), value <= .seconds(3600) else {
                     throw ValueProblem("\(ValueSyntax.quoted(v)) is out of range (100ms to 1h)")
+                }
+                return value
+            }
+        }
+        if let setting = settings.string("registry", "syncWindow") {
+            registry.syncWindow = try settings.parse(setting, "registry", "syncWindow") { v throws(ValueProblem) in
+                let value = try ValueSyntax.duration(v)
+                guard value >= .zero, value <= .seconds(3600) else {
+                    throw ValueProblem("\(ValueSyntax.quoted(v)) is out of range (0 = off, up to 1h)")
                 }
                 return value
             }

@@ -17,9 +17,12 @@ public enum JobEnd: String, Sendable, Hashable, CaseIterable {
 }
 
 /// The ends the registry counts (contract §6), spelled as in the contract: the final ends of
-/// `JobEnd` (`held` is not one: the job comes back) and the group jobs fanned out.
+/// `JobEnd` (`held` is not one: the job comes back), the group-job notifications fanned out at
+/// once (`fannedOut`), those merged into a device's trailing push (`coalesced`), and, where the
+/// contract is silent, the trailing pushes published (`trailing`, see docs/decisions.md), so that
+/// pushes out = `fannedOut` + `trailing` and group-job notifications = `fannedOut` + `coalesced`.
 public enum JobEndKind: String, Sendable, Hashable, CaseIterable, Codable {
-    case delivered, invalidToken, retry, dead, gated, fannedOut
+    case delivered, invalidToken, retry, dead, gated, fannedOut, coalesced, trailing
 
     /// The registry's count for a pipeline end; nil for `held` (the job has not ended).
     public init?(_ end: JobEnd) {

@@ -40,6 +40,8 @@ struct GroupFanOut: Sendable {
     let broker: AMQPConnection
     let recorder: RegistryRecorder?
     let batchSize: Int
+    /// `[registry] syncWindow`: background group jobs go through `handleCoalesced`.
+    let window: SyncWindow
     let logger: Logger
 
     func handle(_ delivery: AMQPDelivery) async -> RegistryDisposition {
@@ -48,6 +50,7 @@ struct GroupFanOut: Sendable {
         case .failure(let error): return .dead(error)
         case .success(let parsed): job = parsed
         }
+        if !window.isOff, job.isBackground { return await handleCoalesced(job) }
         var after: DevicePosition? = nil
         var published: [String: Int64] = [:]
         while true {
@@ -78,26 +81,11 @@ struct GroupFanOut: Sendable {
     }
 
     /// Publishes one page concurrently (confirms are pipelined); returns how many failed.
-    private func publish(_ devices: [ActiveDevice], of job: GroupJob) async -> Int {
-        guard !devices.isEmpty else { return 0 }
-        let broker = self.broker
-        return await withTaskGroup(of: Int.self) { group in
-            for device in devices {
-                let (id, body) = job.jobBody(bundleID: device.bundleID, token: device.token, environment: device.environment)
-                var properties = AMQPProperties.persistentJSON
-                properties.messageID = id.uuidString.lowercased()
-                let message = AMQPOutboundMessage(
-                    exchange: TopologyNames.jobsExchange, routingKey: device.bundleID, body: body, properties: properties)
-                group.addTask {
-                    do {
-                        try await broker.publish(message)
-                        return 0
-                    } catch {
-                        return 1
-                    }
-                }
-            }
-            return await group.reduce(0, +)
+    func publish(_ devices: [ActiveDevice], of job: GroupJob) async -> Int {
+        let messages = devices.map { device in
+            let (id, body) = job.jobBody(bundleID: device.bundleID, token: device.token, environment: device.environment)
+            return jobMessage(bundleID: device.bundleID, id: id, body: body)
         }
+        return await publishConfirmed(messages, on: broker).count
     }
 }

@@ -1,6 +1,7 @@
 import APNSCore
 import Foundation
 import Logging
+import Metrics
 import ServiceLifecycle
 import Synchronization
 
@@ -22,6 +23,9 @@ public final class RegistryRecorder: JobEndObserver, Service {
     let logger: Logger
     private let buffers = Mutex(Buffers())
     private let now: @Sendable () -> Date
+    /// `/metrics`: this instance's group-job notifications sent at once, merged into a trailing
+    /// push, and trailing pushes sent (the counts table holds the fleet's).
+    private let groupNotifications: [JobEndKind: Counter]
 
     public init(
         store: RegistryStore, flushInterval: Duration, maxPendingMarks: Int = 100_000, logger: Logger,
@@ -32,6 +36,10 @@ public final class RegistryRecorder: JobEndObserver, Service {
         self.maxPendingMarks = maxPendingMarks
         self.logger = logger
         self.now = now
+        groupNotifications = Dictionary(
+            uniqueKeysWithValues: [JobEndKind.fannedOut, .coalesced, .trailing].map { kind in
+                (kind, Counter(label: "apns_registry_group_notifications_total", dimensions: [("kind", kind.rawValue)]))
+            })
     }
 
     public func jobEnded(bundleID: String, end: JobEndKind) {
@@ -41,6 +49,7 @@ public final class RegistryRecorder: JobEndObserver, Service {
     /// Adds `count` ends at once (a group job's fan-out).
     public func count(bundleID: String, end: JobEndKind, count: Int64) {
         let seconds = Int64(now().timeIntervalSince1970)
+        groupNotifications[end]?.increment(by: count)
         buffers.withLock { $0.counts.add(bundleID: bundleID, end: end, epochSeconds: seconds, count: count) }
     }
 

@@ -39,6 +39,21 @@ public enum RegistrySchema {
             """,
             "CREATE INDEX apns_counts_hour ON apns_counts (hour)",
         ]),
+        // The sync window of each device (contract §6, `SyncWindowState`), on the device's own
+        // row: the fan-out page that reads the devices reads their windows with them.
+        (2, [
+            """
+            ALTER TABLE apns_devices
+                ADD COLUMN window_end bigint,
+                ADD COLUMN window_opened_by uuid,
+                ADD COLUMN window_version bigint NOT NULL DEFAULT 0,
+                ADD COLUMN trailing_group_job uuid,
+                ADD COLUMN trailing_body text,
+                ADD COLUMN trailing_claimed_until bigint
+            """,
+            // The trailing pushes waiting, in the order they fall due: what the pusher polls.
+            "CREATE INDEX apns_devices_trailing_due ON apns_devices (window_end) WHERE trailing_body IS NOT NULL",
+        ]),
     ]
 
     public static var latestVersion: Int { migrations.last?.version ?? 0 }

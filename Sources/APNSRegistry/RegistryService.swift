@@ -8,8 +8,9 @@ import ServiceLifecycle
 
 /// The registry part of `apns-worker run` (contract §6) as one ServiceLifecycle service: the
 /// PostgreSQL pool, the schema migrations at start, the `apns.registry` and `apns.groups`
-/// consumers (held together while the registry is down), and the recorder that writes counts
-/// and invalid marks every `countsFlushInterval`.
+/// consumers (held together while the registry is down), the trailing pushes of the sync window
+/// (`TrailingPusher`), and the recorder that writes counts and invalid marks every
+/// `countsFlushInterval`.
 public final class RegistryService: Service, Sendable {
     public struct Settings: Sendable {
         public var registrationPrefetch: UInt16 = 64
@@ -19,9 +20,14 @@ public final class RegistryService: Service, Sendable {
         public var probeInterval: Duration = .seconds(5)
         /// The type of §6's queues (`[amqp] queueType`).
         public var queueType: QueueType = .quorum
-        public init(probeInterval: Duration = .seconds(5), queueType: QueueType = .quorum) {
+        /// `[registry] syncWindow`.
+        public var syncWindow: Duration = RegistrySettings.defaultSyncWindow
+        /// How long a claimed trailing push stays claimed (the instance may have died).
+        public var trailingLease: Duration = .seconds(10)
+        public init(probeInterval: Duration = .seconds(5), queueType: QueueType = .quorum, syncWindow: Duration = RegistrySettings.defaultSyncWindow) {
             self.probeInterval = probeInterval
             self.queueType = queueType
+            self.syncWindow = syncWindow
         }
     }
 
@@ -62,10 +68,17 @@ public final class RegistryService: Service, Sendable {
         let groups = RegistryConsumer(
             queue: TopologyNames.groups, deadQueue: TopologyNames.groupsDead, prefetch: settings.groupPrefetch,
             broker: broker, store: store, health: health, logger: logger,
-            handle: GroupFanOut(store: store, broker: broker, recorder: recorder, batchSize: settings.fanOutBatchSize, logger: logger).handle)
+            handle: GroupFanOut(
+                store: store, broker: broker, recorder: recorder, batchSize: settings.fanOutBatchSize,
+                window: SyncWindow(length: settings.syncWindow), logger: logger
+            ).handle)
+        let trailing = TrailingPusher(
+            store: store, broker: broker, recorder: recorder, window: SyncWindow(length: settings.syncWindow),
+            batchSize: settings.fanOutBatchSize, leaseMS: SyncWindow(length: settings.trailingLease).lengthMS, logger: logger)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await registrations.run() }
             group.addTask { try await groups.run() }
+            group.addTask { await trailing.run() }
             group.addTask { try await self.recorder.run() }
         }
     }

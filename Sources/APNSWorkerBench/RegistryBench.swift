@@ -2,7 +2,7 @@
 /// broker, a real PostgreSQL and the in-process simulator. Reports registration messages applied
 /// per second, then group jobs fanned out per second for groups of 5 and of 1,000 devices over a
 /// registry of `--registry-size` devices, with p50/p99 from a group job's publish to its last
-/// device's APNs 200.
+/// device's APNs 200. `--monday-morning` runs the sync window's case instead (RegistryBench+Monday.swift).
 import AMQPClient
 import APNSConfig
 import APNSCore
@@ -36,7 +36,20 @@ struct RegistryBench: AsyncParsableCommand {
     @Option(help: "Group jobs for groups of 1,000.")
     var largeGroupJobs: Int = 20
 
+    @Flag(help: "Instead of the phases above: the Monday-morning case of the sync window (10,000 groups of 3 devices, 5 changes per group within a minute).")
+    var mondayMorning = false
+
+    @Option(help: "Monday morning: the share of the 10,000 groups to run (e.g. 0.1 for 1,000).")
+    var scale: Double = 1
+
+    @Option(help: "Monday morning: the worker's [registry] syncWindow in seconds (0 = off: the figures before).")
+    var syncWindow: Int = 30
+
     func run() async throws {
+        if mondayMorning {
+            try await runMondayMorning()
+            return
+        }
         var logger = Logger(label: "bench")
         logger.logLevel = .warning
         let tag = UUID().uuidString.prefix(6).lowercased()
@@ -46,34 +59,8 @@ struct RegistryBench: AsyncParsableCommand {
             recordLimit: smallGroupJobs * 5 + largeGroupJobs * 1_000 + 1_000, logger: logger)
         defer { setup.remove() }
         let (directory, simulator) = (setup.directory, setup.simulator)
-        var config = """
-            [amqp]
-            url = \(url)
-            prefetch = 500
-            [admin]
-            listen = 127.0.0.1:0
-            [retry]
-            delays = 1s
-            maxAttempts = 3
-            [registry]
-            url = \(postgresURL)
-            poolSize = 8
-            countsFlushInterval = 5s
-
-            """
-        for bundle in bundles {
-            config += """
-                [apns "\(bundle)"]
-                teamId = TEAM123456
-                keyId = KEY1234567
-                tokenKeyFile = credentials/AuthKey_KEY1234567.p8
-                host = 127.0.0.1
-                port = \(simulator.port)
-                caFile = credentials/ca.pem
-                connections = 2
-
-                """
-        }
+        let config = Self.workerConfig(
+            url: url, postgresURL: postgresURL, bundles: bundles, simulatorPort: simulator.port, countsFlushInterval: "5s", syncWindow: "0")
         let configPath = directory + "/worker.conf"
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
 
@@ -84,12 +71,7 @@ struct RegistryBench: AsyncParsableCommand {
             group.addTask { await store.run() }
             defer { group.cancelAll() }
             try await store.migrate()
-            let connection = try await AMQPConnection.connect(
-                configuration: AMQPConfiguration(urlStrings: [url], connectionName: "bench"), logger: logger)
-            var plan = TopologyPlan(bundleIDs: bundles, retryDelays: [.seconds(1)], queueType: .quorum)
-            plan.addRegistry(queueType: .quorum)
-            try await connection.declare(plan)
-            for queue in [TopologyNames.registry, TopologyNames.groups] { _ = try await connection.purgeQueue(queue) }
+            let connection = try await Self.connectAndDeclare(url: url, bundles: bundles, logger: logger)
 
             // Phase 1: registration messages, preloaded, then applied by the worker.
             print("preloading \(registrations) registration messages …")
@@ -150,13 +132,7 @@ struct RegistryBench: AsyncParsableCommand {
             }
             worker.terminate()
             worker.waitUntilExit()
-            try await store.client.query("DELETE FROM apns_devices WHERE bundle_id = ANY(\(bundles)::text[])")
-            for bundle in bundles {
-                for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
-                    _ = try? await connection.deleteQueue(name)
-                }
-            }
-            await connection.close()
+            try await Self.cleanUp(store: store, connection: connection, bundles: bundles)
             try await simulator.shutdown()
             print("registrations:  \(registrationsTimed) messages applied in \(String(format: "%.2f", registrationTime.timeInterval)) s = \(Int(Double(registrationsTimed) / registrationTime.timeInterval)) registrations/s")
             print("registry size:  \(imported) devices")
@@ -194,6 +170,63 @@ struct RegistryBench: AsyncParsableCommand {
             last[group] = max(last[group], accepted.receivedAt)
         }
         return (elapsed, LatencySample(zip(last, publishedAt).map { $0.timeIntervalSince($1) * 1000 }))
+    }
+
+    /// A connection to the broker with the bundles' and §6's topology declared, §6's queues empty.
+    static func connectAndDeclare(url: String, bundles: [String], logger: Logger) async throws -> AMQPConnection {
+        let connection = try await AMQPConnection.connect(configuration: AMQPConfiguration(urlStrings: [url], connectionName: "bench"), logger: logger)
+        var plan = TopologyPlan(bundleIDs: bundles, retryDelays: [.seconds(1)], queueType: .quorum)
+        plan.addRegistry(queueType: .quorum)
+        try await connection.declare(plan)
+        for queue in [TopologyNames.registry, TopologyNames.groups] { _ = try await connection.purgeQueue(queue) }
+        return connection
+    }
+
+    /// Removes the bench's devices and its bundles' queues, and closes the connection.
+    static func cleanUp(store: RegistryStore, connection: AMQPConnection, bundles: [String]) async throws {
+        try await store.client.query("DELETE FROM apns_devices WHERE bundle_id = ANY(\(bundles)::text[])")
+        for bundle in bundles {
+            for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
+                _ = try? await connection.deleteQueue(name)
+            }
+        }
+        await connection.close()
+    }
+
+    /// The worker's configuration: the broker, the registry, one HTTP/2 bundle per ID on the simulator.
+    static func workerConfig(
+        url: String, postgresURL: String, bundles: [String], simulatorPort: Int, countsFlushInterval: String, syncWindow: String
+    ) -> String {
+        var config = """
+            [amqp]
+            url = \(url)
+            prefetch = 500
+            [admin]
+            listen = 127.0.0.1:0
+            [retry]
+            delays = 1s
+            maxAttempts = 3
+            [registry]
+            url = \(postgresURL)
+            poolSize = 8
+            countsFlushInterval = \(countsFlushInterval)
+            syncWindow = \(syncWindow)
+
+            """
+        for bundle in bundles {
+            config += """
+                [apns "\(bundle)"]
+                teamId = TEAM123456
+                keyId = KEY1234567
+                tokenKeyFile = credentials/AuthKey_KEY1234567.p8
+                host = 127.0.0.1
+                port = \(simulatorPort)
+                caFile = credentials/ca.pem
+                connections = 2
+
+                """
+        }
+        return config
     }
 
     static func ms(_ value: Double) -> String { String(format: "%.0f ms", value) }

@@ -50,7 +50,9 @@ struct RunCommand: AsyncParsableCommand {
             RegistryService(
                 store: try RegistryStore(settings: settings, logger: logger), broker: broker,
                 flushInterval: settings.countsFlushInterval,
-                settings: RegistryService.Settings(probeInterval: configuration.worker.probeInterval, queueType: configuration.amqp.queueType),
+                settings: RegistryService.Settings(
+                    probeInterval: configuration.worker.probeInterval, queueType: configuration.amqp.queueType,
+                    syncWindow: settings.syncWindow),
                 logger: logger)
         }
         var services: [any Service] = []

@@ -49,6 +49,16 @@ struct RegistryPageTests {
         #expect(html.contains("Unregistered at 1970-01-01 00:00:01"))
     }
 
+    @Test func theSyncWindowTableShowsSentNowMergedAndTrailingPerBundle() {
+        let counts = [
+            row(0, "fannedOut", 3), row(1, "fannedOut", 2), row(1, "coalesced", 7), row(2, "trailing", 4), row(2, "delivered", 9),
+            row(0, "delivered", 1, bundle: "com.example.quiet"),
+        ]
+        #expect(RegistryPage.syncWindowRows(counts) == [["bundleID": "com.example.app", "sentNow": "5", "merged": "7", "trailing": "4"]])
+        let html = RegistryPage(summary: RegistrySummary(devices: [], since: since, counts: counts), group: nil, devices: [], error: nil).render()
+        #expect(html.contains("<tr><td>com.example.app</td><td>5</td><td>7</td><td>4</td></tr>"))
+    }
+
     @Test func withoutCountsThePageSaysSo() {
         let page = RegistryPage(summary: RegistrySummary(devices: [], since: since, counts: []), group: nil, devices: [], error: "the registry (PostgreSQL) is unavailable")
         let html = page.render()

@@ -17,7 +17,7 @@ struct RegistryConfigTests {
     }
 
     @Test func everyKeyAndTheTopology() throws {
-        let text = minimalConfig + "\n[registry]\nurl = postgres://apns:secret@127.0.0.1:5442/apns?sslmode=disable\npoolSize = 3\ncountsFlushInterval = 250ms"
+        let text = minimalConfig + "\n[registry]\nurl = postgres://apns:secret@127.0.0.1:5442/apns?sslmode=disable\npoolSize = 3\ncountsFlushInterval = 250ms\nsyncWindow = 2s"
         let directory = try TempDirectory()
         let configuration = try loadConfig(text, in: directory)
         let registry = try #require(configuration.registry)
@@ -25,6 +25,7 @@ struct RegistryConfigTests {
         #expect(registry.url.password == "secret")
         #expect(registry.poolSize == 3)
         #expect(registry.countsFlushInterval == .milliseconds(250))
+        #expect(registry.syncWindow == .seconds(2))
         let names = Set(configuration.topologyPlan.queues.map(\.name))
         #expect(names.isSuperset(of: ["apns.registry", "apns.groups", "apns.registry.dead", "apns.groups.dead"]))
         #expect(configuration.topologyPlan.exchanges.contains { $0.name == "apns.groups" && $0.kind == .fanout })
@@ -41,6 +42,18 @@ struct RegistryConfigTests {
         #expect(registry.url.port == 5432)
         #expect(registry.poolSize == 2)
         #expect(registry.countsFlushInterval == .seconds(5))
+        #expect(registry.syncWindow == .seconds(30))
+    }
+
+    @Test func syncWindowZeroIsOffAndOutOfRangeNamesTheKey() throws {
+        let base = minimalConfig + "\n[registry]\nurl = postgres://apns:p@127.0.0.1/apns\n"
+        let off = try #require(try loadConfig(base + "syncWindow = 0", in: try TempDirectory()).registry)
+        #expect(off.syncWindow == .zero)
+        for bad in ["2h", "soon"] {
+            let error = try #require(try loadError(base + "syncWindow = \(bad)", in: try TempDirectory()))
+            #expect(error.key == "syncWindow", "\(error)")
+            #expect(error.section == "[registry]")
+        }
     }
 
     @Test func badURLIsOneLineWithFileLineKeyAndNoPassword() throws {

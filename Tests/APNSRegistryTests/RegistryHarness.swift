@@ -26,7 +26,10 @@ final class RegistryHarness: Sendable {
 
     /// With `binarySecondBundle`, `bundles[1]` uses the binary transport (the simulator's
     /// gateway and feedback service, polled every second) instead of HTTP/2.
-    static func start(registry: RegistrySettings? = nil, extraBundles: Int = 0, binarySecondBundle: Bool = false) async throws -> RegistryHarness {
+    /// `syncWindow` is the workers' `[registry] syncWindow`; off unless a test is about it.
+    static func start(
+        registry: RegistrySettings? = nil, extraBundles: Int = 0, binarySecondBundle: Bool = false, syncWindow: String = "0"
+    ) async throws -> RegistryHarness {
         let broker = try TestBroker.require()
         let registry = if let registry { registry } else { try await TestPostgres.freshDatabase() }
         let bundles = [uniqueName("com.example.universal"), uniqueName("com.example.iphone")]
@@ -64,6 +67,7 @@ final class RegistryHarness: Sendable {
             url = postgres://\(registry.url.user):\(registry.url.password ?? "")@\(registry.url.host):\(registry.url.port)/\(registry.url.database)?sslmode=disable
             poolSize = 4
             countsFlushInterval = 200ms
+            syncWindow = \(syncWindow)
 
             """
         for bundle in bundles where !(binarySecondBundle && bundle == bundles[1]) {

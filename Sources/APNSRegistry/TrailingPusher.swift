@@ -1,0 +1,79 @@
+import AMQPClient
+import APNSCore
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// Sends the trailing pushes of contract §6 when their window ends, without a timer per device:
+/// every instance polls PostgreSQL for due pushes (`window_end` passed, an index on it), claims a
+/// page for `leaseMS` (`SKIP LOCKED`, so instances share the work and never take the same row),
+/// publishes each as a section-2 job to `apns.jobs` with confirms, then opens the device's next
+/// window (compare-and-set: a push merged or sent meanwhile is not lost). A claim whose instance
+/// died runs out and the push is claimed again, so a push due while every instance was down goes
+/// out when one comes back. Why a poll rather than delayed broker messages: docs/decisions.md.
+struct TrailingPusher: Sendable {
+    let store: RegistryStore
+    let broker: AMQPConnection
+    let recorder: RegistryRecorder?
+    let window: SyncWindow
+    let batchSize: Int
+    let leaseMS: Int64
+    let logger: Logger
+
+    /// How long an idle poll waits: a twentieth of the window (a 30 s window's pushes go out at
+    /// most about a second late), between 50 ms and 1 s.
+    static func pollInterval(for window: SyncWindow) -> Duration {
+        .milliseconds(min(1_000, max(50, window.isOff ? 1_000 : window.lengthMS / 20)))
+    }
+
+    func run() async {
+        let interval = Self.pollInterval(for: window)
+        var failing = false
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            do {
+                let claimed = try await pushDue()
+                if failing {
+                    failing = false
+                    logger.notice("trailing pushes resume: the registry answers again")
+                }
+                if claimed == batchSize { continue }
+            } catch {
+                if !failing {
+                    failing = true
+                    logger.error(
+                        "trailing pushes wait: the registry (PostgreSQL) is unavailable; they go out once it answers",
+                        metadata: ["error": "\(String(reflecting: error).prefix(300))"])
+                }
+            }
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
+        }
+    }
+
+    /// One page: claim, publish, open the next windows. Returns how many were claimed.
+    @discardableResult
+    func pushDue() async throws -> Int {
+        let (now, due) = try await store.claimDueTrailingPushes(limit: batchSize, leaseMS: leaseMS)
+        guard !due.isEmpty else { return 0 }
+        let sending = due.filter { $0.active && $0.window.trailing != nil }
+        let messages = sending.map { push in
+            let id = UUIDv5.fanOutJobID(groupJobID: push.window.trailing!, bundleID: push.device.bundleID, token: push.device.token)
+            return jobMessage(bundleID: push.device.bundleID, id: id, body: push.body)
+        }
+        let failed = await publishConfirmed(messages, on: broker)
+        let unsent = Set(failed.map { sending[$0].device.position })
+        // A push not confirmed keeps its claim and goes out again once the claim runs out.
+        let done = due.filter { !unsent.contains($0.device.position) }
+        _ = try await store.storeWindows(
+            done.map { SyncWindowWrite(position: $0.device.position, window: window.afterTrailingPush($0.window, now: now), trailingBody: nil) })
+        var sent: [String: Int64] = [:]
+        for (index, push) in sending.enumerated() where !failed.contains(index) { sent[push.device.bundleID, default: 0] += 1 }
+        for (bundleID, count) in sent { recorder?.count(bundleID: bundleID, end: .trailing, count: count) }
+        if !failed.isEmpty {
+            logger.warning("trailing pushes not confirmed by the broker; sent again later", metadata: ["registry.unconfirmed": "\(failed.count)"])
+        }
+        logger.debug(
+            "trailing pushes sent",
+            metadata: ["registry.trailing": "\(sent.values.reduce(0, +))", "registry.dropped": "\(due.count - sending.count)"])
+        return due.count
+    }
+}
