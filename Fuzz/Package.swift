@@ -31,6 +31,10 @@ let package = Package(
             name: "FuzzConfig",
             dependencies: ["FuzzDriver", .product(name: "APNSConfig", package: "apns-worker")]
         ),
+        .executableTarget(
+            name: "FuzzAdminQuery",
+            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -60,14 +60,7 @@ CONF
     tls=$dir/tls
     mkdir -p "$tls"
     if [ ! -f "$tls/server.pem" ]; then
-      {
-        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=apns-worker test broker CA" \
-          -keyout "$tls/ca.key" -out "$tls/ca.pem"
-        openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$tls/server.key" -out "$tls/server.csr"
-        printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$tls/server.ext"
-        openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial -days 3650 \
-          -extfile "$tls/server.ext" -out "$tls/server.pem"
-      } > "$dir/log/openssl.log" 2>&1 || { echo "broker.sh: openssl failed:" >&2; cat "$dir/log/openssl.log" >&2; exit 1; }
+      "$(dirname "$0")/test-tls-cert.sh" "$tls" "apns-worker test broker CA" "$dir/log/openssl.log"
     fi
     cat >> "$dir/rabbitmq.conf" <<CONF
 listeners.ssl.default = 127.0.0.1:$tls_port

@@ -9,6 +9,11 @@
 # unprivileged user `nobody` (or $APNS_POSTGRES_USER) and every server command runs as that user.
 # Port from APNS_POSTGRES_PORT, default 5442 (clear of a system server on 5432). The database
 # `apns` is owned by the role `apns` with password `apns`.
+#
+# With APNS_POSTGRES_TLS=1 the server also accepts TLS (plaintext stays allowed, so the default
+# URLs with sslmode=disable work as before), with a CA and a server certificate for the host
+# name `localhost` (not 127.0.0.1) made here with openssl in DIR/tls; the exports then name
+# the CA file as APNS_TEST_POSTGRES_TLS_CA.
 set -euo pipefail
 
 cmd=${1:-}
@@ -55,6 +60,18 @@ full_page_writes = off
 log_min_messages = warning
 CONF
   fi
+  if [ "${APNS_POSTGRES_TLS:-0}" = 1 ] && [ ! -f "$dir/tls/server.pem" ]; then
+    tls=$dir/tls
+    "$(dirname "$0")/test-tls-cert.sh" "$tls" "apns-worker test PostgreSQL CA" "$dir/openssl.log"
+    # PostgreSQL refuses a key file others can read, or that its owner does not own.
+    chmod 600 "$tls/server.key"
+    [ "$(id -u)" -eq 0 ] && chown "${APNS_POSTGRES_USER:-nobody}" "$tls" "$tls/server.key" "$tls/server.pem"
+    cat >> "$data/postgresql.conf" <<CONF
+ssl = on
+ssl_cert_file = '$tls/server.pem'
+ssl_key_file = '$tls/server.key'
+CONF
+  fi
   # The server must not inherit the caller's descriptors (see broker.sh): close all but 0-2.
   (
     for fd in /proc/self/fd/*; do
@@ -73,6 +90,7 @@ export APNS_TEST_POSTGRES_PORT=$port
 export APNS_TEST_POSTGRES_DIR=$dir
 export APNS_TEST_POSTGRES_BIN=$pg_bin
 OUT
+  if [ -f "$dir/tls/ca.pem" ]; then echo "export APNS_TEST_POSTGRES_TLS_CA=$dir/tls/ca.pem"; fi
   ;;
 stop)
   [ -d "$dir" ] || exit 0

@@ -1,9 +1,12 @@
-/// The admin token check. With `[admin] token` set, every route but `/health` (and `/login`,
-/// which checks the token itself) needs `Authorization: Bearer <token>`, or, for browsers, the
-/// cookie that `GET /login?token=<token>` sets. The cookie is `HttpOnly` (no script reads it)
-/// and `SameSite=Strict` (no other site's page can make the browser send it, so the page's
-/// requeue forms cannot be triggered cross-site). Tokens are compared in constant time. Every
-/// state-changing request a browser marks as cross-site or cross-origin is refused, token or not.
+/// The admin's access checks on every request (the model is in docs/decisions.md):
+/// - without `[admin] token` (loopback only), a request whose `Host` is not one of
+///   `AdminHostAllowlist` is refused, so a DNS-rebinding page cannot pass for same-origin;
+/// - with a token, every route but `/health` and `POST /login` needs `Authorization: Bearer
+///   <token>`, or, for browsers, the session cookie `POST /login` sets (`AdminSessions`: not the
+///   token, expires, `HttpOnly`, `SameSite=Strict`, `Secure` over TLS). Tokens are compared in
+///   constant time;
+/// - every state-changing request a browser marks as cross-site or cross-origin is refused,
+///   token or not.
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -11,14 +14,25 @@ import HummingbirdCore
 import NIOCore
 
 struct AdminAuthentication<Context: RequestContext>: RouterMiddleware {
-    static var cookieName: String { "apns_admin_token" }
-
     let token: String?
+    /// The names a token-less admin answers to; unused with a token.
+    let hosts: AdminHostAllowlist
+    /// The browser sessions; nil without a token.
+    let sessions: AdminSessions?
+
+    init(token: String?, hosts: AdminHostAllowlist) {
+        self.token = token
+        self.hosts = hosts
+        self.sessions = token.map { AdminSessions(token: $0) }
+    }
 
     /// The one route the admin page frames (the live graph, `AdminFleetRoutes`).
     static var sameOriginFramePath: String { "/fleet/graph" }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        if token == nil, !hosts.allows(request.head.authority) {
+            return Self.refusal(.forbidden, "this admin answers only to its own host names (see [admin] allowedHosts)")
+        }
         if let refusal = Self.crossSiteRefusal(request) { return refusal }
         var response = try await authenticated(request, context: context, next: next)
         // The page has buttons that move jobs: no other site may frame it (clickjacking). The
@@ -44,9 +58,11 @@ struct AdminAuthentication<Context: RequestContext>: RouterMiddleware {
             if origin == "null" || host != request.head.authority { crossSite = true }
         }
         guard crossSite else { return nil }
-        return Response(
-            status: .forbidden, headers: [.contentType: "application/json"],
-            body: .init(byteBuffer: ByteBuffer(string: #"{"error":"cross-site request refused"}"#)))
+        return refusal(.forbidden, "cross-site request refused")
+    }
+
+    static func refusal(_ status: HTTPResponse.Status, _ message: String) -> Response {
+        AdminRoutes.error(status, message)
     }
 
     private func authenticated(
@@ -54,8 +70,11 @@ struct AdminAuthentication<Context: RequestContext>: RouterMiddleware {
     ) async throws -> Response {
         guard let token else { return try await next(request, context) }
         let path = request.uri.path
-        if path == "/health" || path == "/login" { return try await next(request, context) }
-        if let presented = Self.presentedToken(request), Self.constantTimeEqual(presented, token) {
+        if path == "/health" || (path == "/login" && request.method == .post) { return try await next(request, context) }
+        if let presented = Self.bearerToken(request), Self.constantTimeEqual(presented, token) {
+            return try await next(request, context)
+        }
+        if let sessions, let cookie = Self.sessionCookie(request), sessions.isValid(cookie, now: Date()) {
             return try await next(request, context)
         }
         var headers = HTTPFields()
@@ -70,17 +89,20 @@ struct AdminAuthentication<Context: RequestContext>: RouterMiddleware {
             body: .init(byteBuffer: ByteBuffer(string: #"{"error":"missing or wrong admin token (Authorization: Bearer <token>)"}"#)))
     }
 
-    /// The bearer token of the `Authorization` header, else the admin cookie's value.
-    static func presentedToken(_ request: Request) -> String? {
-        if let authorization = request.headers[.authorization] {
-            let prefix = "bearer "
-            guard authorization.count > prefix.count, authorization.prefix(prefix.count).lowercased() == prefix else { return nil }
-            return String(authorization.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
-        }
+    /// The bearer token of the `Authorization` header.
+    static func bearerToken(_ request: Request) -> String? {
+        guard let authorization = request.headers[.authorization] else { return nil }
+        let prefix = "bearer "
+        guard authorization.count > prefix.count, authorization.prefix(prefix.count).lowercased() == prefix else { return nil }
+        return String(authorization.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
+    }
+
+    /// The session cookie's value, if the request carries one.
+    static func sessionCookie(_ request: Request) -> String? {
         for header in request.headers[values: .cookie] {
             for pair in header.split(separator: ";") {
                 let parts = pair.split(separator: "=", maxSplits: 1)
-                if parts.count == 2, parts[0].trimmingCharacters(in: .whitespaces) == cookieName {
+                if parts.count == 2, parts[0].trimmingCharacters(in: .whitespaces) == AdminSessions.cookieName {
                     return String(parts[1]).trimmingCharacters(in: .whitespaces)
                 }
             }
@@ -98,9 +120,23 @@ struct AdminAuthentication<Context: RequestContext>: RouterMiddleware {
         }
         return difference == 0
     }
+}
 
-    /// The `Set-Cookie` value `/login` answers with.
-    static func cookie(_ token: String) -> String {
-        "\(cookieName)=\(token); Path=/; HttpOnly; SameSite=Strict"
+/// At most `gate.limit` operator requests at once; one more is answered 503 with `Retry-After`
+/// at once. The probes and `/metrics` pass: a monitor must see a busy admin as alive.
+struct AdminRequestLimit<Context: RequestContext>: RouterMiddleware {
+    let gate: AdminRequestGate
+
+    static var exempt: Set<String> { ["/health", "/ready", "/metrics"] }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        if Self.exempt.contains(request.uri.path) { return try await next(request, context) }
+        guard gate.enter() else {
+            var response = AdminRoutes.error(.serviceUnavailable, "busy: \(gate.limit) operator requests are being served; try again")
+            response.headers[.retryAfter] = "1"
+            return response
+        }
+        defer { gate.leave() }
+        return try await next(request, context)
     }
 }

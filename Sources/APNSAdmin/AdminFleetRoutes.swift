@@ -56,7 +56,11 @@ struct AdminFleetRoutes: Sendable {
             router.get("/\(kind.rawValue)/confirm") { request, _ -> Response in
                 try await routes.withQueues { queues in
                     let (action, filter) = try Self.bulkRequest(request)
-                    let count = try await queues.list(kind, filter: filter).count
+                    // From the queues' depths, not a listing: counting by reading every message
+                    // would hold whole queues in the worker. With a reason or age, the depth is
+                    // what the move will look through, and an upper bound of what it moves.
+                    let depth = try await queues.readyCount(kind, bundleID: filter.bundleID)
+                    let count = filter.selectsWholeQueues ? "\(depth)" : "up to \(depth)"
                     var selection = [filter.bundleID.map { "bundle \($0)" } ?? "every bundle"]
                     if let reason = filter.reason { selection.append("reason \(reason)") }
                     let context: [String: Any] = [
@@ -114,10 +118,7 @@ struct AdminFleetRoutes: Sendable {
 
     /// `action` (requeue or purge) and the selection of a bulk confirmation.
     static func bulkRequest(_ request: Request) throws -> (String, JobFilter) {
-        let query = request.uri.queryParameters
-        guard let action = query.get("action"), action == "requeue" || action == "purge" else {
-            throw QueryOptions.Problem(message: "action: requeue or purge")
-        }
-        return (action, try QueryOptions.bulkFilter(query, allowing: ["action"]))
+        let (action, selection) = try AdminQuery.bulkConfirmation(QueryOptions.pairs(request.uri.queryParameters))
+        return (action, QueryOptions.filter(selection))
     }
 }

@@ -35,7 +35,7 @@ struct AdminRegistryRoutes: Sendable {
             }
         }
         router.get("/registry") { request, _ -> Response in
-            let group = request.uri.queryParameters.get("group").flatMap { $0.isEmpty ? nil : $0 }
+            let group = AdminQuery.nonEmpty("group", QueryOptions.pairs(request.uri.queryParameters))
             let page: RegistryPage
             do {
                 var devices: [DeviceRecord] = []

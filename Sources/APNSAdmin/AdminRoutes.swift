@@ -17,33 +17,43 @@ struct AdminRoutes: Sendable {
     let queues: QueueInspector?
     let registry: PrometheusCollectorRegistry?
     let token: String?
+    /// The admin is served over TLS: its session cookie is `Secure`.
+    var secureCookies = false
     let logger: Logger
     /// This instance's part in the fleet: heartbeats heard, pause and resume. Nil in tests of
     /// the routes alone; the page then shows this instance only.
     var fleet: FleetService? = nil
 
-    /// Dead jobs the HTML page lists at most (the JSON API lists any number).
+    /// Dead (and retry) jobs the HTML page lists at once; further dead jobs are on next pages.
     static let pageJobLimit = 100
+    /// Messages one listing or `show` reads at most: a filter that matches little could
+    /// otherwise read whole queues (up to 65,535 messages each) into the worker for one page.
+    static let listingScanLimit = 10_000
 
     func register(on router: Router<BasicRequestContext>) {
         router.get("/health") { _, _ -> Response in Self.text("ok\n") }
         router.get("/ready") { _, _ -> Response in self.ready() }
         router.get("/metrics") { _, _ -> Response in await self.metrics() }
-        router.get("/login") { request, _ -> Response in self.login(request) }
+        // POST only: a token in a URL lands in browser history and proxy logs.
+        router.post("/login") { request, _ -> Response in try await self.login(request) }
         router.get("/api/status") { _, _ -> Response in await self.statusJSON() }
         for kind in JobQueueKind.allCases {
             router.get("/api/\(kind.rawValue)") { request, _ -> Response in
                 try await self.withQueues { queues in
-                    let (filter, limit) = try QueryOptions.filter(request.uri.queryParameters)
-                    let jobs = try await queues.list(kind, filter: filter, limit: limit)
-                    return Self.json(JobList(kind: kind.rawValue, count: jobs.count, jobs: jobs))
+                    let (selection, page) = try AdminQuery.listing(QueryOptions.pairs(request.uri.queryParameters))
+                    let listing = try await queues.list([
+                        ListingRequest(
+                            kind: kind, filter: QueryOptions.filter(selection), offset: page.offset, limit: page.limit,
+                            scanLimit: Self.listingScanLimit)
+                    ])[0]
+                    return Self.json(JobList(kind: kind.rawValue, limit: page.limit, listing: listing))
                 }
             }
             router.get("/api/\(kind.rawValue)/:jobID") { request, context -> Response in
                 try await self.withQueues { queues in
                     let jobID = try Self.jobID(context)
-                    let bundle = request.uri.queryParameters.get("bundle")
-                    guard let job = try await queues.show(kind, jobID: jobID, bundleID: bundle) else {
+                    let bundle = AdminQuery.nonEmpty("bundle", QueryOptions.pairs(request.uri.queryParameters))
+                    guard let job = try await queues.show(kind, jobID: jobID, bundleID: bundle, scanLimit: Self.listingScanLimit) else {
                         return Self.error(.notFound, "no \(kind.rawValue) job with id \(jobID)")
                     }
                     return Self.json(job)
@@ -64,7 +74,7 @@ struct AdminRoutes: Sendable {
             }
             router.post("/api/\(kind.rawValue)/purge") { request, _ -> Response in
                 try await self.withQueues { queues in
-                    guard request.uri.queryParameters.get("confirm") == "yes" else {
+                    guard AdminQuery.purgeConfirmed(QueryOptions.pairs(request.uri.queryParameters)) else {
                         return Self.error(.badRequest, "purge drops jobs for good: add confirm=yes")
                     }
                     let filter = try QueryOptions.bulkFilter(request.uri.queryParameters, allowing: ["confirm"])
@@ -111,13 +121,22 @@ struct AdminRoutes: Sendable {
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: registry.emitToBuffer())))
     }
 
-    func login(_ request: Request) -> Response {
+    /// The login form's body, `token=…` (application/x-www-form-urlencoded).
+    struct LoginForm: Decodable {
+        var token: String
+    }
+
+    /// Checks the token of the login form and answers a new session cookie (`AdminSessions`),
+    /// never the token itself.
+    func login(_ request: Request) async throws -> Response {
         guard let token else { return Response(status: .seeOther, headers: [.location: "/"]) }
-        guard let presented = request.uri.queryParameters.get("token"), AdminAuthentication<BasicRequestContext>.constantTimeEqual(presented, token)
+        let body = try await request.body.collect(upTo: 4096)
+        guard let form = try? URLEncodedFormDecoder().decode(LoginForm.self, from: String(buffer: body)),
+            AdminAuthentication<BasicRequestContext>.constantTimeEqual(form.token, token)
         else { return Self.error(.unauthorized, "wrong or missing token") }
         var headers = HTTPFields()
         headers[.location] = "/"
-        headers[.setCookie] = AdminAuthentication<BasicRequestContext>.cookie(token)
+        headers[.setCookie] = AdminSessions(token: token).setCookie(now: Date(), secure: secureCookies)
         return Response(status: .seeOther, headers: headers)
     }
 
@@ -159,17 +178,17 @@ struct AdminRoutes: Sendable {
         var (depths, queueError) = await queueDepths()
         var deadJobs: [QueuedJob] = []
         var retryJobs: [QueuedJob] = []
-        var deadFilter = JobFilter()
-        deadFilter.bundleID = request.uri.queryParameters.get("bundle").flatMap { $0.isEmpty ? nil : $0 }
-        deadFilter.reason = request.uri.queryParameters.get("reason").flatMap { $0.isEmpty ? nil : $0 }
+        let (selection, deadOffset) = AdminQuery.pageView(QueryOptions.pairs(request.uri.queryParameters))
+        let deadFilter = QueryOptions.filter(selection)
         if let queues, queueError == nil {
             do {
+                // One more than a page: whether there is a next one.
                 let lists = try await queues.list([
-                    (kind: .retry, filter: JobFilter(), limit: Self.pageJobLimit + 1),
-                    (kind: .dead, filter: deadFilter, limit: Self.pageJobLimit + 1),
+                    ListingRequest(kind: .retry, limit: Self.pageJobLimit + 1, scanLimit: Self.listingScanLimit),
+                    ListingRequest(kind: .dead, filter: deadFilter, offset: deadOffset, limit: Self.pageJobLimit + 1, scanLimit: Self.listingScanLimit),
                 ])
-                retryJobs = lists[0]
-                deadJobs = lists[1]
+                retryJobs = lists[0].jobs
+                deadJobs = lists[1].jobs
             } catch {
                 queueError = "\(error)"
                 depths = nil
@@ -178,7 +197,7 @@ struct AdminRoutes: Sendable {
         let html = StatusPage(
             status: status, fleet: fleet?.report(), fleetView: fleet?.snapshot(), instanceID: fleet?.identity.instanceID,
             depths: depths, retryDelays: queues?.retryDelays ?? [], queueError: queueError, deadJobs: deadJobs, retryJobs: retryJobs,
-            deadFilter: deadFilter, limit: Self.pageJobLimit
+            deadFilter: deadFilter, deadOffset: deadOffset, limit: Self.pageJobLimit
         ).render()
         return Self.html(html)
     }
@@ -243,10 +262,30 @@ struct Readiness: Codable {
     var registry: String?
 }
 
+/// One page of `GET /api/{dead|retry}`.
 struct JobList: Codable {
     var kind: String
+    /// Jobs on this page.
     var count: Int
+    var offset: Int
+    var limit: Int
+    /// The `offset` of the next page; nil on the last.
+    var next: Int?
+    /// Messages read to answer; `scanLimited`: the read stopped at its bound before the end.
+    var scanned: Int
+    var scanLimited: Bool
     var jobs: [QueuedJob]
+
+    init(kind: String, limit: Int, listing: JobListing) {
+        self.kind = kind
+        count = listing.jobs.count
+        offset = listing.offset
+        self.limit = limit
+        next = listing.more ? listing.offset + listing.jobs.count : nil
+        scanned = listing.scanned
+        scanLimited = listing.scanLimited
+        jobs = listing.jobs
+    }
 }
 
 /// Ready messages of one bundle's queues by role (all retry queues together).
@@ -287,55 +326,21 @@ struct StatusReport: Codable {
 
 // MARK: - Query options
 
-/// The query options of the list, requeue and purge routes:
-/// `bundle`, `reason`, `olderThan` (e.g. 90s, 10m, 2h, 1d) and `limit`.
+/// The bridge from Hummingbird's query parameters to `AdminQuery`, where every admin query
+/// parameter is parsed (a pure function, fuzzed).
 enum QueryOptions {
-    struct Problem: Error {
-        var message: String
+    typealias Problem = AdminQuery.Problem
+
+    static func pairs(_ query: Parameters) -> [(String, String)] {
+        query.map { (String($0.key), String($0.value)) }
     }
 
-    /// The selection of a bulk requeue or purge. Stricter than a listing's: a key it does not
-    /// know, an empty value or `limit` would silently widen what it moves or drops (an empty
-    /// `bundle=` from a script must not mean every bundle), so each is a 400.
+    static func filter(_ selection: AdminQuery.Selection) -> JobFilter {
+        JobFilter(bundleID: selection.bundleID, reason: selection.reason, olderThan: selection.olderThan)
+    }
+
+    /// `AdminQuery.bulkSelection` of a request, as a filter.
     static func bulkFilter(_ query: Parameters, allowing extra: Set<String> = []) throws(Problem) -> JobFilter {
-        let known: Set<String> = ["bundle", "reason", "olderThan"]
-        for (key, value) in query {
-            let name = String(key)
-            if extra.contains(name) { continue }
-            guard known.contains(name) else {
-                throw Problem(message: "\(name): not a selection of this route (bundle, reason, olderThan)")
-            }
-            guard !value.isEmpty else { throw Problem(message: "\(name): empty; leave it out to select every \(name)") }
-        }
-        return try filter(query).0
-    }
-
-    static func filter(_ query: Parameters) throws(Problem) -> (JobFilter, Int?) {
-        var filter = JobFilter()
-        filter.bundleID = query.get("bundle").flatMap { $0.isEmpty ? nil : $0 }
-        filter.reason = query.get("reason").flatMap { $0.isEmpty ? nil : $0 }
-        if let text = query.get("olderThan"), !text.isEmpty {
-            guard let age = duration(text) else { throw Problem(message: "olderThan: \"\(text)\" is not a duration (e.g. 90s, 10m, 2h, 1d)") }
-            filter.olderThan = age
-        }
-        var limit: Int?
-        if let text = query.get("limit"), !text.isEmpty {
-            guard let value = Int(text), value > 0 else { throw Problem(message: "limit: \"\(text)\" is not a positive whole number") }
-            limit = value
-        }
-        return (filter, limit)
-    }
-
-    /// A whole number and one unit: ms, s, m, h or d.
-    static func duration(_ text: String) -> Duration? {
-        let units: [(String, Int64)] = [("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)]
-        for (unit, milliseconds) in units where text.hasSuffix(unit) {
-            let number = text.dropLast(unit.count)
-            // "5ms" also ends in "s": only accept the unit whose prefix is all digits.
-            guard !number.isEmpty, number.allSatisfy(\.isASCII), let value = Int64(number), value >= 0 else { continue }
-            let (total, overflow) = value.multipliedReportingOverflow(by: milliseconds)
-            return overflow ? nil : .milliseconds(total)
-        }
-        return nil
+        filter(try AdminQuery.bulkSelection(pairs(query), allowing: extra))
     }
 }

@@ -1,14 +1,17 @@
 /// The admin HTTP server as a ServiceLifecycle `Service` that `apns-worker run` adds to its
 /// ServiceGroup: a Hummingbird 2 application on `[admin] listen` with the routes of
-/// `AdminRoutes`, behind the bearer-token check of `AdminAuthentication`.
+/// `AdminRoutes`, behind the access checks of `AdminAuthentication` and the bound on operator
+/// requests of `AdminRequestLimit`; over TLS (HummingbirdTLS) with `[admin] certFile`/`keyFile`.
 import APNSConfig
 import APNSOperations
 import APNSRegistry
 import APNSWorker
 import Foundation
 import Hummingbird
+import HummingbirdTLS
 import Logging
 import NIOCore
+import NIOSSL
 import Prometheus
 import ServiceLifecycle
 
@@ -24,6 +27,12 @@ public final class AdminService: Service, Sendable {
     /// This instance's fleet service (`apns-worker run`): `/api/fleet`, pause and resume, the
     /// page's fleet-wide view. Nil shows this instance only and answers the fleet routes 503.
     public let fleet: FleetService?
+    /// Operator requests served at once; more are answered 503 (`AdminRequestLimit`).
+    public let requestGate: AdminRequestGate
+
+    /// Operator requests (listings, moves, the page) served at once by default: each listing
+    /// holds up to a page of messages and a broker connection of its own.
+    public static let defaultConcurrentRequests = 4
 
     /// - Parameters:
     ///   - worker: the running worker's state (`WorkerService`).
@@ -36,8 +45,9 @@ public final class AdminService: Service, Sendable {
     public init(
         settings: AdminSettings, worker: any WorkerStatusProviding, queues: QueueInspector?,
         registry: PrometheusCollectorRegistry?, logger: Logger, registryStore: RegistryStore? = nil, fleet: FleetService? = nil,
-        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+        concurrentRequests: Int = defaultConcurrentRequests, onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws {
+        self.requestGate = AdminRequestGate(limit: concurrentRequests)
         self.registryStore = registryStore
         self.fleet = fleet
         if settings.token == nil, !settings.listen.isLoopback {
@@ -54,34 +64,58 @@ public final class AdminService: Service, Sendable {
         self.onListening = onListening
     }
 
-    /// The router with every route and the token check; also what HummingbirdTesting drives.
+    /// The router with every route and the access checks; also what HummingbirdTesting drives.
     public func makeRouter() -> Router<BasicRequestContext> {
         let router = Router(context: BasicRequestContext.self)
-        router.add(middleware: AdminAuthentication(token: settings.token))
-        AdminRoutes(worker: worker, queues: queues, registry: registry, token: settings.token, logger: logger, fleet: fleet).register(on: router)
+        router.add(middleware: AdminAuthentication(
+            token: settings.token, hosts: AdminHostAllowlist(listenHost: settings.listen.host, allowed: settings.allowedHosts)))
+        router.add(middleware: AdminRequestLimit(gate: requestGate))
+        AdminRoutes(
+            worker: worker, queues: queues, registry: registry, token: settings.token, secureCookies: settings.usesTLS, logger: logger,
+            fleet: fleet
+        ).register(on: router)
         if let registryStore { AdminRegistryRoutes(store: registryStore).register(on: router) }
         return router
     }
 
+    /// The plain HTTP application (without `certFile`; the router tests use it either way).
     public func makeApplication() -> some ApplicationProtocol {
+        Application(
+            router: makeRouter(), configuration: applicationConfiguration, onServerRunning: serverRunning, logger: logger)
+    }
+
+    /// The HTTPS application of `[admin] certFile`/`keyFile`.
+    public func makeTLSApplication() throws -> some ApplicationProtocol {
+        guard let certFile = settings.certFile, let keyFile = settings.keyFile else {
+            throw AdminConfigurationError(description: "[admin] certFile and keyFile: both are needed to serve TLS")
+        }
+        let chain = try NIOSSLCertificate.fromPEMFile(certFile).map { NIOSSLCertificateSource.certificate($0) }
+        let key = try NIOSSLPrivateKey(file: keyFile, format: .pem)
+        let tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
+        return Application(
+            router: makeRouter(), server: try .tls(.http1(), tlsConfiguration: tls), configuration: applicationConfiguration,
+            onServerRunning: serverRunning, logger: logger)
+    }
+
+    private var applicationConfiguration: ApplicationConfiguration {
+        ApplicationConfiguration(address: .hostname(settings.listen.host, port: settings.listen.port), serverName: "apns-worker")
+    }
+
+    private var serverRunning: @Sendable (any Channel) async -> Void {
         let onListening = self.onListening
         let logger = self.logger
-        return Application(
-            router: makeRouter(),
-            configuration: ApplicationConfiguration(
-                address: .hostname(settings.listen.host, port: settings.listen.port), serverName: "apns-worker"),
-            onServerRunning: { channel in
-                let port = channel.localAddress?.port ?? 0
-                logger.info("admin HTTP server listening", metadata: ["admin.port": "\(port)"])
-                await onListening(port)
-            },
-            logger: logger)
+        let scheme = settings.usesTLS ? "https" : "http"
+        return { channel in
+            let port = channel.localAddress?.port ?? 0
+            logger.info("admin HTTP server listening", metadata: ["admin.port": "\(port)", "admin.scheme": "\(scheme)"])
+            await onListening(port)
+        }
     }
 
     /// Serves until graceful shutdown.
     public func run() async throws {
         do {
-            try await makeApplication().run()
+            if settings.usesTLS { try await makeTLSApplication().run() } else { try await makeApplication().run() }
         } catch {
             await queues?.reads?.close()
             throw error

@@ -21,6 +21,8 @@ struct StatusPage {
     let deadJobs: [QueuedJob]
     let retryJobs: [QueuedJob]
     let deadFilter: JobFilter
+    /// Matching dead jobs before this page (`?offset=`).
+    var deadOffset = 0
     let limit: Int
     var now = Date()
 
@@ -47,6 +49,11 @@ struct StatusPage {
             "deadJobs": shownDead.map { jobRow($0, kind: .dead) },
             "deadJobsTruncated": deadJobs.count > limit,
             "deadJobsShown": shownDead.count,
+            "deadFirst": deadOffset + 1,
+            "deadLast": deadOffset + shownDead.count,
+            "deadNextPath": Self.path(
+                "/", ["bundle": deadFilter.bundleID, "reason": deadFilter.reason, "offset": String(deadOffset + shownDead.count)]),
+            "deadPaged": deadOffset > 0 || deadJobs.count > limit,
             "bundleChoices": bundles.map { ["value": $0, "selected": $0 == deadFilter.bundleID] },
             "deadReason": deadFilter.reason ?? "",
             "bulkRequeuePath": Self.path("/dead/confirm", ["action": "requeue", "bundle": deadFilter.bundleID, "reason": deadFilter.reason]),

@@ -103,7 +103,7 @@ enum Templates {
         {{/deadJobs}}
         {{^deadJobs}}<tr><td colspan="10">No dead jobs.</td></tr>{{/deadJobs}}
         </table>
-        {{#deadJobsTruncated}}<p>Showing the first {{deadJobsShown}} dead jobs; use the JSON API for all.</p>{{/deadJobsTruncated}}
+        {{#deadPaged}}<p id="dead-pages">Dead jobs {{deadFirst}} to {{deadLast}}{{#deadJobsTruncated}}; <a href="{{deadNextPath}}">next page</a>{{/deadJobsTruncated}} · <a href="/">first page</a></p>{{/deadPaged}}
         </body>
         </html>
         """
@@ -127,7 +127,9 @@ enum Templates {
         <!DOCTYPE html>
         <html lang="en"><head><meta charset="utf-8"><title>apns-worker admin</title></head>
         <body><h1>apns-worker admin</h1>
-        <p>This page needs the admin token. Open <code>/login?token=…</code> once; it sets a cookie.</p>
+        <form method="post" action="/login"><label>Admin token <input type="password" name="token" autocomplete="current-password"></label>
+        <button type="submit">Log in</button></form>
+        <p>Logging in sets a session cookie for this browser; it expires after a working day.</p>
         </body></html>
         """
 

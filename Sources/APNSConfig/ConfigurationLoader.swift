@@ -29,7 +29,7 @@ public enum ConfigurationLoader {
     public static let globalSections: [(name: String, keys: [String])] = [
         ("amqp", ["url", "prefetch", "heartbeat", "queueType", "caFile"]),
         ("retry", ["delays", "maxAttempts"]),
-        ("admin", ["listen", "token", "heartbeatInterval"]),
+        ("admin", ["listen", "token", "heartbeatInterval", "allowedHosts", "certFile", "keyFile"]),
         ("worker", ["shutdownDeadline", "requestTimeout", "connectTimeout", "probeInterval", "providerTokenRefresh", "maxDeliveries"]),
         ("registry", registryKeys),
     ]
@@ -73,7 +73,7 @@ public enum ConfigurationLoader {
 
         let amqp = try readAMQP(settings, document: document, fileResolver: fileResolver, cwdResolver: cwdResolver)
         let retry = try readRetry(settings)
-        let admin = try readAdmin(settings)
+        let admin = try readAdmin(settings, fileResolver: fileResolver, cwdResolver: cwdResolver)
         let worker = try readWorker(settings)
         let registry = try readRegistry(settings, document: document)
 
@@ -262,7 +262,9 @@ public enum ConfigurationLoader {
         return retry
     }
 
-    static func readAdmin(_ settings: LayeredSettings) throws(ConfigurationError) -> AdminSettings {
+    static func readAdmin(
+        _ settings: LayeredSettings, fileResolver: PathResolver, cwdResolver: PathResolver
+    ) throws(ConfigurationError) -> AdminSettings {
         var admin = AdminSettings()
         if let setting = settings.string("admin", "listen") {
             admin.listen = try settings.parse(setting, "admin", "listen") { v throws(ValueProblem) in
@@ -286,6 +288,27 @@ public enum ConfigurationLoader {
                 }
                 return value
             }
+        }
+        if let setting = settings.string("admin", "allowedHosts") {
+            admin.allowedHosts = try settings.parse(setting, "admin", "allowedHosts") { v throws(ValueProblem) in
+                let names = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+                for name in names where name.isEmpty || !name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-.:[]".contains($0)) }) {
+                    throw ValueProblem("\(ValueSyntax.quoted(name)) is not a host name (comma-separated names or addresses)")
+                }
+                return names
+            }
+        }
+        for key in ["certFile", "keyFile"] {
+            guard let setting = settings.string("admin", key) else { continue }
+            let resolver = setting.location.isEnvironment ? cwdResolver : fileResolver
+            if key == "certFile" { admin.certFile = resolver.resolve(setting.value) } else { admin.keyFile = resolver.resolve(setting.value) }
+        }
+        if (admin.certFile == nil) != (admin.keyFile == nil) {
+            let (given, missing) = admin.certFile == nil ? ("keyFile", "certFile") : ("certFile", "keyFile")
+            let location = settings.string("admin", given)?.location ?? .file(path: settings.document.path, line: nil)
+            throw ConfigurationError(
+                .missingKey, at: location, section: "[admin]", key: missing,
+                "required with \(given): the admin serves TLS with both a certificate and its key, or neither")
         }
         // Beyond loopback the admin API can requeue and purge jobs: never serve it unauthenticated.
         if admin.token == nil, !admin.listen.isLoopback {

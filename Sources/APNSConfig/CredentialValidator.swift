@@ -16,6 +16,11 @@ public enum CredentialValidator {
                 try checkCAFile(caFile)
             }
         }
+        if let certFile = configuration.admin.certFile, let keyFile = configuration.admin.keyFile {
+            try checkPair(
+                certFile: certFile, keyFile: keyFile, section: "[admin]",
+                location: { key in settings.string("admin", key)?.location ?? .file(path: document.path, line: nil) })
+        }
         for bundle in configuration.bundles {
             guard let section = document.sections.first(where: {
                 $0.name.lowercased() == "apns" && $0.subsection == bundle.bundleID
@@ -29,24 +34,32 @@ public enum CredentialValidator {
                     () throws(CredentialProblem) in try checkTokenKey(tokenKeyFile, keyID: keyID)
                 }
             case .certificate(let certFile, let keyFile):
-                var certificate: Certificate?
-                try check(at: location("certFile"), section: section.displayName, key: "certFile") {
-                    () throws(CredentialProblem) in certificate = try loadCertificate(certFile)
-                }
-                try check(at: location("keyFile"), section: section.displayName, key: "keyFile") {
-                    () throws(CredentialProblem) in
-                    let key = try loadPrivateKey(keyFile)
-                    if let certificate, certificate.publicKey != key.publicKey {
-                        let certLine = section.entries(forKey: "certFile").last?.line ?? section.line
-                        throw CredentialProblem(
-                            "\(keyFile) does not match the certificate in certFile (line \(certLine)): their public keys differ")
-                    }
-                }
+                try checkPair(certFile: certFile, keyFile: keyFile, section: section.displayName, location: location)
             }
             if let caFile = bundle.caFile {
                 try check(at: location("caFile"), section: section.displayName, key: "caFile") {
                     () throws(CredentialProblem) in try checkCAFile(caFile)
                 }
+            }
+        }
+    }
+
+    /// A PEM certificate and the PEM private key that goes with it.
+    private static func checkPair(
+        certFile: String, keyFile: String, section: String, location: (String) -> ConfigLocation
+    ) throws(ConfigurationError) {
+        var certificate: Certificate?
+        try check(at: location("certFile"), section: section, key: "certFile") {
+            () throws(CredentialProblem) in certificate = try loadCertificate(certFile)
+        }
+        try check(at: location("keyFile"), section: section, key: "keyFile") {
+            () throws(CredentialProblem) in
+            let key = try loadPrivateKey(keyFile)
+            if let certificate, certificate.publicKey != key.publicKey {
+                var certLine = ""
+                if case .file(_, let line?) = location("certFile") { certLine = " (line \(line))" }
+                throw CredentialProblem(
+                    "\(keyFile) does not match the certificate in certFile\(certLine): their public keys differ")
             }
         }
     }

@@ -41,6 +41,10 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
     public var password: String?
     public var database: String
     public var sslMode: SSLMode
+    /// `sslrootcert`: a PEM file of the CAs to verify the server's certificate with, or
+    /// `system` for the system's roots (libpq 16; only with `verify-full`). Given, the chain is
+    /// verified in every mode that uses TLS, as libpq does when a root certificate is present.
+    public var sslRootCert: String?
     /// The URL as given, password replaced by `***`.
     public let masked: String
 
@@ -70,8 +74,14 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
         let port = components.port ?? 5432
         guard (1...65535).contains(port) else { throw PostgresURLError("\(ValueSyntax.quoted(masked)) has a port out of range") }
         var sslMode = SSLMode.prefer
+        var sslRootCert: String?
         for item in components.queryItems ?? [] {
             switch item.name {
+            case "sslrootcert":
+                guard let path = item.value, !path.isEmpty else {
+                    throw PostgresURLError("\(ValueSyntax.quoted(masked)): sslrootcert names no file")
+                }
+                sslRootCert = path
             case "sslmode":
                 guard let mode = item.value.flatMap(SSLMode.init(rawValue:)) else {
                     let allowed = SSLMode.allCases.map(\.rawValue).joined(separator: ", ")
@@ -81,7 +91,8 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
             case "application_name", "connect_timeout":
                 continue
             default:
-                throw PostgresURLError("\(ValueSyntax.quoted(masked)): unsupported parameter \(item.name) (sslmode, application_name, connect_timeout)")
+                throw PostgresURLError(
+                    "\(ValueSyntax.quoted(masked)): unsupported parameter \(item.name) (sslmode, sslrootcert, application_name, connect_timeout)")
             }
         }
         self.host = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
@@ -90,6 +101,27 @@ public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
         self.password = components.password?.removingPercentEncoding
         self.database = database.removingPercentEncoding ?? database
         self.sslMode = sslMode
+        if sslRootCert == "system", sslMode != .verifyFull {
+            // libpq 16's rule: the system's roots trust any public name, so only a host name
+            // check makes them mean anything.
+            throw PostgresURLError("\(ValueSyntax.quoted(masked)): sslrootcert=system needs sslmode=verify-full")
+        }
+        self.sslRootCert = sslRootCert
+    }
+
+    /// The CA file to verify with (nil: none given, or the system's roots).
+    public var rootCertificateFile: String? {
+        sslRootCert == "system" ? nil : sslRootCert
+    }
+
+    /// Whether the server's certificate chain is verified: `verify-ca`, `verify-full`, or any
+    /// TLS mode with `sslrootcert`.
+    public var verifiesCertificate: Bool {
+        switch sslMode {
+        case .disable: false
+        case .verifyCA, .verifyFull: true
+        case .allow, .prefer, .require: sslRootCert != nil
+        }
     }
 }
 

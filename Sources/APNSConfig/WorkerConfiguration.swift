@@ -55,17 +55,26 @@ public struct AMQPSettings: Sendable, Hashable {
     /// The URLs with their passwords replaced by `***`, for logs and summaries.
     public var maskedURLs: [String] { urls.map(Self.maskingPassword) }
 
-    /// `amqp://user:secret@host/vhost` → `amqp://user:***@host/vhost`.
+    /// `amqp://user:secret@host/vhost` → `amqp://user:***@host/vhost`, for every URL in the
+    /// text (a URL alone, or an error message that quotes some).
     public static func maskingPassword(_ url: String) -> String {
-        guard let schemeEnd = url.range(of: "://") else { return url }
-        let authorityStart = schemeEnd.upperBound
-        let authorityEnd = url[authorityStart...].firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? url.endIndex
-        let authority = url[authorityStart..<authorityEnd]
-        // The last "@" ends the user info; a password may contain an unescaped "@" or ":".
-        guard let at = authority.lastIndex(of: "@"),
-            let colon = authority[..<at].firstIndex(of: ":")
-        else { return url }
-        return String(url[..<authority.index(after: colon)]) + "***" + String(url[at...])
+        var out = ""
+        var rest = Substring(url)
+        // Every URL in the text, not only one at its start: error messages quote URLs.
+        while let schemeEnd = rest.range(of: "://") {
+            let urlEnd = rest[schemeEnd.upperBound...].firstIndex(where: { $0.isWhitespace || "\"'<>`".contains($0) }) ?? rest.endIndex
+            out += rest[..<schemeEnd.upperBound]
+            let target = rest[schemeEnd.upperBound..<urlEnd]
+            // The LAST "@" ends the user info: a password may hold "@", ":", "/", "?" or "#"
+            // unescaped, and hiding a little too much of a URL is the safe mistake.
+            if let at = target.lastIndex(of: "@"), let colon = target[..<at].firstIndex(of: ":") {
+                out += target[...colon] + "***" + target[at...]
+            } else {
+                out += target
+            }
+            rest = rest[urlEnd...]
+        }
+        return out + rest
     }
 }
 
@@ -118,13 +127,21 @@ public struct AdminSettings: Sendable, Hashable {
     /// `listen`: `host:port`. Default 127.0.0.1:8080.
     public var listen: ListenAddress
     /// `token`: when set, every admin request except `/health` must carry
-    /// `Authorization: Bearer <token>` (or the cookie `/login` sets). Required when `listen` is
+    /// `Authorization: Bearer <token>` (or the session cookie `POST /login` sets). Required when `listen` is
     /// not a loopback address. Best given as `APNS_WORKER_ADMIN_TOKEN`.
     public var token: String?
     /// `heartbeatInterval`: how often this instance announces itself on `apns.fleet` (contract
     /// §5); listeners forget an instance silent for three intervals, and a pause reaches every
     /// instance within one. 100ms to 5m, default 5s.
     public var heartbeatInterval: Duration
+    /// `allowedHosts`: more host names (besides the listen host, `localhost`, `127.0.0.1` and
+    /// `::1`) a token-less admin answers to, e.g. a name in /etc/hosts. Requests naming any
+    /// other `Host` are refused (DNS rebinding). Unused with a token.
+    public var allowedHosts: [String] = []
+    /// `certFile` and `keyFile` (PEM, both or neither): serve the admin over TLS (HTTPS), and
+    /// mark its session cookie `Secure`.
+    public var certFile: String?
+    public var keyFile: String?
 
     public static let defaultListen = ListenAddress(host: "127.0.0.1", port: 8080)
     public static let defaultHeartbeatInterval = Duration.seconds(5)
@@ -134,6 +151,9 @@ public struct AdminSettings: Sendable, Hashable {
         self.token = token
         self.heartbeatInterval = heartbeatInterval
     }
+
+    /// True when the admin is served over TLS.
+    public var usesTLS: Bool { certFile != nil }
 }
 
 /// `[worker]`: timing of the worker process itself.

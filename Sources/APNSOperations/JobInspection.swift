@@ -8,14 +8,42 @@ import Foundation
 public enum JobInspection {
     /// The body with the value of `"token"` cut to its redacted form, for what people read
     /// (`show`, the admin page); scripts get the body as stored (`--json`, the JSON API).
+    /// A body that is not a JSON object with a `token` (the malformed jobs an operator looks at
+    /// most) has every long hexadecimal run cut instead, since a token may sit anywhere in it.
     public static func redactingToken(_ body: String) -> String {
         guard let data = body.data(using: .utf8),
             var object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
             let token = object["token"] as? String
-        else { return body }
+        else { return redactingHexRuns(body) }
         object["token"] = DeviceToken(hex: token)?.redacted ?? "…"
-        guard let out = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return body }
-        return String(decoding: out, as: UTF8.self)
+        guard let out = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+        else { return redactingHexRuns(body) }
+        return redactingHexRuns(String(decoding: out, as: UTF8.self))
+    }
+
+    /// Hex digits in a row from which a run counts as a device token: tokens are 64 digits (32
+    /// bytes) or more; a UUID's longest run is 12, so job ids stay readable.
+    public static let redactedHexRunLength = 32
+
+    /// Every run of at least `redactedHexRunLength` hex digits cut to its first and last four.
+    public static func redactingHexRuns(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        var run = ""
+        func flush() {
+            out += run.count >= redactedHexRunLength ? "\(run.prefix(4))…\(run.suffix(4))" : run
+            run = ""
+        }
+        for character in text {
+            if character.isHexDigit, character.isASCII {
+                run.append(character)
+            } else {
+                flush()
+                out.append(character)
+            }
+        }
+        flush()
+        return out
     }
 
     /// Headers the worker (or the broker) writes about a failure or a delivery; a requeued job

@@ -138,3 +138,45 @@ public struct PurgeReport: Sendable, Codable, Hashable {
         self.notFound = notFound
     }
 }
+
+/// One listing the operator tools ask for: which jobs, from which match on, how many at most.
+public struct ListingRequest: Sendable, Hashable {
+    public var kind: JobQueueKind
+    public var filter: JobFilter
+    /// Matching jobs to skip before the page starts.
+    public var offset: Int
+    /// The page's size; nil lists every match (the CLI's `forEachJob` is the way for big queues).
+    public var limit: Int?
+    /// Messages read at most to answer (a filter may have to look far for a page); nil: no
+    /// bound beyond `QueueInspector.maximumMessagesPerQueue` per queue.
+    public var scanLimit: Int?
+
+    public init(kind: JobQueueKind, filter: JobFilter = JobFilter(), offset: Int = 0, limit: Int?, scanLimit: Int? = nil) {
+        self.kind = kind
+        self.filter = filter
+        self.offset = max(0, offset)
+        self.limit = limit.map { max(0, $0) }
+        self.scanLimit = scanLimit.map { max(1, $0) }
+    }
+}
+
+/// One page of a listing, and what answering it cost.
+public struct JobListing: Sendable, Codable, Hashable {
+    public var jobs: [QueuedJob] = []
+    /// Matching jobs skipped before the page.
+    public var offset: Int
+    /// More matching jobs follow the page.
+    public var more = false
+    /// Messages read from the broker (and handed back) to answer, and their bodies' bytes: what
+    /// a listing costs does not depend on the queue's depth beyond the page, unless a filter
+    /// has to look further.
+    public var scanned = 0
+    public var scannedBytes = 0
+    /// The scan limit stopped the listing before every message in scope was looked at: matches
+    /// may exist beyond it (narrow the filter, e.g. by bundle).
+    public var scanLimited = false
+
+    public init(offset: Int) {
+        self.offset = offset
+    }
+}

@@ -26,9 +26,14 @@ extension QueueInspector {
             do {
                 try await withConnection("\(purpose) check") { connection in
                     for queue in pending.queues {
-                        let (deliveries, ready) = try await take(connection, queue, cap: nil)
+                        // Only the handed-back messages are kept; the rest are looked at and dropped.
+                        var handedBack: [AMQPDelivery] = []
+                        let ready = try await scan(connection, queue, cap: nil) { delivery, _ in
+                            if pending.takeIfHandedBack(delivery.message, from: queue) { handedBack.append(delivery) }
+                            return true
+                        }
                         var again = 0
-                        for delivery in deliveries where pending.takeIfHandedBack(delivery.message, from: queue) {
+                        for delivery in handedBack {
                             if await connection.ack(delivery) == .stale {
                                 throw AMQPError(.connectionLost, "the channel of queue '\(queue)' closed before a job was acked again")
                             }

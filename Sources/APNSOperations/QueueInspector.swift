@@ -103,33 +103,57 @@ public final class QueueInspector: Sendable {
     /// The jobs of `kind` that `filter` selects, by bundle (configuration order), queue (retry
     /// delays in order) and position; at most `limit`. Nothing is consumed or reordered.
     public func list(_ kind: JobQueueKind, filter: JobFilter = JobFilter(), limit: Int? = nil) async throws -> [QueuedJob] {
-        try await list([(kind, filter, limit)])[0]
+        try await list([ListingRequest(kind: kind, filter: filter, limit: limit)])[0].jobs
     }
 
     /// Several listings on one connection (the admin page shows dead and retry jobs at once):
-    /// one answer per request, in order.
-    public func list(_ requests: [(kind: JobQueueKind, filter: JobFilter, limit: Int?)]) async throws -> [[QueuedJob]] {
+    /// one page per request, in order. Only the page's jobs are kept: the messages before it
+    /// and the ones the filter rejects are read and dropped (`scan`), so memory follows the
+    /// page, not the queue.
+    public func list(_ requests: [ListingRequest]) async throws -> [JobListing] {
         let now = Date()
         var readyBefore: [String: Int] = [:]
         let answers = try await withConnection("list") { connection in
-            var answers: [[QueuedJob]] = []
-            for (kind, filter, limit) in requests {
-                var jobs: [QueuedJob] = []
-                for (bundle, queue) in scope(kind, bundleID: filter.bundleID) {
-                    let remaining = limit.map { $0 - jobs.count }
-                    if let remaining, remaining <= 0 { break }
-                    // Without criteria beyond the bundle, the first `limit` messages are the answer.
-                    let cap = filter.selectsWholeQueues ? remaining : nil
-                    let (deliveries, ready) = try await take(connection, queue, cap: cap)
-                    readyBefore[queue] = ready
-                    for (position, delivery) in deliveries.enumerated() {
+            var answers: [JobListing] = []
+            for request in requests {
+                var listing = JobListing(offset: request.offset)
+                let end = request.limit.map { request.offset + $0 }
+                var matched = 0
+                for (bundle, queue) in scope(request.kind, bundleID: request.filter.bundleID) {
+                    // Without criteria beyond the bundle, the messages up to the page's end (and
+                    // one more, to tell whether a next page exists) are the answer. A filter has
+                    // to look further, within the request's scan limit.
+                    var cap = request.filter.selectsWholeQueues ? end.map { $0 + 1 - matched } : nil
+                    if let scanLimit = request.scanLimit {
+                        guard listing.scanned < scanLimit else {
+                            listing.scanLimited = true
+                            break
+                        }
+                        cap = min(cap ?? .max, scanLimit - listing.scanned)
+                    }
+                    let scannedBefore = listing.scanned
+                    readyBefore[queue] = try await scan(connection, queue, cap: cap) { delivery, position in
+                        listing.scanned += 1
+                        listing.scannedBytes += delivery.message.body.count
                         let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
-                        guard JobInspection.matches(job, filter, now: now) else { continue }
-                        if let limit, jobs.count >= limit { break }
-                        jobs.append(job)
+                        guard JobInspection.matches(job, request.filter, now: now) else { return true }
+                        matched += 1
+                        if let end, matched > end {
+                            listing.more = true
+                            return false
+                        }
+                        if matched > request.offset { listing.jobs.append(job) }
+                        return true
+                    }
+                    if listing.more { break }
+                    if let scanLimit = request.scanLimit, listing.scanned >= scanLimit,
+                        let depth = readyBefore[queue], listing.scanned - scannedBefore < min(depth, Self.maximumMessagesPerQueue)
+                    {
+                        listing.scanLimited = true
+                        break
                     }
                 }
-                answers.append(jobs)
+                answers.append(listing)
             }
             // Closing the connection (withConnection) hands every message back, unacked.
             return answers
@@ -138,19 +162,66 @@ public final class QueueInspector: Sendable {
         return answers
     }
 
-    /// The first job with this id in the queues of `kind` (of one bundle, or all), or nil.
-    public func show(_ kind: JobQueueKind, jobID: String, bundleID: String? = nil) async throws -> QueuedJob? {
+    /// Every job of `kind` that `filter` selects, in listing order, handed to `body` one by one
+    /// and not kept (the CLI prints a queue of any size this way); returns how many.
+    @discardableResult
+    public func forEachJob(
+        _ kind: JobQueueKind, filter: JobFilter = JobFilter(), offset: Int = 0, limit: Int? = nil, _ body: (QueuedJob) -> Void
+    ) async throws -> Int {
+        let now = Date()
         var readyBefore: [String: Int] = [:]
-        let job = try await withConnection("show") { connection -> QueuedJob? in
-            for (bundle, queue) in scope(kind, bundleID: bundleID) {
-                let (deliveries, ready) = try await take(connection, queue, cap: nil)
-                readyBefore[queue] = ready
-                for (position, delivery) in deliveries.enumerated() {
+        let count = try await withConnection("list") { connection in
+            var matched = 0
+            var given = 0
+            for (bundle, queue) in scope(kind, bundleID: filter.bundleID) {
+                if let limit, given >= limit { break }
+                readyBefore[queue] = try await scan(connection, queue, cap: nil) { delivery, position in
                     let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
-                    if job.jobID == jobID { return job }
+                    guard JobInspection.matches(job, filter, now: now) else { return true }
+                    matched += 1
+                    guard matched > offset else { return true }
+                    body(job)
+                    given += 1
+                    return limit.map { given < $0 } ?? true
                 }
             }
-            return nil
+            return given
+        }
+        await waitForHandBack(readyBefore)
+        return count
+    }
+
+    /// Ready messages in the queues of `kind` (one bundle's, or every configured bundle's), from
+    /// their depths (passive declare): no message is read.
+    public func readyCount(_ kind: JobQueueKind, bundleID: String? = nil) async throws -> Int {
+        try await withReadConnection("count") { connection in
+            var count = 0
+            for (_, queue) in scope(kind, bundleID: bundleID) {
+                count += Int(try await inspect(connection, queue)?.messageCount ?? 0)
+            }
+            return count
+        }
+    }
+
+    /// The first job with this id in the queues of `kind` (of one bundle, or all), or nil; only
+    /// the first `scanLimit` messages are looked at when it is given.
+    public func show(_ kind: JobQueueKind, jobID: String, bundleID: String? = nil, scanLimit: Int? = nil) async throws -> QueuedJob? {
+        var readyBefore: [String: Int] = [:]
+        let job = try await withConnection("show") { connection -> QueuedJob? in
+            var found: QueuedJob?
+            var scanned = 0
+            for (bundle, queue) in scope(kind, bundleID: bundleID) {
+                if let scanLimit, scanned >= scanLimit { break }
+                readyBefore[queue] = try await scan(connection, queue, cap: scanLimit.map { $0 - scanned }) { delivery, position in
+                    scanned += 1
+                    let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
+                    guard job.jobID == jobID else { return true }
+                    found = job
+                    return false
+                }
+                if found != nil { break }
+            }
+            return found
         }
         await waitForHandBack(readyBefore)
         return job
@@ -273,27 +344,33 @@ public final class QueueInspector: Sendable {
         return (count, notFound)
     }
 
-    /// Takes up to `cap` (default: all ready) messages of `queue` without acking them; they stay
-    /// with this connection until it closes. Also returns how many were ready before. A queue
-    /// that does not exist has none.
-    func take(_ connection: AMQPConnection, _ queue: String, cap: Int?) async throws -> ([AMQPDelivery], Int) {
-        guard let info = try await inspect(connection, queue) else { return ([], 0) }
+    /// Visits up to `cap` (default: all ready, at most `maximumMessagesPerQueue`) messages of
+    /// `queue` in order without acking them; they stay with this connection until it closes.
+    /// `visit` gets each with its position and returns false to stop. Returns how many were
+    /// ready before. A queue that does not exist has none.
+    ///
+    /// One consumer with prefetch = the messages wanted: RabbitMQ sends a consumer no more
+    /// unacked messages than its prefetch, so the cap bounds what crosses the network. (Several
+    /// consumers in windows would bound it further, but their channels' closes may put the
+    /// messages back out of order; see docs/decisions.md.)
+    func scan(_ connection: AMQPConnection, _ queue: String, cap: Int?, _ visit: (AMQPDelivery, Int) throws -> Bool) async throws -> Int {
+        guard let info = try await inspect(connection, queue) else { return 0 }
         var want = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
-        if let cap { want = min(want, cap) }
-        guard want > 0 else { return ([], Int(info.messageCount)) }
+        if let cap { want = min(want, max(0, cap)) }
+        guard want > 0 else { return Int(info.messageCount) }
         let consumer = try await connection.consume(queue: queue, prefetch: UInt16(want))
         let iterator = consumer.makeAsyncIterator()
-        var taken: [AMQPDelivery] = []
-        taken.reserveCapacity(want)
-        while taken.count < want, let delivery = try await nextDelivery(iterator) {
-            taken.append(delivery)
+        var seen = 0
+        while seen < want, let delivery = try await nextDelivery(iterator) {
+            seen += 1
+            guard try visit(delivery, seen - 1) else { break }
         }
-        if taken.count < want {
+        if seen < want {
             logger.debug(
                 "fewer messages than the queue reported",
-                metadata: ["amqp.queue": "\(queue)", "operations.expected": "\(want)", "operations.taken": "\(taken.count)"])
+                metadata: ["amqp.queue": "\(queue)", "operations.expected": "\(want)", "operations.taken": "\(seen)"])
         }
-        return (taken, Int(info.messageCount))
+        return Int(info.messageCount)
     }
 
     /// Waits (at most `handBackWait`) until every queue has at least `ready` messages ready again. The

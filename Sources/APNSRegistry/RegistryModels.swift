@@ -76,28 +76,34 @@ public struct DeviceRecord: Sendable, Hashable, Codable {
     public var invalidAt: Int64?
 }
 
-/// What the URL's `sslmode` asks of a connection, as libpq reads it: no TLS, TLS when the
-/// server offers it, or TLS required, with that mode's certificate verification.
+/// What the URL's `sslmode` and `sslrootcert` ask of a connection, as libpq reads them:
+/// - `disable`: no TLS;
+/// - `allow`, `prefer`: TLS when the server offers it, else plaintext (postgres-nio's `prefer`;
+///   libpq's `allow` tries plaintext first, which postgres-nio cannot: TLS first is the safer
+///   of the two);
+/// - `require`: TLS or nothing;
+/// - `verify-ca`: TLS, the chain verified; `verify-full`: also the host name.
+/// With `sslrootcert` the chain is verified in every TLS mode against that file (libpq does the
+/// same when its root certificate file exists); without it `verify-ca`/`verify-full` trust
+/// the system's roots (libpq would look for ~/.postgresql/root.crt, a file a service has not).
 enum RegistryTLS {
     case disable
     case prefer(TLSConfiguration)
     case require(TLSConfiguration)
 
-    init(_ mode: PostgresURL.SSLMode) {
+    init(_ url: PostgresURL) {
         var config = TLSConfiguration.makeClientConfiguration()
-        switch mode {
+        if let file = url.rootCertificateFile { config.trustRoots = .file(file) }
+        switch url.sslMode {
+        case .verifyFull: config.certificateVerification = .fullVerification
+        case .verifyCA: config.certificateVerification = .noHostnameVerification
+        case .disable, .allow, .prefer, .require:
+            config.certificateVerification = url.verifiesCertificate ? .noHostnameVerification : .none
+        }
+        switch url.sslMode {
         case .disable: self = .disable
-        case .allow, .prefer:
-            config.certificateVerification = .none
-            self = .prefer(config)
-        case .require:
-            config.certificateVerification = .none
-            self = .require(config)
-        case .verifyCA:
-            config.certificateVerification = .noHostnameVerification
-            self = .require(config)
-        case .verifyFull:
-            self = .require(config)
+        case .allow, .prefer: self = .prefer(config)
+        case .require, .verifyCA, .verifyFull: self = .require(config)
         }
     }
 
@@ -124,7 +130,7 @@ extension RegistryStore {
         let url = settings.url
         var configuration = PostgresClient.Configuration(
             host: url.host, port: url.port, username: url.user, password: url.password, database: url.database,
-            tls: RegistryTLS(url.sslMode).forPool)
+            tls: RegistryTLS(url).forPool)
         configuration.options.maximumConnections = settings.poolSize
         configuration.options.connectTimeout = .seconds(5)
         // The driver logs every failed connection attempt at info: while the registry is down
@@ -142,7 +148,7 @@ extension RegistryStore {
         let url = settings.url
         var configuration = PostgresConnection.Configuration(
             host: url.host, port: url.port, username: url.user, password: url.password, database: url.database,
-            tls: try RegistryTLS(url.sslMode).forConnection())
+            tls: try RegistryTLS(url).forConnection())
         configuration.options.connectTimeout = .seconds(10)
         var quiet = logger
         quiet.logLevel = max(logger.logLevel, .warning)

@@ -28,6 +28,7 @@ struct CheckConfigCommand: ParsableCommand {
                 path: file, credentials: skipCredentials ? .skipFiles : .verifyFiles)
             print("\(file): OK\(skipCredentials ? " (credential files not checked)" : "")")
             for line in configuration.summaryLines { print(line) }
+            for warning in PeerSecurity.warnings(configuration) { print("warning: insecure connection: \(warning)") }
         } catch {
             FileHandle.standardError.write(Data("\(error)\n".utf8))
             throw ExitCode.failure

@@ -101,22 +101,42 @@ struct ListJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
     @Option(help: "At most this many jobs.")
     var limit: Int?
 
+    @Option(help: "Skip this many matching jobs first (the next page starts at offset + limit).")
+    var offset: Int = 0
+
     @Flag(help: "Print a JSON array instead of a table.")
     var json = false
 
     func validate() throws {
         if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
+        if offset < 0 { throw ValidationError("--offset must be 0 or more") }
     }
 
+    /// Pages through the queues: every job is printed (JSON) or cut to its table row as it is
+    /// read, so a queue of 65,535 big jobs never sits in memory whole.
     func run() async throws {
         let inspector = try scope.inspector(Choice.kind)
-        let jobs = try await operatorCall {
-            try await inspector.list(Choice.kind, filter: filters.filter(bundle: scope.bundle), limit: limit)
+        let filter = filters.filter(bundle: scope.bundle)
+        var rows: [QueuedJob] = []
+        var first = true
+        if json { print("[") }
+        _ = try await operatorCall {
+            try await inspector.forEachJob(Choice.kind, filter: filter, offset: offset, limit: limit) { job in
+                if json {
+                    print((first ? "" : ",\n") + jsonText(job), terminator: "")
+                    first = false
+                } else {
+                    var row = job
+                    row.body = ""
+                    row.headers = [:]
+                    rows.append(row)
+                }
+            }
         }
         if json {
-            printJSON(jobs)
+            print(first ? "]" : "\n]")
         } else {
-            print(JobTable.render(jobs, kind: Choice.kind, now: Date()), terminator: "")
+            print(JobTable.render(rows, kind: Choice.kind, now: Date()), terminator: "")
         }
     }
 }
@@ -260,12 +280,16 @@ func failWithLine(_ message: String) -> Never {
 
 /// Stable machine output: sorted keys, RFC 3339 dates.
 func printJSON(_ value: some Encodable) {
+    print(jsonText(value))
+}
+
+func jsonText(_ value: some Encodable) -> String {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
     encoder.dateEncodingStrategy = .iso8601
     // Encoding these plain value types cannot fail.
     let data = (try? encoder.encode(value)) ?? Data("null".utf8)
-    print(String(decoding: data, as: UTF8.self))
+    return String(decoding: data, as: UTF8.self)
 }
 
 /// The human output of `list` and `show`.

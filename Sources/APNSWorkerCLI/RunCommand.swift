@@ -120,6 +120,9 @@ struct RunCommand: AsyncParsableCommand {
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         logger.info("apns-worker starting", metadata: ["apns.bundles": "\(configuration.bundles.map(\.bundleID))"])
+        for warning in PeerSecurity.warnings(configuration) {
+            logger.warning("INSECURE CONNECTION: \(warning)")
+        }
         do {
             try await group.run()
         } catch {

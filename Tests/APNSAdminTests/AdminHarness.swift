@@ -15,6 +15,7 @@ import Logging
 import Metrics
 import Prometheus
 import ServiceLifecycle
+import Synchronization
 import TestSupport
 
 /// The process-wide Prometheus registry of the test run: swift-metrics can be bootstrapped once
@@ -159,4 +160,27 @@ final class AdminHarness: Sendable {
     }
 
     func jobs(_ end: String) -> Int { statistics.activity(bundle: bundle).jobs[end, default: 0] }
+}
+
+/// Runs the admin server `make` builds (with `extra` services beside it) on a free port for
+/// `body`, then shuts both down. `make` gets the callback that learns the bound port.
+func servingAdmin(
+    extra: [any Service] = [], _ make: (@escaping @Sendable (Int) async -> Void) throws -> AdminService,
+    _ body: (Int) async throws -> Void
+) async throws {
+    let port = Mutex<Int?>(nil)
+    let admin = try make { bound in port.withLock { $0 = bound } }
+    let group = ServiceGroup(services: [admin] + extra, logger: AdminHarness.logger)
+    try await withThrowingTaskGroup(of: Void.self) { tasks in
+        tasks.addTask { try await group.run() }
+        do {
+            try await waitUntil("the admin server to listen") { port.withLock { $0 } != nil }
+            try await body(port.withLock { $0! })
+        } catch {
+            await group.triggerGracefulShutdown()
+            throw error
+        }
+        await group.triggerGracefulShutdown()
+        try await tasks.waitForAll()
+    }
 }

@@ -44,9 +44,11 @@ struct AdminRouteTests {
                 }
                 #expect(try await client.execute(uri: "/ready", method: .get, headers: Self.bearer).status == .ok)
 
-                // Browsers: /login with the right token sets an HttpOnly, SameSite=Strict cookie.
-                #expect(try await client.execute(uri: "/login?token=wrong", method: .get).status == .unauthorized)
-                let login = try await client.execute(uri: "/login?token=\(AdminHarness.token)", method: .get)
+                // Browsers: POST /login with the right token sets an HttpOnly, SameSite=Strict session cookie.
+                let form: HTTPFields = [.contentType: "application/x-www-form-urlencoded"]
+                #expect(try await client.execute(uri: "/login", method: .post, headers: form, body: ByteBuffer(string: "token=wrong")).status == .unauthorized)
+                let login = try await client.execute(
+                    uri: "/login", method: .post, headers: form, body: ByteBuffer(string: "token=\(AdminHarness.token)"))
                 #expect(login.status == .seeOther)
                 #expect(login.headers[.location] == "/")
                 let cookie = try #require(login.headers[.setCookie])
@@ -55,7 +57,7 @@ struct AdminRouteTests {
                 let page = try await client.execute(uri: "/", method: .get, headers: [.cookie: cookieHeader])
                 #expect(page.status == .ok)
                 #expect(String(buffer: page.body).contains("<table id=\"bundles\">"))
-                let badCookie = try await client.execute(uri: "/", method: .get, headers: [.cookie: "apns_admin_token=nope"])
+                let badCookie = try await client.execute(uri: "/", method: .get, headers: [.cookie: "\(AdminSessions.cookieName)=nope"])
                 #expect(badCookie.status == .unauthorized)
             }
         }

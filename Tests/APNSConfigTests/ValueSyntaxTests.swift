@@ -51,6 +51,20 @@ struct ValueSyntaxTests {
         #expect(AMQPSettings.maskingPassword("amqp://user@host") == "amqp://user@host")
     }
 
+    /// Issue 25: masking stopped at the first "/", "?" or "#", which a password may hold, and
+    /// only looked at a URL at the start of the text.
+    @Test func theWholePasswordIsMaskedInEveryURL() {
+        #expect(AMQPSettings.maskingPassword("amqp://u:pa/ss@host/vh") == "amqp://u:***@host/vh")
+        #expect(AMQPSettings.maskingPassword("amqps://u:a?b#c/d@host:5671/%2f") == "amqps://u:***@host:5671/%2f")
+        #expect(AMQPSettings.maskingPassword("postgres://app:s/e?c#r@db.example.com/reg?sslmode=verify-full")
+            == "postgres://app:***@db.example.com/reg?sslmode=verify-full")
+        let message = #"could not connect to "amqp://a:x/y@one" nor amqps://b:p?q@two:5671/vh: refused"#
+        let masked = AMQPSettings.maskingPassword(message)
+        #expect(masked == #"could not connect to "amqp://a:***@one" nor amqps://b:***@two:5671/vh: refused"#)
+        for secret in ["x/y", "p?q"] { #expect(!masked.contains(secret)) }
+        #expect(AMQPSettings.maskingPassword("no url here") == "no url here")
+    }
+
     @Test func retryDelaySchedule() {
         let retry = RetrySettings(delays: [.seconds(1), .seconds(2)], maxAttempts: 4)
         #expect(retry.delay(afterAttempt: 1) == .seconds(1))

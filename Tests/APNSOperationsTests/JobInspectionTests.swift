@@ -32,6 +32,22 @@ private func deadMessage(id: String = "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11", re
         #expect(JobInspection.redactingToken(#"{"payload":{}}"#) == #"{"payload":{}}"#)
     }
 
+    /// Issue 25: a body the page cannot parse showed its device token in clear.
+    @Test func longHexRunsInUnparseableBodiesAreRedacted() {
+        let token = String(repeating: "0123456789abcdef", count: 4)
+        let id = "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11"
+        let broken = #"{"id":"\#(id)","token":"\#(token)","payload":{"aps":"#
+        let shown = JobInspection.redactingToken(broken)
+        #expect(!shown.contains(token))
+        #expect(shown == #"{"id":"\#(id)","token":"0123…cdef","payload":{"aps":"#)
+        // A token in another field, or in upper case, or in plain text.
+        #expect(JobInspection.redactingToken("tok=\(token.uppercased());") == "tok=0123…CDEF;")
+        #expect(JobInspection.redactingToken(#"{"device":"\#(token)"}"#) == #"{"device":"0123…cdef"}"#)
+        // Short runs (UUIDs, numbers) are kept.
+        let short = String(repeating: "a", count: JobInspection.redactedHexRunLength - 1)
+        #expect(JobInspection.redactingHexRuns("x\(short)y") == "x\(short)y")
+    }
+
     @Test func decodesADeadJob() throws {
         let job = JobInspection.queuedJob(deadMessage(), queue: "apns.b.dead", bundleID: "b", position: 7)
         #expect(job.jobID == "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11")
