@@ -20,6 +20,8 @@ let package = Package(
         .library(name: "APNSConfig", targets: ["APNSConfig"]),
         .library(name: "AMQPClient", targets: ["AMQPClient"]),
         .library(name: "APNSTopology", targets: ["APNSTopology"]),
+        // For the sync server: typed messages validated by the worker's parsers, confirmed publishes.
+        .library(name: "APNSWorkerClient", targets: ["APNSWorkerClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -183,12 +185,18 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The sync server's client library: AMQP and the core only.
+        .target(
+            name: "APNSWorkerClient",
+            dependencies: ["AMQPClient", "APNSCore", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictSettings
+        ),
         // The `apns-worker` command: run, simulator, publish, check-config, topology, dead, retry.
         .executableTarget(
             name: "APNSWorkerCLI",
             dependencies: [
                 "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator",
-                "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry",
+                "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry", "APNSWorkerClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -220,6 +228,13 @@ let package = Package(
         ),
         .testTarget(name: "APNSCoreTests", dependencies: ["APNSCore"], swiftSettings: strictSettings),
         .testTarget(name: "CancellableWaitTests", dependencies: ["CancellableWait"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "APNSWorkerClientTests",
+            dependencies: [
+                "APNSWorkerClient", "AMQPClient", "APNSCore", "APNSTopology", "TestSupport", .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
         .testTarget(name: "APNSTopologyTests", dependencies: ["APNSTopology", "AMQPClient", "APNSCore"], swiftSettings: strictSettings),
         .testTarget(
             name: "APNSConfigTests",

@@ -6,7 +6,8 @@ set -euo pipefail
 # chromium: the admin page is opened headless and its screenshot checked.
 # openssl: scripts/broker.sh makes the certificates of the amqps listener.
 # postgresql: the device registry (contract §6); scripts/postgres.sh runs throwaway clusters.
-packages=(librabbitmq-dev libssl-dev openssl pkg-config rabbitmq-server curl nghttp2-client python3-h2 procps docker-compose systemd chromium postgresql)
+# prometheus: promtool checks and unit-tests deploy/prometheus/; a real server scrapes a worker in a test.
+packages=(librabbitmq-dev libssl-dev openssl pkg-config rabbitmq-server curl nghttp2-client python3-h2 procps docker-compose systemd chromium postgresql prometheus)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -1,8 +1,12 @@
 /// Metrics that are states rather than events, sampled from the worker's status on every
 /// `/metrics` scrape so they are current when read: APNs connections by state, whether each
-/// bundle's consumer is paused by a provider fault (held) or by an operator, with fixed label sets (bundle, state); and the Prometheus
-/// factory settings `apns-worker run` bootstraps swift-metrics with.
+/// bundle's consumer is paused by a provider fault (held) or by an operator, whether the device
+/// registry is available, and the broker's view of this instance's queues (messages and
+/// consumers per bundle and role), with fixed label sets (bundle, state, role); and the
+/// Prometheus factory settings `apns-worker run` bootstraps swift-metrics with. The alerting
+/// rules in deploy/prometheus/ are written against these names.
 import APNSCore
+import APNSOperations
 import APNSWorker
 import Metrics
 import Prometheus
@@ -25,6 +29,9 @@ public enum AdminMetrics {
     /// Records the sampled gauges from `status`.
     static func sample(_ status: WorkerStatus) {
         Gauge(label: "apns_worker_broker_connected").record(status.brokerConnected ? 1 : 0)
+        if let registry = status.registry {
+            Gauge(label: "apns_worker_registry_available").record(registry == "held" ? 0 : 1)
+        }
         for bundle in status.bundles {
             Gauge(label: "apns_worker_consumer_paused", dimensions: [("bundle", bundle.bundleID)]).record(bundle.held ? 1 : 0)
             Gauge(label: "apns_worker_bundle_paused_by_operator", dimensions: [("bundle", bundle.bundleID)]).record(bundle.paused ? 1 : 0)
@@ -33,6 +40,29 @@ public enum AdminMetrics {
                 Gauge(label: "apns_transport_connections", dimensions: [("bundle", bundle.bundleID), ("state", state.rawValue)])
                     .record(bundle.connections[state.rawValue, default: 0])
             }
+        }
+    }
+
+    /// The queue roles whose depths are exported, retry queues (one per delay) summed.
+    static let queueRoles = ["work", "retry", "dead", "unrouted"]
+
+    /// Records messages and consumers per bundle and role from the broker's answer. When the
+    /// depths could not be read (`depths` nil: the broker is down), every value this instance
+    /// exported before becomes NaN rather than keeping its last number: PromQL comparisons with
+    /// NaN are false, so no alert fires on a depth nobody has read.
+    static func sample(_ depths: [QueueDepth]?, bundleIDs: [String]) {
+        var messages: [String: [String: Int]] = [:]
+        var consumers: [String: [String: Int]] = [:]
+        for depth in depths ?? [] {
+            messages[depth.bundleID, default: [:]][depth.role, default: 0] += depth.messages
+            consumers[depth.bundleID, default: [:]][depth.role, default: 0] += depth.consumers
+        }
+        let keys = bundleIDs.flatMap { bundle in queueRoles.dropLast().map { (bundle, $0) } } + [("", "unrouted")]
+        for (bundle, role) in keys {
+            let dimensions = [("bundle", bundle), ("role", role)]
+            let known = depths != nil && messages[bundle]?[role] != nil
+            Gauge(label: "apns_worker_queue_messages", dimensions: dimensions).record(known ? Double(messages[bundle]![role]!) : .nan)
+            Gauge(label: "apns_worker_queue_consumers", dimensions: dimensions).record(known ? Double(consumers[bundle]![role]!) : .nan)
         }
     }
 }

@@ -33,7 +33,7 @@ struct AdminRoutes: Sendable {
     func register(on router: Router<BasicRequestContext>) {
         router.get("/health") { _, _ -> Response in Self.text("ok\n") }
         router.get("/ready") { _, _ -> Response in self.ready() }
-        router.get("/metrics") { _, _ -> Response in self.metrics() }
+        router.get("/metrics") { _, _ -> Response in await self.metrics() }
         // POST only: a token in a URL lands in browser history and proxy logs.
         router.post("/login") { request, _ -> Response in try await self.login(request) }
         router.get("/api/status") { _, _ -> Response in await self.statusJSON() }
@@ -109,9 +109,13 @@ struct AdminRoutes: Sendable {
         return Self.json(body, status: status.isReady ? .ok : .serviceUnavailable)
     }
 
-    func metrics() -> Response {
+    func metrics() async -> Response {
         guard let registry else { return Self.error(.serviceUnavailable, "metrics are not bootstrapped") }
-        AdminMetrics.sample(worker.status())
+        let status = worker.status()
+        AdminMetrics.sample(status)
+        if queues != nil {
+            AdminMetrics.sample(await queueDepths().0, bundleIDs: status.bundles.map(\.bundleID))
+        }
         var headers = HTTPFields()
         headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: registry.emitToBuffer())))

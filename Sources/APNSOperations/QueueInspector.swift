@@ -232,8 +232,11 @@ public final class QueueInspector: Sendable {
     /// Moves the selected jobs to their bundle's work queue: attempts reset, failure headers
     /// dropped, the reason kept in `x-apns-last-reason` (`JobInspection.requeueMessage`). Each
     /// job is published with a broker confirm and only then acked where it was.
-    public func requeue(_ kind: JobQueueKind, _ selection: JobSelection) async throws -> MoveReport {
-        let (count, notFound) = try await settleSelected(kind, selection, purpose: "requeue") { connection, delivery, bundle in
+    /// `progress` hears how far it has got as it goes.
+    public func requeue(
+        _ kind: JobQueueKind, _ selection: JobSelection, progress: OperationProgressHandler? = nil
+    ) async throws -> MoveReport {
+        let (count, notFound) = try await settleSelected(kind, selection, purpose: "requeue", progress: progress) { connection, delivery, bundle in
             try await connection.publish(JobInspection.requeueMessage(delivery.message, bundleID: bundle))
         }
         logger.info(
@@ -245,20 +248,24 @@ public final class QueueInspector: Sendable {
     /// Drops the selected jobs; reports how many, and the ids asked for that were not found.
     /// `.all` without criteria beyond the bundle purges whole queues; otherwise exactly the
     /// selected messages are acked.
-    public func purge(_ kind: JobQueueKind, _ selection: JobSelection) async throws -> PurgeReport {
+    /// `progress` hears how far it has got as it goes (after each queue for whole queues).
+    public func purge(_ kind: JobQueueKind, _ selection: JobSelection, progress: OperationProgressHandler? = nil) async throws -> PurgeReport {
         if case .all(let filter) = selection, filter.selectsWholeQueues {
             let purged = try await withConnection("purge") { connection in
+                let queues = scope(kind, bundleID: filter.bundleID).map(\.1)
+                let total = progress == nil ? 0 : try await readyMessages(connection, queues)
                 var purged = 0
-                for (_, queue) in scope(kind, bundleID: filter.bundleID) {
+                for queue in queues {
                     guard try await inspect(connection, queue) != nil else { continue }
                     purged += Int(try await connection.purgeQueue(queue))
+                    progress?(OperationProgress(settled: purged, examined: purged, total: total))
                 }
                 return purged
             }
             logger.info("purged queues", metadata: ["operations.kind": "\(kind.rawValue)", "operations.purged": "\(purged)"])
             return PurgeReport(purged: purged, notFound: [])
         }
-        let (count, notFound) = try await settleSelected(kind, selection, purpose: "purge") { _, _, _ in }
+        let (count, notFound) = try await settleSelected(kind, selection, purpose: "purge", progress: progress) { _, _, _ in }
         logger.info(
             "purged jobs",
             metadata: ["operations.kind": "\(kind.rawValue)", "operations.purged": "\(count)", "operations.not_found": "\(notFound.count)"])
@@ -271,7 +278,7 @@ public final class QueueInspector: Sendable {
     /// acks it once that succeeded; the others are handed back unacked when the connection
     /// closes. By id, stops as soon as every id was found.
     private func settleSelected(
-        _ kind: JobQueueKind, _ selection: JobSelection, purpose: String,
+        _ kind: JobQueueKind, _ selection: JobSelection, purpose: String, progress: OperationProgressHandler?,
         beforeAck: @escaping @Sendable (AMQPConnection, AMQPDelivery, String) async throws -> Void
     ) async throws -> (count: Int, notFound: [String]) {
         let now = Date()
@@ -285,8 +292,11 @@ public final class QueueInspector: Sendable {
         var count = 0
         var readyAfter: [String: Int] = [:]
         var acked = AckedMessages()
+        var examined = 0
         try await withConnection(purpose) { connection in
-            for (bundle, queue) in scope(kind, bundleID: bundleID) {
+            let queues = scope(kind, bundleID: bundleID)
+            let total = progress == nil ? 0 : try await readyMessages(connection, queues.map(\.1))
+            for (bundle, queue) in queues {
                 if !wanted.isEmpty, wanted.isSubset(of: found) { break }
                 guard let info = try await inspect(connection, queue) else { continue }
                 let depth = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
@@ -300,6 +310,9 @@ public final class QueueInspector: Sendable {
                     while seen < depth, let delivery = try await nextDelivery(iterator) {
                         let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: seen)
                         seen += 1
+                        examined += 1
+                        // Counted as settled once handed to the task group (at most movesInFlight ahead).
+                        defer { progress?(OperationProgress(settled: count, examined: examined, total: total)) }
                         guard JobInspection.selects(selection, job, now: now) else { continue }
                         if let id = job.jobID { found.insert(id) }
                         acked.acked(delivery.message, in: queue)
@@ -404,6 +417,15 @@ public final class QueueInspector: Sendable {
             defer { group.cancelAll() }
             return try await group.next() ?? nil
         }
+    }
+
+    /// The messages ready in `queues` (those that exist), for a progress total.
+    private func readyMessages(_ connection: AMQPConnection, _ queues: [String]) async throws -> Int {
+        var total = 0
+        for queue in queues {
+            total += Int(try await inspect(connection, queue)?.messageCount ?? 0)
+        }
+        return total
     }
 
     /// Passive declare; nil when the queue does not exist.

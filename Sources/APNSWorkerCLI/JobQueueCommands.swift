@@ -194,7 +194,12 @@ struct RequeueJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
     func run() async throws {
         let inspector = try scope.inspector(Choice.kind)
         let selection: JobSelection = all ? .all(filters.filter(bundle: scope.bundle)) : .jobIDs(jobIDs)
-        let report = try await operatorCall { try await inspector.requeue(Choice.kind, selection) }
+        let progress = TerminalProgress.make(verb: "requeued", json: json)
+        // The line ends before the report, or before the error line of a broker failure.
+        let report = try await operatorCall {
+            defer { progress?.finish() }
+            return try await inspector.requeue(Choice.kind, selection, progress: progress?.handler)
+        }
         if json {
             printJSON(report)
         } else {
@@ -235,7 +240,12 @@ struct PurgeJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
         }
         let inspector = try scope.inspector(Choice.kind)
         let selection: JobSelection = all ? .all(filters.filter(bundle: scope.bundle)) : .jobIDs(jobIDs)
-        let report = try await operatorCall { try await inspector.purge(Choice.kind, selection) }
+        let progress = TerminalProgress.make(verb: "purged", json: json)
+        // The line ends before the report, or before the error line of a broker failure.
+        let report = try await operatorCall {
+            defer { progress?.finish() }
+            return try await inspector.purge(Choice.kind, selection, progress: progress?.handler)
+        }
         if json {
             printJSON(report)
         } else {

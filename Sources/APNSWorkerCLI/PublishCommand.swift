@@ -1,10 +1,11 @@
 import AMQPClient
 import APNSCore
+import APNSWorkerClient
 import ArgumentParser
 import Foundation
 
-/// `apns-worker publish`: publishes jobs exactly as the sync server would (contract §2), with
-/// publisher confirms, for testing and scripts.
+/// `apns-worker publish`: publishes jobs exactly as the sync server would (contract §2, §6),
+/// through `APNSWorkerClient`: validated by the worker's own parsers first, then confirmed.
 struct PublishCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "publish",
@@ -66,40 +67,49 @@ struct PublishCommand: AsyncParsableCommand {
                 throw ValidationError("--group reaches the group's devices: no --bundle, --token or --environment")
             }
         }
-        let payloadObject: Any
-        if let payload {
-            guard let object = try? JSONSerialization.jsonObject(with: Data(payload.utf8)) else {
-                throw ValidationError("--payload is not JSON")
-            }
-            payloadObject = object
-        } else {
-            payloadObject = ["aps": ["alert": alert ?? ""]]
+        if let payload, (try? JSONSerialization.jsonObject(with: Data(payload.utf8))) == nil {
+            throw ValidationError("--payload is not JSON")
         }
-        let amqp = try broker.amqpConfiguration(connectionName: "apns-worker publish")
-        let logger = makeLogger("apns-worker.publish")
-        try await AMQPConnection.withConnection(configuration: amqp, logger: logger) { connection in
-            for _ in 0..<count {
-                let jobID = id ?? UUID().uuidString
-                var job: [String: Any] = ["payload": payloadObject, "id": jobID]
-                if let token { job["token"] = token }
-                if let channel { job["channel"] = channel }
-                if let group { job["group"] = group }
-                if !exceptTokens.isEmpty { job["except"] = exceptTokens }
-                if !onlyBundles.isEmpty { job["bundleIds"] = onlyBundles }
-                if let pushType { job["pushType"] = pushType }
-                if let priority { job["priority"] = priority }
-                if let environment { job["environment"] = environment }
-                if let syncServer { job["userInfo"] = ["syncServer": syncServer] }
-                let body = try JSONSerialization.data(withJSONObject: job, options: [.sortedKeys])
-                var properties = AMQPProperties.persistentJSON
-                properties.messageID = jobID
-                properties.timestamp = Date()
-                let exchange = group == nil ? TopologyNames.jobsExchange : TopologyNames.groups
-                let routingKey = bundle ?? ""
-                try await connection.publish(
-                    AMQPOutboundMessage(exchange: exchange, routingKey: routingKey, body: Array(body), properties: properties))
-                print("published \(jobID) to \(exchange)\(group == nil ? " with key \(routingKey)" : "") (confirmed)")
+        let apnsPayload = payload.map(APNSPayload.init(json:)) ?? .alert(alert ?? "")
+        var options = DeliveryOptions(priority: priority)
+        if let pushType {
+            guard let type = PushType(rawValue: pushType) else {
+                throw ValidationError("--push-type: one of \(PushType.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            options.pushType = type
+        }
+        if let syncServer { options.userInfo["syncServer"] = syncServer }
+        let fixedID = try id.map { text in
+            guard let uuid = UUID(uuidString: text) else { throw ValidationError("--id must be a canonical UUID") }
+            return uuid
+        }
+        let jobEnvironment = try environment.map { name in
+            guard let value = APNSEnvironment(rawValue: name) else { throw ValidationError("--environment: production or sandbox") }
+            return value
+        }
+        let client = try await APNSWorkerClient.connect(
+            configuration: try broker.amqpConfiguration(connectionName: "apns-worker publish"), logger: makeLogger("apns-worker.publish"))
+        for _ in 0..<count {
+            let jobID = fixedID ?? UUID()
+            do {
+                if let group {
+                    try await client.publish(GroupNotificationJob(
+                        group: group, payload: apnsPayload, options: options, except: exceptTokens,
+                        bundleIDs: onlyBundles.isEmpty ? nil : onlyBundles, id: jobID))
+                    print("published \(jobID.uuidString.lowercased()) to \(TopologyNames.groups) (confirmed)")
+                } else if let bundle, let token {
+                    try await client.publish(NotificationJob(
+                        bundleID: bundle, token: token, payload: apnsPayload, options: options, environment: jobEnvironment, id: jobID))
+                    print("published \(jobID.uuidString.lowercased()) to \(TopologyNames.jobsExchange) with key \(bundle) (confirmed)")
+                } else if let bundle, let channel {
+                    try await client.publish(BroadcastJob(
+                        bundleID: bundle, channel: channel, payload: apnsPayload, options: options, environment: jobEnvironment, id: jobID))
+                    print("published \(jobID.uuidString.lowercased()) to \(TopologyNames.jobsExchange) with key \(bundle) (confirmed)")
+                }
+            } catch let error as APNSWorkerClientError {
+                failWithLine("the worker would refuse this job, nothing published: \(error)")
             }
         }
+        await client.close()
     }
 }

@@ -2,6 +2,7 @@ import AMQPClient
 import APNSConfig
 import APNSCore
 import APNSRegistry
+import APNSWorkerClient
 import ArgumentParser
 import Foundation
 import Logging
@@ -111,9 +112,13 @@ struct RegistryCommand: AsyncParsableCommand {
         var at: Int64?
 
         func run() async throws {
-            var message: [String: Any] = ["op": "register", "bundleId": bundle, "token": token, "group": group]
-            if let environment { message["environment"] = environment }
-            try await publishRegistration(message, at: at, broker: broker)
+            let env = try environment.map { name in
+                guard let value = APNSEnvironment(rawValue: name) else { throw ValidationError("--environment: production or sandbox") }
+                return value
+            }
+            try await publishRegistration(
+                Registration(operation: .register, bundleID: bundle, token: token, group: group, environment: env, at: at ?? nowMilliseconds()),
+                broker: broker)
         }
     }
 
@@ -126,7 +131,8 @@ struct RegistryCommand: AsyncParsableCommand {
         var at: Int64?
 
         func run() async throws {
-            try await publishRegistration(["op": "unregister", "bundleId": bundle, "token": token], at: at, broker: broker)
+            try await publishRegistration(
+                Registration(operation: .unregister, bundleID: bundle, token: token, group: nil, at: at ?? nowMilliseconds()), broker: broker)
         }
     }
 }
@@ -136,16 +142,20 @@ struct GroupView: Codable {
     var devices: [DeviceRecord]
 }
 
-func publishRegistration(_ fields: [String: Any], at: Int64?, broker: BrokerOptions) async throws {
-    var message = fields
-    message["at"] = at ?? Int64(Date().timeIntervalSince1970 * 1000)
-    let body = try JSONSerialization.data(withJSONObject: message, options: [.sortedKeys])
-    let amqp = try broker.amqpConfiguration(connectionName: "apns-worker registry")
-    try await AMQPConnection.withConnection(configuration: amqp, logger: makeLogger("apns-worker.registry", defaultLevel: .warning)) { connection in
-        try await connection.publish(
-            AMQPOutboundMessage(exchange: TopologyNames.registry, routingKey: "", body: Array(body), properties: .persistentJSON))
+func nowMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+/// Publishes a registration through `APNSWorkerClient` (validated as the worker would, confirmed).
+func publishRegistration(_ registration: Registration, broker: BrokerOptions) async throws {
+    let client = try await APNSWorkerClient.connect(
+        configuration: try broker.amqpConfiguration(connectionName: "apns-worker registry"),
+        logger: makeLogger("apns-worker.registry", defaultLevel: .warning))
+    do {
+        try await client.publish(registration)
+    } catch let error as APNSWorkerClientError {
+        failWithLine("the worker would refuse this registration, nothing published: \(error)")
     }
-    print("published \(fields["op"] ?? "") to \(TopologyNames.registry) (confirmed)")
+    await client.close()
+    print("published \(registration.operation.rawValue) to \(TopologyNames.registry) (confirmed)")
 }
 
 /// `apns-worker stats`: counts per bundle ID, UTC hour and end, summed over every instance.

@@ -141,6 +141,11 @@ struct AdminRouteTests {
                 #expect((samples.value("apns_transport_connections", ["bundle": b, "state": "ready"]) ?? 0) >= 1)
                 #expect(samples.value("apns_transport_connections", ["bundle": b, "state": "closed"]) == 0)
                 #expect(samples.value("apns_worker_broker_connected", [:]) == 1)
+                // The broker's view of the bundle's queues (deploy/prometheus/ alerts on them).
+                #expect(samples.value("apns_worker_queue_messages", ["bundle": b, "role": "dead"]) == 2)
+                #expect(samples.value("apns_worker_queue_messages", ["bundle": b, "role": "retry"]) == 0)
+                #expect(samples.value("apns_worker_queue_consumers", ["bundle": b, "role": "work"]) == 1)
+                #expect(samples.value("apns_worker_queue_consumers", ["bundle": b, "role": "dead"]) == 0)
                 #expect(samples.types["apns_worker_jobs_total"] == "counter")
                 #expect(samples.types["apns_worker_apns_latency_seconds"] == "histogram")
                 #expect(samples.types["apns_transport_jwt_renewals_total"] == "counter")

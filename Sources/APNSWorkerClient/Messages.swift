@@ -1,0 +1,261 @@
+/// The messages the sync server publishes to apns-worker (contract §2, §6, §7), as typed values that
+/// encode to the JSON the worker reads and are validated by the worker's own parsers
+/// (`JobParser`, `GroupJobParser`, `RegistrationMessage`) before anything is published.
+import APNSCore
+import Foundation
+
+/// An APNs payload: the JSON object sent to Apple (it must hold `aps`).
+///
+///     let payload = try APNSPayload(json: #"{"aps":{"alert":"Hello"}}"#)
+///     let silent = APNSPayload.contentAvailable
+public struct APNSPayload: Sendable, Hashable {
+    /// The payload's JSON text.
+    public let json: String
+
+    /// Any JSON text; the worker's parser checks it when the message is published.
+    public init(json: String) {
+        self.json = json
+    }
+
+    /// `{"aps":{"alert":TEXT}}`.
+    public static func alert(_ text: String) -> APNSPayload {
+        APNSPayload(json: "{\"aps\":{\"alert\":\(JSONText.string(text))}}")
+    }
+
+    /// `{"aps":{"content-available":1}}`: a background push (push-triggered sync).
+    public static let contentAvailable = APNSPayload(json: #"{"aps":{"content-available":1}}"#)
+}
+
+/// The optional fields a job and a group job share (contract §2).
+public struct DeliveryOptions: Sendable, Hashable {
+    /// `apns-push-type`; nil lets the worker choose from the payload.
+    public var pushType: PushType?
+    /// 10, 5 or 1; nil for the worker's default.
+    public var priority: Int?
+    /// UNIX seconds; 0 = deliver once, do not store.
+    public var expiration: Int64?
+    /// At most 64 bytes, no control characters.
+    public var collapseID: String?
+    /// Provider-side metadata (e.g. `syncServer`), never sent to Apple.
+    public var userInfo: [String: String]
+
+    public init(pushType: PushType? = nil, priority: Int? = nil, expiration: Int64? = nil, collapseID: String? = nil, userInfo: [String: String] = [:]) {
+        self.pushType = pushType
+        self.priority = priority
+        self.expiration = expiration
+        self.collapseID = collapseID
+        self.userInfo = userInfo
+    }
+
+    func fields() -> [(String, String)] {
+        var fields: [(String, String)] = []
+        if let pushType { fields.append(("pushType", JSONText.string(pushType.rawValue))) }
+        if let priority { fields.append(("priority", String(priority))) }
+        if let expiration { fields.append(("expiration", String(expiration))) }
+        if let collapseID { fields.append(("collapseId", JSONText.string(collapseID))) }
+        if !userInfo.isEmpty {
+            fields.append(("userInfo", JSONText.object(userInfo.sorted { $0.key < $1.key }.map { ($0.key, JSONText.string($0.value)) })))
+        }
+        return fields
+    }
+}
+
+/// A notification job for one device (contract §2), published to `apns.jobs` with the bundle ID
+/// as routing key.
+///
+///     let job = NotificationJob(bundleID: "com.example.app", token: deviceToken, payload: .alert("Hello"))
+///     try await client.publish(job)
+public struct NotificationJob: Sendable, Hashable {
+    public var bundleID: String
+    /// Hexadecimal device token.
+    public var token: String
+    public var payload: APNSPayload
+    public var options: DeliveryOptions
+    /// Overrides the bundle's environment for this job (tokens of debug builds: `.sandbox`).
+    public var environment: APNSEnvironment?
+    /// The job's id (`apns-id`), kept for every attempt.
+    public var id: UUID
+
+    public init(
+        bundleID: String, token: String, payload: APNSPayload, options: DeliveryOptions = DeliveryOptions(),
+        environment: APNSEnvironment? = nil, id: UUID = UUID()
+    ) {
+        self.bundleID = bundleID
+        self.token = token
+        self.payload = payload
+        self.options = options
+        self.environment = environment
+        self.id = id
+    }
+
+    /// The body the worker reads.
+    public func body() -> [UInt8] {
+        var fields = [("id", JSONText.string(id.uuidString.lowercased())), ("token", JSONText.string(token)), ("payload", payload.json)]
+        fields += options.fields()
+        if let environment { fields.append(("environment", JSONText.string(environment.rawValue))) }
+        return Array(JSONText.object(fields).utf8)
+    }
+
+    /// The worker's own verdict (HTTP/2 transport rules; a binary bundle is stricter still).
+    public func validate() throws(APNSWorkerClientError) {
+        if case .failure(let error) = JobParser.parse(
+            body: body(), bundleID: bundleID, messageID: nil, defaultEnvironment: .production, transport: .http2)
+        {
+            throw APNSWorkerClientError.invalidMessage(error)
+        }
+    }
+}
+
+/// A broadcast job for a Live Activity channel (contract §7), published to `apns.jobs` with the
+/// bundle ID as routing key: ONE request reaches every device subscribed to the channel. Its push
+/// type is `liveactivity` (leave `options.pushType` nil or set that) and it has no collapse id.
+///
+///     let update = APNSPayload(json: #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{}}}"#)
+///     try await client.publish(BroadcastJob(bundleID: "com.example.app", channel: channelID, payload: update))
+public struct BroadcastJob: Sendable, Hashable {
+    public var bundleID: String
+    /// The channel id Apple issued (base64).
+    public var channel: String
+    public var payload: APNSPayload
+    public var options: DeliveryOptions
+    public var environment: APNSEnvironment?
+    public var id: UUID
+
+    public init(
+        bundleID: String, channel: String, payload: APNSPayload, options: DeliveryOptions = DeliveryOptions(),
+        environment: APNSEnvironment? = nil, id: UUID = UUID()
+    ) {
+        self.bundleID = bundleID
+        self.channel = channel
+        self.payload = payload
+        self.options = options
+        self.environment = environment
+        self.id = id
+    }
+
+    public func body() -> [UInt8] {
+        var fields = [("id", JSONText.string(id.uuidString.lowercased())), ("channel", JSONText.string(channel)), ("payload", payload.json)]
+        fields += options.fields()
+        if let environment { fields.append(("environment", JSONText.string(environment.rawValue))) }
+        return Array(JSONText.object(fields).utf8)
+    }
+
+    /// The worker's own verdict (broadcasts exist on the HTTP/2 transport only).
+    public func validate() throws(APNSWorkerClientError) {
+        if case .failure(let error) = JobParser.parse(
+            body: body(), bundleID: bundleID, messageID: nil, defaultEnvironment: .production, transport: .http2)
+        {
+            throw APNSWorkerClientError.invalidMessage(error)
+        }
+    }
+}
+
+/// One message for every active device of a group (contract §6), published to `apns.groups`;
+/// the worker fans it out, across bundle IDs, to the devices the registry holds.
+///
+///     // Tell every other device of the account to sync:
+///     let job = GroupNotificationJob(group: "account-42", payload: .contentAvailable, except: [changingDeviceToken])
+///     try await client.publish(job)
+public struct GroupNotificationJob: Sendable, Hashable {
+    public var group: String
+    public var payload: APNSPayload
+    public var options: DeliveryOptions
+    /// Tokens not to notify (usually the device that made the change).
+    public var except: [String]
+    /// Only devices of these bundle IDs; nil for all.
+    public var bundleIDs: [String]?
+    public var id: UUID
+
+    public init(
+        group: String, payload: APNSPayload, options: DeliveryOptions = DeliveryOptions(), except: [String] = [],
+        bundleIDs: [String]? = nil, id: UUID = UUID()
+    ) {
+        self.group = group
+        self.payload = payload
+        self.options = options
+        self.except = except
+        self.bundleIDs = bundleIDs
+        self.id = id
+    }
+
+    public func body() -> [UInt8] {
+        var fields = [("id", JSONText.string(id.uuidString.lowercased())), ("group", JSONText.string(group)), ("payload", payload.json)]
+        fields += options.fields()
+        if !except.isEmpty { fields.append(("except", JSONText.array(except.map(JSONText.string)))) }
+        if let bundleIDs { fields.append(("bundleIds", JSONText.array(bundleIDs.map(JSONText.string)))) }
+        return Array(JSONText.object(fields).utf8)
+    }
+
+    public func validate() throws(APNSWorkerClientError) {
+        if case .failure(let error) = GroupJobParser.parse(body: body(), messageID: nil) {
+            throw APNSWorkerClientError.invalidMessage(error)
+        }
+    }
+}
+
+/// A device joining or leaving a group (contract §6), published to `apns.registry`. Changes to
+/// one device take effect in `at` order, whatever order they arrive in.
+///
+///     try await client.publish(Registration.register(bundleID: "com.example.app", token: token, group: "account-42"))
+public struct Registration: Sendable, Hashable {
+    public var operation: RegistrationMessage.Operation
+    public var bundleID: String
+    public var token: String
+    /// Required for `register`.
+    public var group: String?
+    public var environment: APNSEnvironment?
+    /// When the change was made, ms since the epoch.
+    public var at: Int64
+
+    public init(
+        operation: RegistrationMessage.Operation, bundleID: String, token: String, group: String?, environment: APNSEnvironment? = nil,
+        at: Int64 = Int64(Date().timeIntervalSince1970 * 1000)
+    ) {
+        self.operation = operation
+        self.bundleID = bundleID
+        self.token = token
+        self.group = group
+        self.environment = environment
+        self.at = at
+    }
+
+    public static func register(bundleID: String, token: String, group: String, environment: APNSEnvironment? = nil) -> Registration {
+        Registration(operation: .register, bundleID: bundleID, token: token, group: group, environment: environment)
+    }
+
+    public static func unregister(bundleID: String, token: String) -> Registration {
+        Registration(operation: .unregister, bundleID: bundleID, token: token, group: nil)
+    }
+
+    public func body() -> [UInt8] {
+        var fields = [("op", JSONText.string(operation.rawValue)), ("bundleId", JSONText.string(bundleID)), ("token", JSONText.string(token))]
+        if let group { fields.append(("group", JSONText.string(group))) }
+        if let environment { fields.append(("environment", JSONText.string(environment.rawValue))) }
+        fields.append(("at", String(at)))
+        return Array(JSONText.object(fields).utf8)
+    }
+
+    public func validate() throws(APNSWorkerClientError) {
+        if case .failure(let error) = RegistrationMessage.parse(body: body()) {
+            throw APNSWorkerClientError.invalidMessage(error)
+        }
+    }
+}
+
+/// Writes JSON text from pieces that are already JSON: the payload goes to the worker with its
+/// own key order and number lexemes, which a round trip through `JSONSerialization` would not
+/// keep. Strings are escaped by `JSONEncoder`.
+enum JSONText {
+    static func string(_ text: String) -> String {
+        // Encoding a String cannot fail.
+        String(decoding: (try? JSONEncoder().encode(text)) ?? Data("\"\"".utf8), as: UTF8.self)
+    }
+
+    static func object(_ members: [(String, String)]) -> String {
+        "{" + members.map { "\(string($0.0)):\($0.1)" }.joined(separator: ",") + "}"
+    }
+
+    static func array(_ items: [String]) -> String {
+        "[" + items.joined(separator: ",") + "]"
+    }
+}

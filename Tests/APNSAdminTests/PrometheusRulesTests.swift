@@ -1,0 +1,161 @@
+@testable import APNSAdmin
+import APNSOperations
+import APNSWorker
+import Foundation
+import Prometheus
+import Testing
+import TestSupport
+
+/// The rules of deploy/prometheus/ evaluated by a real Prometheus (Debian's package, installed
+/// by scripts/install-deps.sh) scraping a running worker's admin server: every rule evaluates
+/// without error against the real /metrics, the recording rules see the worker's queues, and a
+/// dead job raises `ApnsWorkerDeadJobsRising` while nothing else fires. promtool's unit tests
+/// (scripts/check-prometheus.sh) cover each alert's thresholds; this covers the metric names.
+@Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the test broker (scripts/test)"))
+struct PrometheusRulesTests {
+    static let prometheus = "/usr/bin/prometheus"
+    static let rules = repositoryRoot + "/deploy/prometheus/apns-worker.rules.yml"
+
+    /// A Prometheus on a free loopback port with a throwaway data directory, scraping the admin
+    /// server on `adminPort` every second with the rules loaded; always stopped and removed.
+    static func withPrometheus(scraping adminPort: Int, _ body: (String) async throws -> Void) async throws {
+        let directory = NSTemporaryDirectory() + "apnsw-prometheus-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory + "/data", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try AdminHarness.token.write(toFile: directory + "/token", atomically: true, encoding: .utf8)
+        let configuration = """
+            global:
+              scrape_interval: 1s
+              evaluation_interval: 1s
+            rule_files: ["\(rules)"]
+            scrape_configs:
+              - job_name: apns-worker
+                authorization:
+                  credentials_file: \(directory)/token
+                static_configs:
+                  - targets: ["127.0.0.1:\(adminPort)"]
+            """
+        try configuration.write(toFile: directory + "/prometheus.yml", atomically: true, encoding: .utf8)
+        let port = try freePort()
+        let server = try ChildProcess(
+            prometheus,
+            [
+                "--config.file=\(directory)/prometheus.yml", "--storage.tsdb.path=\(directory)/data",
+                "--web.listen-address=127.0.0.1:\(port)", "--log.level=warn",
+            ],
+            logPath: directory + "/prometheus.log")
+        defer { server.kill9() }
+        let base = "http://127.0.0.1:\(port)"
+        do {
+            try await waitUntil("Prometheus to answer", timeout: .seconds(60)) {
+                guard server.isRunning else { throw TestSupportError("prometheus exited: \(server.log)") }
+                return (try? await AdminBrowserTests.get(base + "/-/ready", bearer: false).status) == 200
+            }
+            try await body(base)
+        } catch {
+            Issue.record("prometheus log: \(server.log)")
+            throw error
+        }
+        server.signal(SIGTERM)
+        _ = await server.waitForExit(timeout: .seconds(30))
+    }
+
+    /// The samples of an instant query: labels and value of each.
+    static func query(_ base: String, _ promql: String) async throws -> [(labels: [String: String], value: Double)] {
+        let encoded = promql.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let answer = try await AdminBrowserTests.get(base + "/api/v1/query?query=" + encoded, bearer: false)
+        guard answer.status == 200, let json = try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [String: Any],
+            let data = json["data"] as? [String: Any], let result = data["result"] as? [[String: Any]]
+        else { throw TestSupportError("query \(promql): \(answer.status) \(answer.body)") }
+        return result.map { sample in
+            let value = (sample["value"] as? [Any])?.last as? String
+            return (sample["metric"] as? [String: String] ?? [:], Double(value ?? "") ?? .nan)
+        }
+    }
+
+    /// Every rule of every group as Prometheus reports it (name, health, last error).
+    static func ruleHealth(_ base: String) async throws -> [(name: String, health: String, error: String)] {
+        let answer = try await AdminBrowserTests.get(base + "/api/v1/rules", bearer: false)
+        guard let json = try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [String: Any],
+            let groups = (json["data"] as? [String: Any])?["groups"] as? [[String: Any]]
+        else { throw TestSupportError("rules: \(answer.body)") }
+        return groups.flatMap { ($0["rules"] as? [[String: Any]]) ?? [] }.map {
+            ($0["name"] as? String ?? "?", $0["health"] as? String ?? "?", $0["lastError"] as? String ?? "")
+        }
+    }
+
+    @Test func rulesEvaluateAgainstARunningWorker() async throws {
+        try await AdminHarness.with { harness in
+            try await harness.publishJob(token: 1)
+            try await waitUntil("the job to be delivered") { harness.jobs("delivered") == 1 }
+            try await AdminBrowserTests.serving(harness) { adminPort in
+                try await Self.withPrometheus(scraping: adminPort) { base in
+                    let b = harness.bundle
+                    try await waitUntil("two scrapes of the worker", timeout: .seconds(60)) {
+                        try await Self.query(base, #"count_over_time(up{job="apns-worker"}[1m]) >= 2"#).count == 1
+                    }
+                    try await harness.publishMalformedJob()
+                    try await waitUntil("the malformed job to be dead") { harness.jobs("dead") == 1 }
+                    try await waitUntil("ApnsWorkerDeadJobsRising to fire", timeout: .seconds(60)) {
+                        try await Self.query(base, #"ALERTS{alertname="ApnsWorkerDeadJobsRising",alertstate="firing",bundle="\#(b)"}"#).count == 1
+                    }
+                    // Every rule evaluated, none with an error (a wrong name would give empty results,
+                    // checked below; a wrong type or expression an error here).
+                    try await waitUntil("every rule to be evaluated") {
+                        try await Self.ruleHealth(base).allSatisfy { $0.health != "unknown" }
+                    }
+                    let health = try await Self.ruleHealth(base)
+                    #expect(health.count == 15)
+                    for rule in health where rule.health != "ok" {
+                        Issue.record("rule \(rule.name): \(rule.health) \(rule.error)")
+                    }
+                    // The recording rules see the worker's real series.
+                    let consumers = try await Self.query(base, #"apns_worker:queue_consumers:max{bundle="\#(b)",role="work"}"#)
+                    #expect(consumers.map(\.value) == [1])
+                    let dead = try await Self.query(base, #"apns_worker:queue_messages:max{bundle="\#(b)",role="dead"}"#)
+                    #expect(dead.map(\.value) == [1])
+                    let age = try await Self.query(base, #"apns_worker:retry_backlog_age_seconds{bundle="\#(b)"}"#)
+                    #expect(age.map(\.value) == [0])
+                    let outcomes = try await Self.query(base, #"apns_worker:jobs:rate5m{bundle="\#(b)"}"#).compactMap { $0.labels["outcome"] }
+                    #expect(Set(outcomes).isSuperset(of: ["delivered", "dead", "retry", "invalid_token"]))
+                    let p99 = try await Self.query(base, #"apns_worker:job_duration_seconds:p99_5m{bundle="\#(b)"}"#)
+                    #expect(p99.count == 1)
+                    // Nothing else fires or is pending for this healthy worker (other tests of this
+                    // process leave their bundles' last values in the shared metrics registry).
+                    let others = try await Self.query(
+                        base, #"ALERTS{alertname!="ApnsWorkerDeadJobsRising",bundle="\#(b)"} or ALERTS{bundle=""}"#)
+                    #expect(others.isEmpty, "\(others)")
+                }
+            }
+        }
+    }
+
+    /// Depths the broker did not answer become NaN, so no alert compares a stale number.
+    @Test func unreadableDepthsAreNaN() async throws {
+        _ = TestMetrics.registry
+        let bundle = uniqueName("com.example.nan")
+        AdminMetrics.sample([QueueDepth(queue: "apns.\(bundle)", bundleID: bundle, role: "work", messages: 7, consumers: 2)], bundleIDs: [bundle])
+        var samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
+        #expect(samples.value("apns_worker_queue_messages", ["bundle": bundle, "role": "work"]) == 7)
+        #expect(samples.value("apns_worker_queue_consumers", ["bundle": bundle, "role": "work"]) == 2)
+        #expect(samples.value("apns_worker_queue_messages", ["bundle": bundle, "role": "dead"])?.isNaN == true)
+        AdminMetrics.sample(nil, bundleIDs: [bundle])
+        samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
+        #expect(samples.value("apns_worker_queue_messages", ["bundle": bundle, "role": "work"])?.isNaN == true)
+        #expect(samples.value("apns_worker_queue_consumers", ["bundle": bundle, "role": "work"])?.isNaN == true)
+    }
+
+    /// `ApnsWorkerRegistryUnavailable` reads this gauge: 0 while the registry is held.
+    @Test func registryAvailability() throws {
+        _ = TestMetrics.registry
+        var status = WorkerStatus(broker: "connected", bundles: [])
+        status.registry = "held"
+        AdminMetrics.sample(status)
+        var samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
+        #expect(samples.value("apns_worker_registry_available", [:]) == 0)
+        status.registry = "ok"
+        AdminMetrics.sample(status)
+        samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
+        #expect(samples.value("apns_worker_registry_available", [:]) == 1)
+    }
+}

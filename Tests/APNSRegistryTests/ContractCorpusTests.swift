@@ -1,0 +1,118 @@
+// The examples of docs/asyncapi-examples/ through the worker's own parsers: every `valid-*.json`
+// must parse, every `invalid-<field>--<rule>.json` must be refused for <field>. The same files
+// go through the JSON Schemas of docs/schemas/ in scripts/check-asyncapi.sh, so a schema and a
+// parser that disagree fail one side or the other. Cases for contract rules the parsers do not
+// enforce yet are listed, with the rule, in docs/asyncapi-examples/pending-parser-rules.txt; a
+// listed case the parser now gets right fails until it is taken off the list.
+import APNSCore
+import APNSRegistry
+import Foundation
+import Testing
+import TestSupport
+
+struct ContractCorpusTests {
+    static let corpus = repositoryRoot + "/docs/asyncapi-examples"
+
+    /// The parser's verdict on one body: nil when it accepts it, else the field it names
+    /// (an empty string when the parser names none).
+    typealias Parser = @Sendable ([UInt8]) -> String??
+
+    /// The kinds the worker reads, each with its parser. Feedback events and dead-letter headers
+    /// are what the worker writes: their examples are checked against the schemas only.
+    static let parsers: [String: Parser] = [
+        "job": { body in
+            verdict(JobParser.parse(body: body, bundleID: "com.example.app", messageID: nil, defaultEnvironment: .production, transport: .http2))
+        },
+        // A broadcast job travels on the same queues as a job and is read by the same parser (§7).
+        "broadcast-job": { body in
+            verdict(JobParser.parse(body: body, bundleID: "com.example.app", messageID: nil, defaultEnvironment: .production, transport: .http2))
+        },
+        "group-job": { body in verdict(GroupJobParser.parse(body: body, messageID: nil)) },
+        "registration": { body in verdict(RegistrationMessage.parse(body: body)) },
+        "fleet-message": { body in FleetMessage.decode(body) == nil ? .some("") : .some(nil) },
+    ]
+    static let schemaOnly: Set<String> = ["feedback-event", "dead-letter-headers"]
+
+    static func verdict<T>(_ result: Result<T, JobError>) -> String?? {
+        switch result {
+        case .success: return .some(nil)
+        case .failure(let error): return .some(error.field)
+        }
+    }
+
+    struct Case: CustomTestStringConvertible, Sendable {
+        var kind: String
+        var name: String
+        var body: [UInt8]
+        /// nil for a valid example, else the field the name says is at fault.
+        var faultyField: String?
+        var testDescription: String { "\(kind)/\(name)" }
+    }
+
+    static func cases() throws -> [Case] {
+        var cases: [Case] = []
+        for kind in try FileManager.default.contentsOfDirectory(atPath: corpus).sorted() {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: corpus + "/" + kind, isDirectory: &isDirectory), isDirectory.boolValue else { continue }
+            for file in try FileManager.default.contentsOfDirectory(atPath: corpus + "/" + kind).sorted() where file.hasSuffix(".json") {
+                let name = String(file.dropLast(".json".count))
+                let body = Array(try Data(contentsOf: URL(fileURLWithPath: corpus + "/" + kind + "/" + file)))
+                var field: String? = nil
+                if name.hasPrefix("invalid-") {
+                    let rest = name.dropFirst("invalid-".count)
+                    guard let separator = rest.range(of: "--") else { throw TestSupportError("\(kind)/\(file): name it invalid-<field>--<rule>") }
+                    field = String(rest[..<separator.lowerBound])
+                } else if !name.hasPrefix("valid-") {
+                    throw TestSupportError("\(kind)/\(file): name it valid-… or invalid-<field>--<rule>")
+                }
+                cases.append(Case(kind: kind, name: name, body: body, faultyField: field))
+            }
+        }
+        return cases
+    }
+
+    /// `kind/name` → the contract rule the parsers do not enforce yet.
+    static func pending() throws -> [String: String] {
+        let text = try String(contentsOfFile: corpus + "/pending-parser-rules.txt", encoding: .utf8)
+        var pending: [String: String] = [:]
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") && !line.allSatisfy(\.isWhitespace) {
+            let parts = line.split(separator: " ", maxSplits: 1).map(String.init)
+            guard parts.count == 2, parts[1].hasPrefix("pending parser rule ") else {
+                throw TestSupportError("pending-parser-rules.txt: \(line): write <kind>/<case> pending parser rule <rule>")
+            }
+            pending[parts[0]] = parts[1]
+        }
+        return pending
+    }
+
+    @Test func theCorpusIsLargeAndCoversEveryKind() throws {
+        let cases = try Self.cases()
+        #expect(cases.count >= 40)
+        for kind in Set(Self.parsers.keys).union(Self.schemaOnly) {
+            #expect(cases.contains { $0.kind == kind && $0.faultyField == nil }, "no valid \(kind) example")
+            #expect(cases.contains { $0.kind == kind && $0.faultyField != nil }, "no invalid \(kind) example")
+        }
+        #expect(Set(cases.map(\.kind)) == Set(Self.parsers.keys).union(Self.schemaOnly))
+        let names = Set(cases.map(\.testDescription))
+        for listed in try Self.pending().keys {
+            #expect(names.contains(listed), "pending-parser-rules.txt names \(listed), which is not in the corpus")
+        }
+    }
+
+    @Test(arguments: try ContractCorpusTests.cases().filter { ContractCorpusTests.parsers[$0.kind] != nil })
+    func parsersAgreeWithTheCorpus(_ example: Case) throws {
+        let verdict = Self.parsers[example.kind]!(example.body)!
+        let agrees: Bool
+        if let field = example.faultyField {
+            // The fleet decoder names no field: refusing the message is its whole answer.
+            agrees = verdict == field || (example.kind == "fleet-message" && verdict == "")
+        } else {
+            agrees = verdict == nil
+        }
+        if let rule = try Self.pending()[example.testDescription] {
+            #expect(!agrees, "\(example.testDescription) is listed as \(rule), but the parser now agrees: take it off pending-parser-rules.txt")
+        } else {
+            #expect(agrees, "\(example.testDescription): the parser says \(verdict.map { "refused, field \($0)" } ?? "accepted")")
+        }
+    }
+}
