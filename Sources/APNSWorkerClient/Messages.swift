@@ -90,19 +90,12 @@ public struct NotificationJob: Sendable, Hashable {
 
     /// The body the worker reads.
     public func body() -> [UInt8] {
-        var fields = [("id", JSONText.string(id.uuidString.lowercased())), ("token", JSONText.string(token)), ("payload", payload.json)]
-        fields += options.fields()
-        if let environment { fields.append(("environment", JSONText.string(environment.rawValue))) }
-        return Array(JSONText.object(fields).utf8)
+        JobBody.encode(id: id, target: ("token", token), payload: payload, options: options, environment: environment)
     }
 
     /// The worker's own verdict (HTTP/2 transport rules; a binary bundle is stricter still).
     public func validate() throws(APNSWorkerClientError) {
-        if case .failure(let error) = JobParser.parse(
-            body: body(), bundleID: bundleID, messageID: nil, defaultEnvironment: .production, transport: .http2)
-        {
-            throw APNSWorkerClientError.invalidMessage(error)
-        }
+        try JobBody.validate(body(), bundleID: bundleID)
     }
 }
 
@@ -134,19 +127,12 @@ public struct BroadcastJob: Sendable, Hashable {
     }
 
     public func body() -> [UInt8] {
-        var fields = [("id", JSONText.string(id.uuidString.lowercased())), ("channel", JSONText.string(channel)), ("payload", payload.json)]
-        fields += options.fields()
-        if let environment { fields.append(("environment", JSONText.string(environment.rawValue))) }
-        return Array(JSONText.object(fields).utf8)
+        JobBody.encode(id: id, target: ("channel", channel), payload: payload, options: options, environment: environment)
     }
 
     /// The worker's own verdict (broadcasts exist on the HTTP/2 transport only).
     public func validate() throws(APNSWorkerClientError) {
-        if case .failure(let error) = JobParser.parse(
-            body: body(), bundleID: bundleID, messageID: nil, defaultEnvironment: .production, transport: .http2)
-        {
-            throw APNSWorkerClientError.invalidMessage(error)
-        }
+        try JobBody.validate(body(), bundleID: bundleID)
     }
 }
 
@@ -237,6 +223,27 @@ public struct Registration: Sendable, Hashable {
 
     public func validate() throws(APNSWorkerClientError) {
         if case .failure(let error) = RegistrationMessage.parse(body: body()) {
+            throw APNSWorkerClientError.invalidMessage(error)
+        }
+    }
+}
+
+/// The body of a section-2 job, a device's or a channel's (they differ in that one field), and
+/// the worker's verdict on it.
+enum JobBody {
+    static func encode(
+        id: UUID, target: (field: String, value: String), payload: APNSPayload, options: DeliveryOptions, environment: APNSEnvironment?
+    ) -> [UInt8] {
+        var fields = [("id", JSONText.string(id.uuidString.lowercased())), (target.field, JSONText.string(target.value)), ("payload", payload.json)]
+        fields += options.fields()
+        if let environment { fields.append(("environment", JSONText.string(environment.rawValue))) }
+        return Array(JSONText.object(fields).utf8)
+    }
+
+    static func validate(_ body: [UInt8], bundleID: String) throws(APNSWorkerClientError) {
+        if case .failure(let error) = JobParser.parse(
+            body: body, bundleID: bundleID, messageID: nil, defaultEnvironment: .production, transport: .http2)
+        {
             throw APNSWorkerClientError.invalidMessage(error)
         }
     }

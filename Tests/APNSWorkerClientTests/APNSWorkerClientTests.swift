@@ -99,6 +99,34 @@ struct APNSWorkerClientTests {
         }
     }
 
+    /// A broadcast job (contract §7) reaches the bundle's routing key with `channel` in place of
+    /// `token`, and what the worker would refuse (a collapse id, another push type) fails first.
+    @Test func publishesABroadcastJobTheWorkerReads() async throws {
+        let bundle = uniqueName("com.example.client")
+        let channel = "dHN0LXNyY2gtY2hubA=="
+        try await Self.withTap(exchange: TopologyNames.jobsExchange, kind: .direct, routingKey: bundle) { tap, queue in
+            let client = try await APNSWorkerClient.connect(url: try TestBroker.require().amqpURL, logger: Self.logger)
+            let update = APNSPayload(json: #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{}}}"#)
+            await #expect(throws: APNSWorkerClientError.self) {
+                try await client.publish(BroadcastJob(bundleID: bundle, channel: channel, payload: update, options: DeliveryOptions(collapseID: "c")))
+            }
+            await #expect(throws: APNSWorkerClientError.self) {
+                try await client.publish(BroadcastJob(bundleID: bundle, channel: channel, payload: update, options: DeliveryOptions(pushType: .alert)))
+            }
+            let job = BroadcastJob(bundleID: bundle, channel: channel, payload: update, options: DeliveryOptions(priority: 5))
+            try await client.publish(job)
+            await client.close()
+            let message = try await Self.take(tap, queue)
+            let parsed = try JobParser.parse(
+                body: message.body, bundleID: bundle, messageID: nil, defaultEnvironment: .production, transport: .http2
+            ).get()
+            #expect(parsed.id == job.id && parsed.priority == 5 && parsed.pushType == .liveactivity)
+            #expect(parsed.token == nil)
+            #expect(String(decoding: message.body, as: UTF8.self).contains(#""channel":"\#(channel)""#))
+            #expect(try await tap.get(queue: queue) == nil)
+        }
+    }
+
     @Test func publishesGroupJobsAndRegistrations() async throws {
         let group = uniqueName("account")
         let client = try await APNSWorkerClient.connect(url: try TestBroker.require().amqpURL, logger: Self.logger)
