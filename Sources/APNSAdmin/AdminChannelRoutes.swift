@@ -29,7 +29,8 @@ struct AdminChannelRoutes: Sendable {
         var environment: String?
     }
 
-    struct Created: Encodable {
+    /// One channel, as create answers it (201) and show returns it.
+    struct Channel: Encodable {
         var channel: String
         var bundleId: String
         var environment: String
@@ -40,13 +41,6 @@ struct AdminChannelRoutes: Sendable {
         var bundleId: String
         var environment: String
         var channels: [String]
-    }
-
-    struct Shown: Encodable {
-        var channel: String
-        var bundleId: String
-        var environment: String
-        var storagePolicy: Int
     }
 
     struct AppleError: Encodable {
@@ -83,7 +77,7 @@ struct AdminChannelRoutes: Sendable {
             return await answer(.create(storagePolicy: policy), bundleID: bundleID, environment: environment) { result in
                 guard case .created(let channel) = result else { return nil }
                 return AdminRoutes.json(
-                    Created(channel: channel.id, bundleId: bundleID, environment: environment.rawValue, storagePolicy: policy.rawValue),
+                    Channel(channel: channel.id, bundleId: bundleID, environment: environment.rawValue, storagePolicy: policy.rawValue),
                     status: .created)
             }
         }
@@ -93,7 +87,7 @@ struct AdminChannelRoutes: Sendable {
             return await answer(.read(channel), bundleID: bundleID, environment: environment) { result in
                 guard case .channel(let shown, let policy) = result else { return nil }
                 return AdminRoutes.json(
-                    Shown(channel: shown.id, bundleId: bundleID, environment: environment.rawValue, storagePolicy: policy.rawValue))
+                    Channel(channel: shown.id, bundleId: bundleID, environment: environment.rawValue, storagePolicy: policy.rawValue))
             }
         }
         router.delete("/api/bundles/:bundleId/channels/:channel") { request, context -> Response in
