@@ -264,4 +264,24 @@ import Testing
         #expect(rig.broker.snapshot.acked.count == rig.broker.snapshot.published.count)
         #expect(rig.jobs(.held) == rig.broker.snapshot.published.count)
     }
+
+    /// A pause is an event, not a flag polled: the waiting consumer is cancelled at once, jobs
+    /// wait in the broker, and a resume consumes again (no clock moves in this test).
+    @Test func aPauseCancelsTheWaitingConsumerAndAResumeConsumesAgain() async throws {
+        let rig = Rig(answer: ScriptedTransport.accepted)
+        try await rig.running { _ in
+            try await waitUntil("consuming") { rig.broker.snapshot.consumersStarted == 1 }
+            #expect(rig.pipeline.setPaused(true))
+            #expect(!rig.pipeline.setPaused(true), "no change")
+            try await waitUntil("the consumer cancelled") { rig.broker.snapshot.consumersCancelled == 1 }
+            rig.enqueueJob()
+            #expect(rig.broker.snapshot.ready.count == 1)
+            #expect(rig.pipeline.setPaused(false))
+            try await waitUntil("consumed after the resume") {
+                rig.broker.snapshot.consumersStarted == 2 && rig.broker.snapshot.acked.count == 1
+            }
+        }
+        #expect(rig.jobs(.delivered) == 1)
+        #expect(rig.clock.sleepers == 0)
+    }
 }
