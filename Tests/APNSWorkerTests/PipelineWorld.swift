@@ -107,6 +107,7 @@ struct PipelineWorld {
         if machine.consumer != expected { violation("machine's consumer \(machine.consumer), the world's \(consumer)") }
         if machine.isHeld != alertOpen { violation("held \(machine.isHeld) but alert open \(alertOpen)") }
         if machine.probeTaking != probeOut { violation("probe taking \(machine.probeTaking), out \(probeOut)") }
+        if machine.hasRoomWaiter != (parked != nil) { violation("machine has a waiter \(machine.hasRoomWaiter), parked \(String(describing: parked))") }
     }
 
     private mutating func composed(probe: Bool) {
