@@ -35,17 +35,7 @@ struct ScaleRun {
 
             """
         for bundle in bundleIDs {
-            config += """
-                [apns "\(bundle)"]
-                teamId = TEAM123456
-                keyId = KEY1234567
-                tokenKeyFile = credentials/AuthKey_KEY1234567.p8
-                host = 127.0.0.1
-                port = \(setup.simulator.port)
-                caFile = credentials/ca.pem
-                \(bench.bundleKeys.joined(separator: "\n"))
-
-                """
+            config += BenchWorkerSetup.bundleSection(bundle, port: setup.simulator.port, extraKeys: bench.bundleKeys)
         }
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
         let connection = try await AMQPConnection.connect(
@@ -62,21 +52,8 @@ struct ScaleRun {
     /// Publishes at `rate` per second for `seconds`, round-robin over the bundles, and returns
     /// each job's milliseconds from publishing to the simulator's 200.
     func latencies(rate: Int, seconds: Int) async throws -> [Double] {
-        var published: [String: Date] = [:]
-        let interval = Duration.seconds(1) / max(rate, 1)
-        let total = rate * seconds
-        let paceStart = ContinuousClock.now
-        for index in 0..<total {
-            let id = UUID().uuidString
-            published[id.lowercased()] = Date()
+        try await setup.pacedLatencies(rate: rate, seconds: seconds) { index, id in
             try await BenchJobs.publishOne(id: id, index: index, bundle: bundleIDs[index % bundleIDs.count], connection: connection)
-            let due = paceStart.advanced(by: interval * (index + 1))
-            if due > .now { try await Task.sleep(until: due, clock: .continuous) }
-        }
-        let simulator = setup.simulator
-        try await BenchWorkerSetup.waitUntil(limit: .seconds(300)) { simulator.accepted().count >= total }
-        return simulator.accepted().compactMap { accepted in
-            published[accepted.apnsID.lowercased()].map { accepted.receivedAt.timeIntervalSince($0) * 1000 }
         }
     }
 

@@ -78,20 +78,8 @@ struct WorkerBench: AsyncParsableCommand {
 
         // Phase 2: steady rate, latency from publish to the simulator's acceptance.
         simulator.clearAccepted()
-        var published: [String: Date] = [:]
-        let interval = Duration.seconds(1) / max(rate, 1)
-        let total = rate * latencySeconds
-        let paceStart = ContinuousClock.now
-        for index in 0..<total {
-            let id = UUID().uuidString
-            published[id.lowercased()] = Date()
+        var latencies = try await setup.pacedLatencies(rate: rate, seconds: latencySeconds) { index, id in
             try await BenchJobs.publishOne(id: id, index: index, bundle: bundle, connection: connection)
-            let due = paceStart.advanced(by: interval * (index + 1))
-            if due > .now { try await Task.sleep(until: due, clock: .continuous) }
-        }
-        try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) { simulator.accepted().count >= total }
-        var latencies = simulator.accepted().compactMap { accepted -> Double? in
-            published[accepted.apnsID.lowercased()].map { accepted.receivedAt.timeIntervalSince($0) * 1000 }
         }
         latencies.sort()
 
