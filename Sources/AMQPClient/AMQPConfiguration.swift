@@ -190,6 +190,13 @@ public struct AMQPConfiguration: Sendable, Hashable {
     /// The owner thread's longest sleep between two looks at the socket when nothing happens.
     /// Commands wake it at once; this bounds only heartbeat and shutdown latency.
     public var pollInterval: Duration
+    /// The largest frame this client proposes (the broker may lower it; 4,096 at least).
+    /// librabbitmq decodes every channel's frames into a pool of pages this size and keeps the
+    /// pages between frames, so each consuming channel holds one or more of them for its whole
+    /// life: with the broker's 128 KiB that was a fixed cost per consumer (per bundle) for bodies
+    /// of a few KiB. A larger body comes in several body frames and is put together as before.
+    /// Default 16 KiB (`apns-worker-bench scale bundles`, docs/benchmarks.md).
+    public var frameMax: Int = 16_384
 
     public init(
         urls: [AMQPURL], connectionName: String = "apns-worker", heartbeat: Duration = .seconds(30),

@@ -224,7 +224,7 @@ final class ConnectionDriver: @unchecked Sendable {
         ])
         let heartbeatSeconds = Int32(clamping: configuration.heartbeat.wholeMilliseconds / 1000)
         let reply = crabbitmq_login_with_properties(
-            state, url.vhost, 0, 131_072, heartbeatSeconds, &clientProperties, url.user, url.password)
+            state, url.vhost, 0, Int32(clamping: max(4_096, configuration.frameMax)), heartbeatSeconds, &clientProperties, url.user, url.password)
         arena.reset()
         switch reply.reply_type {
         case AMQP_RESPONSE_NORMAL:

@@ -21,8 +21,8 @@ public final class HTTP2Transport: NotificationTransport, Service {
     private let tlsContext: NIOSSLContext
     private let tokens: ProviderTokenSource?
 
-    private typealias Pool = ConnectionPoolStateMachine<HTTP2Connection, CheckedContinuation<PoolGrant, Never>>
-    private enum PoolGrant: Sendable {
+    fileprivate typealias Pool = ConnectionPoolStateMachine<HTTP2Connection, StreamWaiter>
+    fileprivate enum PoolGrant: Sendable {
         case leased(Pool.Lease)
         case timedOut
         case shutdown
@@ -95,8 +95,22 @@ public final class HTTP2Transport: NotificationTransport, Service {
         }
         let deadline = NIODeadline.now() + configuration.requestTimeout.timeAmount
         guard let lease = state.withLock({ $0.pool.leaseIfFree() }) else {
-            return continueInTask(notification, deadline: deadline, token: token, renewedAfterExpiry: false, end: end)
+            return acquire(deadline: deadline) { [self] grant in
+                switch grant {
+                case .leased(let lease): write(notification, on: lease, deadline: deadline, token: token, end: end)
+                case .timedOut: end(.failed(.timeout))
+                case .shutdown: end(.failed(.shutdown))
+                }
+            }
         }
+        write(notification, on: lease, deadline: deadline, token: token, end: end)
+    }
+
+    /// One attempt on a leased stream, its answer handled on the connection's event loop.
+    private func write(
+        _ notification: PushNotification, on lease: Pool.Lease, deadline: NIODeadline, token: ProviderToken?,
+        end: @escaping @Sendable (TransportResult) -> Void
+    ) {
         let request = HTTP2Request(notification: notification, authority: configuration.host, authorization: token?.authorization)
         lease.connection.send(
             StreamRequest(request: request, deadline: deadline) { [self] answered in
@@ -223,6 +237,30 @@ public final class HTTP2Transport: NotificationTransport, Service {
 
     // MARK: the pool under its lock
 
+    /// Waits for a stream without a task: `granted` runs once, with a lease (at once when one
+    /// is free, else when one is given back), `.timedOut` at `deadline`, or `.shutdown`. A
+    /// waiting notification costs a closure in the pool's queue and a timer, not a task and its
+    /// stack: at the start of a drain every job of a bundle but the first waits for the first
+    /// answer (one stream until then), which made these tasks most of a bundle's peak memory
+    /// (issue 30, docs/benchmarks.md).
+    private func acquire(deadline: NIODeadline, granted: @escaping @Sendable (PoolGrant) -> Void) {
+        let timer = WaitTimer()
+        let waiter = StreamWaiter.callback { grant in
+            timer.cancel()
+            granted(grant)
+        }
+        let (id, action) = state.withLock { s -> (UInt64, Pool.AcquireAction) in
+            s.nextWaiterID += 1
+            return (s.nextWaiterID, s.pool.acquire(id: s.nextWaiterID, waiter: waiter))
+        }
+        switch action {
+        case .leased(let lease): granted(.leased(lease))
+        case .shutdown: granted(.shutdown)
+        case .wait:
+            timer.start(eventLoopGroup.any().scheduleTask(deadline: deadline) { [self] in giveUp(waiter: id, with: .timedOut) })
+        }
+    }
+
     private func acquire(deadline: NIODeadline) async -> PoolGrant {
         let id = state.withLock { s -> UInt64 in
             s.nextWaiterID += 1
@@ -233,7 +271,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
         defer { timer?.cancel() }
         return await withCancellableWait(
             register: { continuation -> PoolGrant? in
-                switch state.withLock({ $0.pool.acquire(id: id, waiter: continuation) }) {
+                switch state.withLock({ $0.pool.acquire(id: id, waiter: .task(continuation)) }) {
                 case .leased(let lease): return .leased(lease)
                 case .shutdown: return .shutdown
                 case .wait:
@@ -243,7 +281,10 @@ public final class HTTP2Transport: NotificationTransport, Service {
                     return nil
                 }
             },
-            withdraw: { [self] in state.withLock { $0.pool.removeWaiter(id: id) } },
+            withdraw: { [self] in
+                guard case .task(let continuation) = state.withLock({ $0.pool.removeWaiter(id: id) }) else { return nil }
+                return continuation
+            },
             cancelled: .shutdown)
     }
 
@@ -420,3 +461,38 @@ extension HTTP2Transport: TransportStatusReporting {
     }
 }
 
+/// Who waits for a stream: a task suspended in `sendWithRetries`, or a notification of the
+/// task-free path with what follows its lease.
+fileprivate enum StreamWaiter: Sendable {
+    case task(CheckedContinuation<HTTP2Transport.PoolGrant, Never>)
+    case callback(@Sendable (HTTP2Transport.PoolGrant) -> Void)
+
+    func resume(returning grant: HTTP2Transport.PoolGrant) {
+        switch self {
+        case .task(let continuation): continuation.resume(returning: grant)
+        case .callback(let granted): granted(grant)
+        }
+    }
+}
+
+/// The deadline timer of one task-free wait, cancelled when the wait ends, even when it ends
+/// (another thread gave back a stream) before the timer is started.
+private final class WaitTimer: Sendable {
+    private let state = Mutex<(ended: Bool, scheduled: Scheduled<Void>?)>((false, nil))
+
+    func start(_ scheduled: Scheduled<Void>) {
+        let ended = state.withLock { s -> Bool in
+            if !s.ended { s.scheduled = scheduled }
+            return s.ended
+        }
+        if ended { scheduled.cancel() }
+    }
+
+    func cancel() {
+        state.withLock { s -> Scheduled<Void>? in
+            s.ended = true
+            defer { s.scheduled = nil }
+            return s.scheduled
+        }?.cancel()
+    }
+}

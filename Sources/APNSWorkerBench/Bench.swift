@@ -5,7 +5,7 @@ import ArgumentParser
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "apns-worker-bench",
-        abstract: "Benchmarks: pure codecs, the AMQP client, the APNs transports and the whole worker.",
-        subcommands: [PureBench.self, AMQPBench.self, TransportBench.self, BinaryBench.self, WorkerBench.self, RegistryBench.self]
+        abstract: "Benchmarks: pure codecs, the AMQP client, the APNs transports, the whole worker and its cost at scale.",
+        subcommands: [PureBench.self, AMQPBench.self, TransportBench.self, BinaryBench.self, WorkerBench.self, ScaleBench.self, RegistryBench.self]
     )
 }

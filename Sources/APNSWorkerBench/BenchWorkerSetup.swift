@@ -41,6 +41,44 @@ struct BenchWorkerSetup {
         return process
     }
 
+    /// A token-authenticated `[apns "bundle"]` section against the simulator on `port`, with
+    /// `extraKeys` (one `key = value` each).
+    static func bundleSection(_ bundle: String, port: Int, extraKeys: [String]) -> String {
+        """
+        [apns "\(bundle)"]
+        teamId = TEAM123456
+        keyId = KEY1234567
+        tokenKeyFile = credentials/AuthKey_KEY1234567.p8
+        host = 127.0.0.1
+        port = \(port)
+        caFile = credentials/ca.pem
+        \(extraKeys.joined(separator: "\n"))
+
+        """
+    }
+
+    /// Publishes `rate` jobs a second for `seconds` through `publish` (given the index, the job
+    /// id), then waits for the simulator to accept them all and returns each job's milliseconds
+    /// from publishing to the simulator's 200. Call `simulator.clearAccepted()` first.
+    func pacedLatencies(rate: Int, seconds: Int, publish: (Int, String) async throws -> Void) async throws -> [Double] {
+        var published: [String: Date] = [:]
+        let interval = Duration.seconds(1) / max(rate, 1)
+        let total = rate * seconds
+        let paceStart = ContinuousClock.now
+        for index in 0..<total {
+            let id = UUID().uuidString
+            published[id.lowercased()] = Date()
+            try await publish(index, id)
+            let due = paceStart.advanced(by: interval * (index + 1))
+            if due > .now { try await Task.sleep(until: due, clock: .continuous) }
+        }
+        let simulator = simulator
+        try await Self.waitUntil(limit: .seconds(900)) { simulator.accepted().count >= total }
+        return simulator.accepted().compactMap { accepted in
+            published[accepted.apnsID.lowercased()].map { accepted.receivedAt.timeIntervalSince($0) * 1000 }
+        }
+    }
+
     /// Polls `condition` every 20 ms; a benchmark that has not got there within `limit` failed.
     static func waitUntil(limit: Duration, _ condition: () async throws -> Bool) async throws {
         let deadline = ContinuousClock.now.advanced(by: limit)

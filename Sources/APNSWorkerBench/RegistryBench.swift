@@ -214,17 +214,7 @@ struct RegistryBench: AsyncParsableCommand {
 
             """
         for bundle in bundles {
-            config += """
-                [apns "\(bundle)"]
-                teamId = TEAM123456
-                keyId = KEY1234567
-                tokenKeyFile = credentials/AuthKey_KEY1234567.p8
-                host = 127.0.0.1
-                port = \(simulatorPort)
-                caFile = credentials/ca.pem
-                connections = 2
-
-                """
+            config += BenchWorkerSetup.bundleSection(bundle, port: simulatorPort, extraKeys: ["connections = 2"])
         }
         return config
     }

@@ -70,7 +70,7 @@ struct WorkerBench: AsyncParsableCommand {
 
         // Phase 1: preload, then drain through the worker.
         print("preloading \(jobs) jobs into \(queue) …")
-        try await publish(count: jobs, bundle: bundle, connection: connection)
+        try await BenchJobs.publish(count: jobs, bundles: [bundle], connection: connection)
         let worker = try setup.startWorker(configPath: configPath)
         let drainStart = ContinuousClock.now
         try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) { simulator.counters().accepted >= jobs }
@@ -78,20 +78,8 @@ struct WorkerBench: AsyncParsableCommand {
 
         // Phase 2: steady rate, latency from publish to the simulator's acceptance.
         simulator.clearAccepted()
-        var published: [String: Date] = [:]
-        let interval = Duration.seconds(1) / max(rate, 1)
-        let total = rate * latencySeconds
-        let paceStart = ContinuousClock.now
-        for index in 0..<total {
-            let id = UUID().uuidString
-            published[id.lowercased()] = Date()
-            try await publishOne(id: id, index: index, bundle: bundle, connection: connection)
-            let due = paceStart.advanced(by: interval * (index + 1))
-            if due > .now { try await Task.sleep(until: due, clock: .continuous) }
-        }
-        try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) { simulator.accepted().count >= total }
-        var latencies = simulator.accepted().compactMap { accepted -> Double? in
-            published[accepted.apnsID.lowercased()].map { accepted.receivedAt.timeIntervalSince($0) * 1000 }
+        var latencies = try await setup.pacedLatencies(rate: rate, seconds: latencySeconds) { index, id in
+            try await BenchJobs.publishOne(id: id, index: index, bundle: bundle, connection: connection)
         }
         latencies.sort()
 
@@ -102,7 +90,7 @@ struct WorkerBench: AsyncParsableCommand {
         let cpu = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
 
         // Phase 3: the broker's ceiling: the same drain with a consumer that only acks.
-        try await publish(count: jobs, bundle: bundle, connection: connection)
+        try await BenchJobs.publish(count: jobs, bundles: [bundle], connection: connection)
         let consumer = try await connection.consume(queue: queue, prefetch: UInt16(clamping: prefetch))
         let noopStart = ContinuousClock.now
         var consumed = 0
@@ -133,24 +121,5 @@ struct WorkerBench: AsyncParsableCommand {
     private func percentile(_ sorted: [Double], _ p: Double) -> String {
         guard !sorted.isEmpty else { return "-" }
         return String(format: "%.1f", LatencySample(sorted).percentile(p))
-    }
-
-    private func publish(count: Int, bundle: String, connection: AMQPConnection) async throws {
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for index in 0..<count {
-                if index >= 500 { try await group.next() }
-                group.addTask { try await publishOne(id: UUID().uuidString, index: index, bundle: bundle, connection: connection) }
-            }
-            try await group.waitForAll()
-        }
-    }
-
-    private func publishOne(id: String, index: Int, bundle: String, connection: AMQPConnection) async throws {
-        let token = String(format: "%064x", index)
-        let body = #"{"token":"\#(token)","payload":{"aps":{"alert":"bench \#(index)"}},"id":"\#(id)"}"#
-        var properties = AMQPProperties.persistentJSON
-        properties.messageID = id
-        try await connection.publish(
-            AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: bundle, body: Array(body.utf8), properties: properties))
     }
 }

@@ -140,6 +140,20 @@ struct HTTP2TransportIntegrationTests {
         }
     }
 
+    @Test("a notification that waits for a stream that never comes fails with .timeout at its deadline", arguments: SendPath.allCases)
+    func waitingForAStreamTimesOut(path: SendPath) async throws {
+        // Nothing listens on port 1: connecting fails again and again, no stream is ever free,
+        // and both send paths wait in the pool's queue (the completion path without a task).
+        try await Env.withTransport(transport: { $0.port = 1; $0.requestTimeout = .seconds(1) }) { _, transport in
+            let started = ContinuousClock.now
+            let results = await Env.sendAll((0..<20).map { _ in Env.notification() }, through: transport, path: path)
+            let elapsed = started.duration(to: .now)
+            #expect(results.allSatisfy { $0 == .failed(.timeout) }, "\(results)")
+            #expect(elapsed >= .milliseconds(950))
+            #expect(elapsed < .seconds(10), "at their deadline, not much later")
+        }
+    }
+
     @Test("GOAWAY after N streams: every notification still gets 200, unprocessed ones on a fresh connection", arguments: SendPath.allCases)
     func goaway(path: SendPath) async throws {
         // A generous deadline: this test is about resending, and a loaded CI machine must not

@@ -1,0 +1,96 @@
+/// One run of `apns-worker-bench scale`: the simulator and a worker configuration for N bundles,
+/// their topology on the broker, preloading and paced publishing spread over the bundles, and
+/// removing the queues afterwards. Also the job publishing the `worker` benchmark shares.
+import AMQPClient
+import APNSCore
+import APNSSimulator
+import APNSTopology
+import ArgumentParser
+import Foundation
+import Logging
+
+struct ScaleRun {
+    let setup: BenchWorkerSetup
+    let configPath: String
+    let bundleIDs: [String]
+    let connection: AMQPConnection
+
+    /// A simulator serving `bundles` fresh bundle IDs, a worker configuration naming them all
+    /// (with the benchmark's extra keys), and their topology declared.
+    static func start(bundles: Int, recordLimit: Int, bench: ScaleBench, logger: Logger) async throws -> ScaleRun {
+        let prefix = "com.example.scale.\(UUID().uuidString.prefix(6).lowercased())"
+        let bundleIDs = (0..<bundles).map { "\(prefix).b\($0)" }
+        let setup = try await BenchWorkerSetup.start(
+            directoryPrefix: "apnsw-scale", bundleIDs: bundleIDs, recordLimit: recordLimit, logger: logger)
+        let configPath = setup.directory + "/worker.conf"
+        var config = """
+            [amqp]
+            url = \(bench.url)
+            \(bench.amqpKeys.joined(separator: "\n"))
+            [admin]
+            listen = 127.0.0.1:0
+            [retry]
+            delays = 1s
+            maxAttempts = 3
+
+            """
+        for bundle in bundleIDs {
+            config += BenchWorkerSetup.bundleSection(bundle, port: setup.simulator.port, extraKeys: bench.bundleKeys)
+        }
+        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+        let connection = try await AMQPConnection.connect(
+            configuration: AMQPConfiguration(urlStrings: [bench.url], connectionName: "bench scale"), logger: logger)
+        try await connection.declare(TopologyPlan(bundleIDs: bundleIDs, retryDelays: [.seconds(1)], queueType: .quorum))
+        return ScaleRun(setup: setup, configPath: configPath, bundleIDs: bundleIDs, connection: connection)
+    }
+
+    /// `count` jobs, round-robin over the bundles, 500 confirms in flight.
+    func publish(count: Int) async throws {
+        try await BenchJobs.publish(count: count, bundles: bundleIDs, connection: connection)
+    }
+
+    /// Publishes at `rate` per second for `seconds`, round-robin over the bundles, and returns
+    /// each job's milliseconds from publishing to the simulator's 200.
+    func latencies(rate: Int, seconds: Int) async throws -> [Double] {
+        try await setup.pacedLatencies(rate: rate, seconds: seconds) { index, id in
+            try await BenchJobs.publishOne(id: id, index: index, bundle: bundleIDs[index % bundleIDs.count], connection: connection)
+        }
+    }
+
+    /// Deletes the run's queues, closes the connection and stops the simulator.
+    func finish() async throws {
+        for bundle in bundleIDs {
+            for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
+                _ = try? await connection.deleteQueue(name)
+            }
+        }
+        await connection.close()
+        try await setup.simulator.shutdown()
+    }
+}
+
+/// Jobs as the sync server publishes them: a distinct token per index, an alert payload, the
+/// id as the message id, persistent, with publisher confirms.
+enum BenchJobs {
+    /// `count` jobs, round-robin over `bundles`, never more than 500 unconfirmed.
+    static func publish(count: Int, bundles: [String], connection: AMQPConnection) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<count {
+                if index >= 500 { try await group.next() }
+                group.addTask {
+                    try await publishOne(id: UUID().uuidString, index: index, bundle: bundles[index % bundles.count], connection: connection)
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    static func publishOne(id: String, index: Int, bundle: String, connection: AMQPConnection) async throws {
+        let token = String(format: "%064x", index)
+        let body = #"{"token":"\#(token)","payload":{"aps":{"alert":"bench \#(index)"}},"id":"\#(id)"}"#
+        var properties = AMQPProperties.persistentJSON
+        properties.messageID = id
+        try await connection.publish(
+            AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: bundle, body: Array(body.utf8), properties: properties))
+    }
+}
