@@ -39,7 +39,7 @@ struct RunCommand: AsyncParsableCommand {
         // reached is one line naming the file, line and key.
         if let registrySettings = configuration.registry {
             do {
-                _ = try await RegistryService.migrateAtStartUp(registrySettings, logger: logger)
+                _ = try await RegistryStore.migrateAtStartUp(registrySettings, logger: logger)
             } catch {
                 FileHandle.standardError.write(Data("\(error)\n".utf8))
                 throw ExitCode.failure
@@ -50,7 +50,7 @@ struct RunCommand: AsyncParsableCommand {
             RegistryService(
                 store: try RegistryStore(settings: settings, logger: logger), broker: broker,
                 flushInterval: settings.countsFlushInterval,
-                settings: RegistryService.Settings(
+                settings: RegistryServiceSettings(
                     probeInterval: configuration.worker.probeInterval, queueType: configuration.amqp.queueType,
                     syncWindow: settings.syncWindow),
                 logger: logger)
@@ -183,7 +183,7 @@ struct RunCommand: AsyncParsableCommand {
 extension RunCommand {
     /// A legacy feedback service poller per binary bundle that polls (`feedbackInterval` > 0),
     /// against the bundle's default environment, with the bundle's certificate.
-    func makeFeedbackPollers(_ bundles: [BundleConfiguration], broker: AMQPConnection, logger: Logger) throws -> [FeedbackPoller] {
+    func makeFeedbackPollers(_ bundles: [BundleConfiguration], broker: AMQPConnection, logger: Logger) throws -> [FeedbackPoller<AMQPConnection>] {
         try bundles.compactMap { bundle in
             guard let (host, port) = bundle.feedbackEndpoint(for: bundle.environment),
                 case .certificate(let certFile, let keyFile) = bundle.auth
