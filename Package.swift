@@ -219,10 +219,11 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // Helpers shared by the test targets: broker coordinates, processes, temp dirs.
+        // Helpers shared by the test targets: broker coordinates, processes, temp dirs, and the
+        // in-memory broker behind the client's seams (`InMemoryBroker`).
         .target(
             name: "TestSupport",
-            dependencies: [],
+            dependencies: ["AMQPClient"],
             path: "Tests/TestSupport",
             swiftSettings: strictSettings
         ),

@@ -24,6 +24,12 @@ public struct AMQPQueueInfo: Sendable, Hashable {
     public var name: String
     public var messageCount: UInt32
     public var consumerCount: UInt32
+
+    public init(name: String, messageCount: UInt32, consumerCount: UInt32) {
+        self.name = name
+        self.messageCount = messageCount
+        self.consumerCount = consumerCount
+    }
 }
 
 /// One connection to RabbitMQ that reconnects by itself (failover list, capped exponential
