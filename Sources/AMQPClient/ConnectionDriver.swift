@@ -120,6 +120,7 @@ final class ConnectionDriver: @unchecked Sendable {
                 }
                 switch reconnect.failed(using: &random) {
                 case .giveUp:
+                    connection.shared.withLock { $0.gaveUp = failure.error }
                     if let first = connection.shared.withLock({ state in defer { state.firstConnect = nil }; return state.firstConnect }) {
                         first.resume(throwing: failure.error)
                     }
@@ -162,6 +163,12 @@ final class ConnectionDriver: @unchecked Sendable {
         for waiter in closeWaiters { waiter.resume() }
         closeWaiters.removeAll()
         logger.debug("AMQP connection thread finished")
+        let ended = connection.shared.withLock { state in
+            state.ended = true
+            defer { state.endWaiters.removeAll() }
+            return state.endWaiters
+        }
+        for waiter in ended { waiter.resume() }
     }
 
     func setState(_ newState: AMQPConnectionState) {
@@ -346,9 +353,7 @@ final class ConnectionDriver: @unchecked Sendable {
     func sleep(upTo duration: Duration, socket: Int32, awaitingAcks: AwaitedAcks? = nil) -> UInt64? {
         let goToSleep = connection.shared.withLock { state in
             guard state.commands.isEmpty else { return false }
-            state.sleeping = true
-            state.acksWakeAt = awaitingAcks?.batch
-            state.acksWhileSleeping = 0
+            state.wake.goingToSleep(ackBatch: awaitingAcks?.batch)
             return true
         }
         guard goToSleep else { return nil }
@@ -358,13 +363,8 @@ final class ConnectionDriver: @unchecked Sendable {
             timeout = min(timeout, awaitingAcks.delay)
             briefSleepStart = Self.monotonicNanoseconds()
         }
-        let milliseconds = Int32(clamping: max(1, timeout.wholeMilliseconds))
-        let result = crabbitmq_wait_readable(socket, connection.wakeFD, milliseconds)
-        connection.shared.withLock {
-            $0.sleeping = false
-            $0.acksWakeAt = nil
-        }
-        if result > 0 && result & 2 != 0 { crabbitmq_wakeup_drain(connection.wakeFD) }
+        connection.wake.wait(socket: socket, milliseconds: Int32(clamping: max(1, timeout.wholeMilliseconds)))
+        connection.shared.withLock { $0.wake.wokeUp() }
         return briefSleepStart
     }
 
