@@ -152,3 +152,57 @@ struct ConnectionServiceTests {
         }
     }
 }
+
+/// The serve loop's sleeps and ack timing, from coalescers and times given by the test.
+@Suite struct ServeScheduleTests {
+    static let poll = Duration.milliseconds(200)
+    static let ms: UInt64 = 1_000_000
+
+    @Test func withNothingHeldTheThreadSleepsThePollIntervalAndAnyCommandWakesIt() {
+        #expect(ServeSchedule.sleep(pollInterval: Self.poll, acks: [AckCoalescer](), now: 0) == .init(timeout: Self.poll, ackBatch: nil))
+        // A coalescer with nothing waiting and no deliveries changes nothing.
+        #expect(ServeSchedule.sleep(pollInterval: Self.poll, acks: [AckCoalescer()], now: 0) == .init(timeout: Self.poll, ackBatch: nil))
+    }
+
+    @Test func anAckHeldBehindAnUnfinishedTagCutsTheSleepToItsDeadline() {
+        var acks = AckCoalescer(maxDelay: 150 * Self.ms, batch: 1)
+        acks.delivered(2)
+        acks.ack(2, now: 0)
+        #expect(acks.flush(now: 0).isEmpty)
+        // Tag 1 is unfinished: tag 2 waits until 150 ms. Acks are quiet by 120 ms, so the sleep
+        // is not brief, only cut to the deadline.
+        #expect(ServeSchedule.sleep(pollInterval: Self.poll, acks: [acks], now: 120 * Self.ms) == .init(timeout: .milliseconds(30), ackBatch: nil))
+        // Past the deadline: no sleep at all (the next turn sends it).
+        #expect(ServeSchedule.sleep(pollInterval: Self.poll, acks: [acks], now: 300 * Self.ms).timeout == .zero)
+    }
+
+    @Test func whileAcksKeepComingTheSleepIsBriefAndWaitsForTheSmallestBatch() {
+        var fast = AckCoalescer(maxDelay: 20 * Self.ms, batch: 8, batchDelay: 1 * Self.ms)
+        var slow = AckCoalescer(maxDelay: 20 * Self.ms, batch: 32, batchDelay: 2 * Self.ms)
+        for tag in 1...10 as ClosedRange<UInt64> {
+            fast.delivered(tag)
+            slow.delivered(tag)
+        }
+        fast.ack(1, now: 0)
+        slow.ack(1, now: 0)
+        _ = fast.flush(now: 0, force: true)
+        _ = slow.flush(now: 0, force: true)
+        let sleep = ServeSchedule.sleep(pollInterval: Self.poll, acks: [fast, slow], now: 10 * Self.ms)
+        #expect(sleep == .init(timeout: .milliseconds(1), ackBatch: 8))
+        // Once acks have been quiet a while, a stuck consumer no longer makes the sleep brief.
+        #expect(ServeSchedule.sleep(pollInterval: Self.poll, acks: [fast, slow], now: 500 * Self.ms).ackBatch == nil)
+    }
+
+    @Test func acksQueuedDuringABriefSleepCountFromItsStartAndOtherwiseFromWhenTheyAreTaken() {
+        var schedule = ServeSchedule()
+        #expect(schedule.commandsTaken(now: 5) == 5)
+        schedule.sleeping(.init(timeout: .milliseconds(1), ackBatch: 8), now: 100)
+        #expect(schedule.commandsTaken(now: 130) == 100)
+        #expect(schedule.commandsTaken(now: 140) == 140)
+        schedule.sleeping(.init(timeout: .milliseconds(1), ackBatch: 8), now: 200)
+        schedule.noCommands()
+        #expect(schedule.commandsTaken(now: 260) == 260)
+        schedule.sleeping(.init(timeout: Self.poll, ackBatch: nil), now: 300)
+        #expect(schedule.commandsTaken(now: 400) == 400)
+    }
+}
