@@ -76,13 +76,14 @@ let package = Package(
         // Waiting for a value handed over by someone else, with task cancellation done right:
         // the one helper for every such wait (a leaf: the standard library only).
         .target(name: "CancellableWait", swiftSettings: strictSettings),
-        // AMQP 0-9-1 client over librabbitmq: one owner thread per connection, async API.
-        // A general client: it knows nothing of APNs.
+        // AMQP 0-9-1 client over librabbitmq: one owner thread per connection, async API; a
+        // connection is a ServiceLifecycle service. A general client: it knows nothing of APNs.
         .target(
             name: "AMQPClient",
             dependencies: [
                 "CRabbitMQ", "CRabbitMQShim", "CancellableWait",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strictSettings
         ),
@@ -219,10 +220,11 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // Helpers shared by the test targets: broker coordinates, processes, temp dirs.
+        // Helpers shared by the test targets: broker coordinates, processes, temp dirs, and the
+        // in-memory broker behind the client's seams (`InMemoryBroker`).
         .target(
             name: "TestSupport",
-            dependencies: [],
+            dependencies: ["AMQPClient"],
             path: "Tests/TestSupport",
             swiftSettings: strictSettings
         ),

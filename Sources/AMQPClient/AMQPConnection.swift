@@ -3,6 +3,7 @@
 import CRabbitMQShim
 import Foundation
 import Logging
+import ServiceLifecycle
 import Synchronization
 
 /// Where a connection stands, for readiness checks and metrics.
@@ -24,45 +25,103 @@ public struct AMQPQueueInfo: Sendable, Hashable {
     public var name: String
     public var messageCount: UInt32
     public var consumerCount: UInt32
+
+    public init(name: String, messageCount: UInt32, consumerCount: UInt32) {
+        self.name = name
+        self.messageCount = messageCount
+        self.consumerCount = consumerCount
+    }
 }
 
 /// One connection to RabbitMQ that reconnects by itself (failover list, capped exponential
 /// backoff with jitter), re-declares the topology given to `declare(_:)` and restores consumers.
 ///
+/// A ServiceLifecycle `Service`: `run()` starts the connection's owner thread and returns when
+/// it has ended; graceful shutdown (or cancellation) closes the connection. Put it first in the
+/// service group, so that it shuts down last, once the services using it have settled their
+/// work. Calls made before the first connection is up wait for it in the owner thread's queue.
+/// One-shot tools use `connect` / `withConnection` and `close()` instead.
+///
 /// Operations that need the broker (publish, declare…) fail with `notConnected` while it is
 /// reconnecting, and with `connectionLost` when the connection dies while they are in flight:
-/// the caller decides whether to retry. Call `close()` when done.
-public final class AMQPConnection: Sendable {
+/// the caller decides whether to retry.
+public final class AMQPConnection: Service, Sendable {
     let shared: Mutex<SharedState>
-    let wakeFD: Int32
+    let wake: OwnerWake
+    let configuration: AMQPConfiguration
     let logger: Logger
 
-    private init(wakeFD: Int32, logger: Logger) {
+    /// A connection not started yet: `run()` (in a service group) starts it. Throws when the
+    /// configuration has no URL or the wake-up descriptor cannot be made.
+    public init(configuration: AMQPConfiguration, logger: Logger) throws {
+        guard !configuration.urls.isEmpty else { throw AMQPError(.invalidURL, "no AMQP URL given") }
+        self.wake = try OwnerWake()
         self.shared = Mutex(SharedState())
-        self.wakeFD = wakeFD
+        self.configuration = configuration
         self.logger = logger
     }
 
-    deinit {
-        crabbitmq_wakeup_close(wakeFD)
+    /// Starts the owner thread and returns when it has ended: after graceful shutdown or
+    /// cancellation closed the connection, or when the first connect gave up (every URL of the
+    /// failover list failed once), which it throws.
+    public func run() async throws {
+        startOwnerThread()
+        await withTaskCancellationHandler {
+            await withGracefulShutdownHandler {
+                await ownerThreadEnded()
+            } onGracefulShutdown: {
+                self.requestClose()
+            }
+        } onCancel: {
+            self.requestClose()
+        }
+        if let failure = shared.withLock({ $0.gaveUp }) { throw failure }
     }
 
     /// Starts the connection's owner thread and waits until the first connection is up. Throws
     /// when every URL of the failover list failed once (the thread then stops); after that
     /// first success, losses are repaired by reconnecting until `close()`.
     public static func connect(configuration: AMQPConfiguration, logger: Logger) async throws -> AMQPConnection {
-        guard !configuration.urls.isEmpty else { throw AMQPError(.invalidURL, "no AMQP URL given") }
-        let fd = crabbitmq_wakeup_create()
-        guard fd >= 0 else { throw AMQPError(.library, "eventfd() failed: errno \(errno)") }
-        let connection = AMQPConnection(wakeFD: fd, logger: logger)
+        let connection = try AMQPConnection(configuration: configuration, logger: logger)
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             connection.shared.withLock { $0.firstConnect = continuation }
-            let driver = ConnectionDriver(configuration: configuration, connection: connection, logger: logger)
-            let thread = Thread { driver.run() }
-            thread.name = "amqp-\(configuration.connectionName)"
-            thread.start()
+            connection.startOwnerThread()
         }
         return connection
+    }
+
+    /// Starts the owner thread once (later calls do nothing).
+    private func startOwnerThread() {
+        guard claimStart() else { return }
+        let driver = ConnectionDriver(configuration: configuration, connection: self, logger: logger)
+        let thread = Thread { driver.run() }
+        thread.name = "amqp-\(configuration.connectionName)"
+        thread.start()
+    }
+
+    /// Marks the connection started; true when this call did (it was not started before).
+    private func claimStart() -> Bool {
+        shared.withLock { state in
+            defer { state.started = true }
+            return !state.started
+        }
+    }
+
+    /// Returns once the owner thread has ended (at once if it never started or already ended).
+    private func ownerThreadEnded() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ended = shared.withLock { state in
+                guard state.started, !state.ended else { return true }
+                state.endWaiters.append(continuation)
+                return false
+            }
+            if ended { continuation.resume() }
+        }
+    }
+
+    /// Asks the owner thread to close, without waiting (the shutdown handlers must not block).
+    private func requestClose() {
+        submit(.close(nil), orElse: {})
     }
 
     /// `connect`, run `body`, and close whatever happens.
@@ -85,9 +144,17 @@ public final class AMQPConnection: Sendable {
     /// Closes the connection (consumers end, publishes still unconfirmed fail with `closed`) and
     /// waits for the owner thread to finish. Idempotent.
     public func close() async {
+        if claimStart() {
+            // Never started: it ends here, without a thread; whatever was queued fails as closed.
+            let driver = ConnectionDriver(configuration: configuration, connection: self, logger: logger)
+            driver.stopRequested = true
+            driver.finish()
+            return
+        }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             submit(.close(continuation), orElse: { continuation.resume() })
         }
+        await ownerThreadEnded()
     }
 
     public var state: AMQPConnectionState { shared.withLock { $0.state } }
@@ -214,22 +281,15 @@ public final class AMQPConnection: Sendable {
     /// a tag is never sent on a channel that did not deliver it. `.settled` therefore means
     /// "handed to the live channel", as for any ack still in a socket buffer when a connection dies.
     ///
-    /// An ack does not wake a thread that sleeps briefly to pick acks up (`SharedState.acksWakeAt`)
-    /// until a batch of them is queued: the write to the eventfd and the wake-up it causes cost
-    /// the caller, the connection's event loop, more than the ack itself.
+    /// An ack wakes a sleeping owner thread only as `WakeDecision.ackQueued` says.
     func settle(_ tag: AMQPDeliveryTag, _ kind: SettlementKind) -> AMQPSettlement {
         let (accepted, wake): (Bool, Bool) = shared.withLock { state in
             guard !state.terminated, state.openChannels[tag.channel] == tag.generation else { return (false, false) }
             state.commands.append(.settle(tag, kind))
-            guard state.sleeping else { return (true, false) }
-            if case .ack = kind, let batch = state.acksWakeAt {
-                state.acksWhileSleeping += 1
-                if state.acksWhileSleeping < batch { return (true, false) }
-            }
-            state.sleeping = false
-            return (true, true)
+            if case .ack = kind { return (true, state.wake.ackQueued()) }
+            return (true, state.wake.commandQueued())
         }
-        if wake { crabbitmq_wakeup_signal(wakeFD) }
+        if wake { self.wake.signal() }
         if !accepted { logger.debug("AMQP settlement of a stale delivery dropped", metadata: ["amqp.delivery_tag": "\(tag)"]) }
         return accepted ? .settled : .stale
     }
@@ -254,26 +314,18 @@ public final class AMQPConnection: Sendable {
         let outcome: (accepted: Bool, wake: Bool) = shared.withLock { state in
             guard !state.terminated else { return (false, false) }
             state.commands.append(command)
-            if state.sleeping {
-                state.sleeping = false
-                return (true, true)
-            }
-            return (true, false)
+            return (true, state.wake.commandQueued())
         }
         if !outcome.accepted { rejected() }
-        if outcome.wake { crabbitmq_wakeup_signal(wakeFD) }
+        if outcome.wake { wake.signal() }
     }
 }
 
 /// State shared by async callers and the owner thread, always under `AMQPConnection.shared`.
 struct SharedState: ~Copyable {
     var commands: [Command] = []
-    /// The owner thread is (about to be) in poll(2): a new command must signal the eventfd.
-    var sleeping = false
-    /// Set while the owner thread sleeps no longer than its acks may wait (a consumer has
-    /// deliveries not yet settled): acks then signal the eventfd only once this many are queued.
-    var acksWakeAt: Int?
-    var acksWhileSleeping = 0
+    /// When a queued command must wake the owner thread (`OwnerWake.swift`).
+    var wake = WakeDecision()
     /// The owner thread has ended: commands are refused.
     var terminated = false
     var state: AMQPConnectionState = .connecting
@@ -283,6 +335,13 @@ struct SharedState: ~Copyable {
     var openChannels: [UInt16: UInt64] = [:]
     var nextConsumerID = 0
     var firstConnect: CheckedContinuation<Void, any Error>?
+    /// The owner thread was started (`run()` or `connect`); it starts once.
+    var started = false
+    /// The owner thread has finished; `endWaiters` were resumed.
+    var ended = false
+    var endWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Why the first connect gave up, for `run()` to throw.
+    var gaveUp: AMQPError?
 }
 
 enum SettlementKind: Sendable {
@@ -324,5 +383,6 @@ enum Command: Sendable {
     case rpc(RPCRequest, CheckedContinuation<RPCResult, any Error>)
     case consume(ConsumerRequest, CheckedContinuation<Void, any Error>)
     case cancelConsumer(Int, CheckedContinuation<Void, Never>)
-    case close(CheckedContinuation<Void, Never>)
+    /// With a continuation to resume once closed, or none (a shutdown handler does not wait).
+    case close(CheckedContinuation<Void, Never>?)
 }

@@ -31,7 +31,7 @@ extension ConnectionDriver {
             continuation.resume()
         case .close(let continuation):
             stopRequested = true
-            closeWaiters.append(continuation)
+            if let continuation { closeWaiters.append(continuation) }
         }
     }
 
@@ -110,7 +110,7 @@ extension ConnectionDriver {
             }
         case .close(let continuation):
             stopRequested = true
-            closeWaiters.append(continuation)
+            if let continuation { closeWaiters.append(continuation) }
         }
     }
 
@@ -149,31 +149,6 @@ extension ConnectionDriver {
             ackCoalescers[channel] = (generation, AckCoalescer(consumerPrefetch: prefetch))
         }
         change(&ackCoalescers[channel]!.acks)
-    }
-
-    /// How long the thread may sleep before a held ack is due, at most `limit`.
-    func untilNextAckDeadline(atMost limit: Duration) -> Duration {
-        let deadlines = ackCoalescers.values.compactMap { $0.acks.nextDeadline() }
-        guard let next = deadlines.min() else { return limit }
-        let now = Self.monotonicNanoseconds()
-        let remaining = next > now ? Duration.nanoseconds(Int64(clamping: next - now)) : .zero
-        return min(limit, remaining)
-    }
-
-    /// Acks a sleeping thread need not be woken for: a consumer channel expects more acks soon
-    /// (`AckCoalescer.expectsAcks`). The thread then sleeps no longer than the shortest batch
-    /// delay, and is woken early only by a full batch. Nil when no ack is expected soon: the
-    /// first one wakes the thread, as every other command does.
-    func acksAwaited() -> AwaitedAcks? {
-        guard !ackCoalescers.isEmpty else { return nil }
-        let now = Self.monotonicNanoseconds()
-        var awaited: AwaitedAcks?
-        for entry in ackCoalescers.values where entry.acks.expectsAcks(now: now) {
-            let delay = Duration.nanoseconds(Int64(clamping: entry.acks.batchDelay))
-            awaited = AwaitedAcks(
-                delay: min(awaited?.delay ?? delay, delay), batch: min(awaited?.batch ?? entry.acks.batch, entry.acks.batch))
-        }
-        return awaited
     }
 
     static func monotonicNanoseconds() -> UInt64 {
@@ -240,10 +215,4 @@ extension ConnectionDriver {
     func failInFlightPublishes(_ error: AMQPError) {
         confirms.failAll { $0.resume(throwing: error) }
     }
-}
-
-/// See `ConnectionDriver.acksAwaited()`.
-struct AwaitedAcks {
-    var delay: Duration
-    var batch: Int
 }

@@ -1,8 +1,10 @@
 // The owner thread of one AMQP connection: the only code that touches librabbitmq state.
 // It connects (failover + backoff), restores topology and consumers, then loops: carry out
 // queued commands, read every available frame, sleep in poll(2) on socket + eventfd.
-// The decisions are values of their own, tested without a broker (`ReconnectPolicy`,
-// `ChannelTable`, `PublishConfirms`, `AckCoalescer`); the driver carries them out. Its parts:
+// The decisions are values of their own, tested without a broker: where and when to connect
+// (`ReconnectPolicy`), when to sleep between turns of the serve loop (`ServeSchedule`), when a
+// caller wakes the thread (`WakeDecision`), which tags are good (`ChannelTable`), confirms
+// (`PublishConfirms`) and acks (`AckCoalescer`); the driver carries them out. Its parts:
 // this file (state, lifecycle, connect, serve), `+Commands` (callers' commands, acks,
 // publishing), `+Frames` (what the broker sends, channels), `+Control` (RPCs, topology).
 import CRabbitMQ
@@ -120,6 +122,7 @@ final class ConnectionDriver: @unchecked Sendable {
                 }
                 switch reconnect.failed(using: &random) {
                 case .giveUp:
+                    connection.shared.withLock { $0.gaveUp = failure.error }
                     if let first = connection.shared.withLock({ state in defer { state.firstConnect = nil }; return state.firstConnect }) {
                         first.resume(throwing: failure.error)
                     }
@@ -140,7 +143,7 @@ final class ConnectionDriver: @unchecked Sendable {
             for command in takeCommands() { handleWhileDisconnected(command) }
             let remaining = ContinuousClock.now.duration(to: deadline)
             if remaining <= .zero || stopRequested { return }
-            sleep(upTo: remaining, socket: -1)
+            sleep(ServeSchedule.Sleep(timeout: remaining), socket: -1)
         }
     }
 
@@ -162,6 +165,12 @@ final class ConnectionDriver: @unchecked Sendable {
         for waiter in closeWaiters { waiter.resume() }
         closeWaiters.removeAll()
         logger.debug("AMQP connection thread finished")
+        let ended = connection.shared.withLock { state in
+            state.ended = true
+            defer { state.endWaiters.removeAll() }
+            return state.endWaiters
+        }
+        for waiter in ended { waiter.resume() }
     }
 
     func setState(_ newState: AMQPConnectionState) {
@@ -294,21 +303,19 @@ final class ConnectionDriver: @unchecked Sendable {
     // MARK: Serve
 
     func serve() throws(ConnectionFailure) {
-        /// When the last sleep began, if it was a brief one (`sleep(upTo:socket:awaitingAcks:)`).
-        var briefSleepStart: UInt64?
+        var schedule = ServeSchedule()
         while true {
             if stopRequested {
                 closeGracefully()
                 return
             }
             let commands = takeCommands()
-            if !commands.isEmpty {
-                // After a brief sleep, every command taken was queued during it: an ack counts
-                // from the start of the sleep, so it never waits longer than its batch delay.
-                let askedAt = briefSleepStart ?? Self.monotonicNanoseconds()
+            if commands.isEmpty {
+                schedule.noCommands()
+            } else {
+                let askedAt = schedule.commandsTaken(now: Self.monotonicNanoseconds())
                 for command in commands { try handle(command, askedAt: askedAt) }
             }
-            briefSleepStart = nil
             try flushAcks()
             if stopRequested { continue }
             var handled = 0
@@ -325,8 +332,9 @@ final class ConnectionDriver: @unchecked Sendable {
                 handled += 1
             }
             if handled == 0 && commands.isEmpty {
-                briefSleepStart = sleep(
-                    upTo: untilNextAckDeadline(atMost: configuration.pollInterval), socket: socketFD, awaitingAcks: acksAwaited())
+                let now = Self.monotonicNanoseconds()
+                let plan = ServeSchedule.sleep(pollInterval: configuration.pollInterval, acks: ackCoalescers.values.lazy.map(\.acks), now: now)
+                if sleep(plan, socket: socketFD) { schedule.sleeping(plan, now: now) }
             }
         }
     }
@@ -339,33 +347,19 @@ final class ConnectionDriver: @unchecked Sendable {
         }
     }
 
-    /// Sleeps until the socket is readable, a command arrives or `duration` passes. With
-    /// `awaitingAcks`, no longer than its delay, and acks wake the thread only in batches; it
-    /// then returns when that brief sleep began.
+    /// Sleeps as `plan` says until the socket (-1: none) is readable or a command wakes the
+    /// thread; false when a command was already queued (no sleep).
     @discardableResult
-    func sleep(upTo duration: Duration, socket: Int32, awaitingAcks: AwaitedAcks? = nil) -> UInt64? {
+    func sleep(_ plan: ServeSchedule.Sleep, socket: Int32) -> Bool {
         let goToSleep = connection.shared.withLock { state in
             guard state.commands.isEmpty else { return false }
-            state.sleeping = true
-            state.acksWakeAt = awaitingAcks?.batch
-            state.acksWhileSleeping = 0
+            state.wake.goingToSleep(ackBatch: plan.ackBatch)
             return true
         }
-        guard goToSleep else { return nil }
-        var timeout = duration
-        var briefSleepStart: UInt64?
-        if let awaitingAcks {
-            timeout = min(timeout, awaitingAcks.delay)
-            briefSleepStart = Self.monotonicNanoseconds()
-        }
-        let milliseconds = Int32(clamping: max(1, timeout.wholeMilliseconds))
-        let result = crabbitmq_wait_readable(socket, connection.wakeFD, milliseconds)
-        connection.shared.withLock {
-            $0.sleeping = false
-            $0.acksWakeAt = nil
-        }
-        if result > 0 && result & 2 != 0 { crabbitmq_wakeup_drain(connection.wakeFD) }
-        return briefSleepStart
+        guard goToSleep else { return false }
+        connection.wake.wait(socket: socket, milliseconds: Int32(clamping: max(1, plan.timeout.wholeMilliseconds)))
+        connection.shared.withLock { $0.wake.wokeUp() }
+        return true
     }
 
     func closeGracefully() {

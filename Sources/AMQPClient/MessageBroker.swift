@@ -1,23 +1,58 @@
-/// The part of a broker connection that a consumer of jobs uses (consume, get, ack, nack,
-/// confirmed publish), as a protocol so that the code deciding what to do with each message can
-/// be tested against a fake broker, with no socket. `AMQPConnection` is the real one.
-///
-/// Users take it as a generic parameter, not as an existential: once the optimiser specialises
-/// them for `AMQPConnection` the calls are direct, so the seam costs nothing per message.
-public protocol MessageBroker: Sendable {
-    associatedtype Consumer: MessageConsumer
+// The broker behind narrow seams: one protocol per use (consume and settle, take one message,
+// confirmed publish, declare and inspect, the connection's state), so that every user takes
+// only what it needs and the code deciding what to do with messages can be tested against a
+// fake broker, with no socket. `AMQPConnection` is the real one and conforms to all of them.
+//
+// Users take them as generic parameters, never as existentials, on every path a message takes:
+// once the optimiser specialises them for `AMQPConnection` the calls are direct, so the seam
+// costs nothing per message.
 
-    /// Starts a consumer with manual acks and at most `prefetch` unacknowledged deliveries.
-    func consume(queue: String, prefetch: UInt16) async throws -> Consumer
-    /// `basic.get`: the next message of `queue`, or nil when it is empty.
-    func get(queue: String) async throws -> AMQPDelivery?
+/// Settles deliveries of a consumer or of `basic.get` (AMQP 0-9-1 `basic.ack` / `basic.nack`).
+public protocol DeliverySettling: Sendable {
     /// Acknowledges a delivery from any thread, without suspending (an AMQP ack has no reply;
     /// the worker settles most jobs on the event loop that received APNs' answer): it queues
     /// the ack and never blocks.
     @discardableResult func ackNow(_ delivery: AMQPDelivery) -> AMQPSettlement
+    /// `requeue: false` dead-letters or drops the message.
     @discardableResult func nack(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement
+}
+
+/// Consumes a queue and settles what it delivers.
+public protocol MessageConsuming: DeliverySettling {
+    associatedtype Consumer: MessageConsumer
+
+    /// Starts a consumer with manual acks and at most `prefetch` unacknowledged deliveries.
+    func consume(queue: String, prefetch: UInt16) async throws -> Consumer
+}
+
+/// Takes one message at a time (`basic.get`) and settles it.
+public protocol MessageFetching: DeliverySettling {
+    /// The next message of `queue`, or nil when it is empty; unacked until settled.
+    func get(queue: String) async throws -> AMQPDelivery?
+}
+
+/// Publishes with publisher confirms.
+public protocol ConfirmedPublishing: Sendable {
     /// Returns once the broker confirmed the message; throws when it did not take it.
     func publish(_ message: AMQPOutboundMessage) async throws
+}
+
+/// Declares, inspects, purges and deletes exchanges and queues (the topology and the operator
+/// tools). See `AMQPConnection` for what each does on the broker.
+public protocol TopologyDeclaring: Sendable {
+    /// Declares a plan and remembers it: declared again after every reconnect.
+    func declare(_ plan: TopologyPlan) async throws
+    func declareExchange(_ exchange: ExchangeDeclaration) async throws
+    @discardableResult func declareQueue(_ queue: QueueDeclaration) async throws -> AMQPQueueInfo
+    @discardableResult func deleteQueue(_ name: String, ifUnused: Bool, ifEmpty: Bool) async throws -> UInt32
+    @discardableResult func purgeQueue(_ name: String) async throws -> UInt32
+    /// Passive declare: `channelClosed` with reply code 404 when the queue does not exist.
+    func inspectQueue(_ name: String) async throws -> AMQPQueueInfo
+}
+
+/// Where the connection stands (readiness, the fleet's heartbeat).
+public protocol BrokerConnectionStatus: Sendable {
+    var state: AMQPConnectionState { get }
 }
 
 /// The deliveries of one consumer (see `AMQPConsumer`): they end after `cancel()`, once the
@@ -26,7 +61,10 @@ public protocol MessageConsumer: AsyncSequence, Sendable where Element == AMQPDe
     func cancel() async
 }
 
-extension MessageBroker {
+/// What a bundle pipeline uses: consume, take one message (a probe), settle, confirmed publish.
+public typealias MessageBroker = MessageConsuming & MessageFetching & ConfirmedPublishing
+
+extension DeliverySettling {
     /// `ackNow`, for callers in a task.
     @discardableResult
     public func ack(_ delivery: AMQPDelivery) async -> AMQPSettlement {
@@ -34,5 +72,22 @@ extension MessageBroker {
     }
 }
 
-extension AMQPConnection: MessageBroker {}
+extension TopologyDeclaring {
+    /// Whether a queue exists (a passive declare): false on the broker's 404, which closes only
+    /// the channel it was asked on.
+    public func queueExists(_ name: String) async throws -> Bool {
+        try await inspectQueueIfExists(name) != nil
+    }
+
+    /// The counts of a queue, or nil when it does not exist.
+    public func inspectQueueIfExists(_ name: String) async throws -> AMQPQueueInfo? {
+        do {
+            return try await inspectQueue(name)
+        } catch let error as AMQPError where error.replyCode == 404 {
+            return nil
+        }
+    }
+}
+
+extension AMQPConnection: MessageConsuming, MessageFetching, ConfirmedPublishing, TopologyDeclaring, BrokerConnectionStatus {}
 extension AMQPConsumer: MessageConsumer {}

@@ -19,7 +19,7 @@ struct AdminFleetRoutes: Sendable {
     /// How often the graph's frame reloads itself.
     static let graphRefreshSeconds = 5
 
-    var fleet: FleetService? { routes.fleet }
+    var fleet: (any FleetOperating)? { routes.fleet }
 
     func register(on router: Router<BasicRequestContext>) {
         router.get("/api/fleet") { _, _ -> Response in

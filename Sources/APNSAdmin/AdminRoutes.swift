@@ -22,7 +22,7 @@ struct AdminRoutes: Sendable {
     let logger: Logger
     /// This instance's part in the fleet: heartbeats heard, pause and resume. Nil in tests of
     /// the routes alone; the page then shows this instance only.
-    var fleet: FleetService? = nil
+    var fleet: (any FleetOperating)? = nil
 
     /// Dead (and retry) jobs the HTML page lists at once; further dead jobs are on next pages.
     static let pageJobLimit = 100

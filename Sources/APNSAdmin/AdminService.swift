@@ -26,7 +26,7 @@ public final class AdminService: Service, Sendable {
     public let registryStore: RegistryStore?
     /// This instance's fleet service (`apns-worker run`): `/api/fleet`, pause and resume, the
     /// page's fleet-wide view. Nil shows this instance only and answers the fleet routes 503.
-    public let fleet: FleetService?
+    public let fleet: (any FleetOperating)?
     /// Operator requests served at once; more are answered 503 (`AdminRequestLimit`).
     public let requestGate: AdminRequestGate
     /// Broadcast channel management (contract §7) for `/api/bundles/{b}/channels`; nil leaves
@@ -47,7 +47,7 @@ public final class AdminService: Service, Sendable {
     ///   (the configuration loader already refuses that; this guards settings built in code).
     public init(
         settings: AdminSettings, worker: any WorkerStatusProviding, queues: QueueInspector?,
-        registry: PrometheusCollectorRegistry?, logger: Logger, registryStore: RegistryStore? = nil, fleet: FleetService? = nil,
+        registry: PrometheusCollectorRegistry?, logger: Logger, registryStore: RegistryStore? = nil, fleet: (any FleetOperating)? = nil,
         channels: (any BroadcastChannelManaging)? = nil, concurrentRequests: Int = defaultConcurrentRequests,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws {

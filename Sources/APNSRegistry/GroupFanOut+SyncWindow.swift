@@ -14,7 +14,7 @@ import Logging
 extension GroupFanOut {
     /// How often a page's devices are decided again after other instances changed them meanwhile
     /// before the group job is requeued (it then starts again on a later delivery).
-    static let maxWindowAttempts = 8
+    static var maxWindowAttempts: Int { 8 }
 
     func handleCoalesced(_ job: GroupJob) async -> RegistryDisposition {
         var after: DevicePosition? = nil
@@ -91,7 +91,7 @@ extension GroupFanOut {
 }
 
 /// Publishes messages concurrently (confirms are pipelined); returns the indices not confirmed.
-func publishConfirmed(_ messages: [AMQPOutboundMessage], on broker: AMQPConnection) async -> Set<Int> {
+func publishConfirmed(_ messages: [AMQPOutboundMessage], on broker: some ConfirmedPublishing) async -> Set<Int> {
     guard !messages.isEmpty else { return [] }
     return await withTaskGroup(of: Int?.self) { group in
         for (index, message) in messages.enumerated() {

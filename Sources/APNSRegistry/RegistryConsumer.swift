@@ -20,11 +20,11 @@ public enum RegistryDisposition: Sendable {
 /// Consumes one of §6's queues with bounded concurrency (the prefetch), hands every message to
 /// `handle`, and carries out its disposition. While `health` is held it stops consuming, probes
 /// the registry once per probe interval, and consumes again when a probe succeeds.
-struct RegistryConsumer: Sendable {
+struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendable {
     let queue: String
     let deadQueue: String
     let prefetch: UInt16
-    let broker: AMQPConnection
+    let broker: Broker
     let store: RegistryStore
     let health: RegistryHealth
     let logger: Logger
@@ -60,7 +60,7 @@ struct RegistryConsumer: Sendable {
     }
 
     private func consumeUntilHeldOrShutdown() async throws {
-        let consumer: AMQPConsumer
+        let consumer: Broker.Consumer
         do {
             consumer = try await broker.consume(queue: queue, prefetch: prefetch)
         } catch {

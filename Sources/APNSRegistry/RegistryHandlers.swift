@@ -35,9 +35,9 @@ struct RegistrationHandler: Sendable {
 /// `batchSize` devices read in (bundle ID, token) order, each page published with confirms
 /// before the next is read, the group job acked after the last confirm. A fan-out interrupted
 /// at any point is redone from the start and publishes the same job ids (UUIDv5).
-struct GroupFanOut: Sendable {
+struct GroupFanOut<Publisher: ConfirmedPublishing>: Sendable {
     let store: RegistryStore
-    let broker: AMQPConnection
+    let broker: Publisher
     let recorder: RegistryRecorder?
     let batchSize: Int
     /// `[registry] syncWindow`: background group jobs go through `handleCoalesced`.

@@ -6,39 +6,46 @@ import Foundation
 import Logging
 import ServiceLifecycle
 
+/// How the registry service consumes and fans out (`RegistryService.Settings`).
+public struct RegistryServiceSettings: Sendable {
+    public var registrationPrefetch: UInt16 = 64
+    public var groupPrefetch: UInt16 = 4
+    /// Devices read and published per page of a fan-out.
+    public var fanOutBatchSize = 500
+    public var probeInterval: Duration = .seconds(5)
+    /// The type of §6's queues (`[amqp] queueType`).
+    public var queueType: QueueType = .quorum
+    /// `[registry] syncWindow`.
+    public var syncWindow: Duration = RegistrySettings.defaultSyncWindow
+    /// How long a claimed trailing push stays claimed (the instance may have died).
+    public var trailingLease: Duration = .seconds(10)
+    public init(probeInterval: Duration = .seconds(5), queueType: QueueType = .quorum, syncWindow: Duration = RegistrySettings.defaultSyncWindow) {
+        self.probeInterval = probeInterval
+        self.queueType = queueType
+        self.syncWindow = syncWindow
+    }
+}
+
+/// What the registry service uses of its broker: §6's queues declared, consumed and settled,
+/// dead letters and fan-out jobs published with confirms.
+public typealias RegistryBroker = MessageConsuming & ConfirmedPublishing & TopologyDeclaring
+
 /// The registry part of `apns-worker run` (contract §6) as one ServiceLifecycle service: the
 /// PostgreSQL pool, the schema migrations at start, the `apns.registry` and `apns.groups`
 /// consumers (held together while the registry is down), the trailing pushes of the sync window
 /// (`TrailingPusher`), and the recorder that writes counts and invalid marks every
 /// `countsFlushInterval`.
-public final class RegistryService: Service, Sendable {
-    public struct Settings: Sendable {
-        public var registrationPrefetch: UInt16 = 64
-        public var groupPrefetch: UInt16 = 4
-        /// Devices read and published per page of a fan-out.
-        public var fanOutBatchSize = 500
-        public var probeInterval: Duration = .seconds(5)
-        /// The type of §6's queues (`[amqp] queueType`).
-        public var queueType: QueueType = .quorum
-        /// `[registry] syncWindow`.
-        public var syncWindow: Duration = RegistrySettings.defaultSyncWindow
-        /// How long a claimed trailing push stays claimed (the instance may have died).
-        public var trailingLease: Duration = .seconds(10)
-        public init(probeInterval: Duration = .seconds(5), queueType: QueueType = .quorum, syncWindow: Duration = RegistrySettings.defaultSyncWindow) {
-            self.probeInterval = probeInterval
-            self.queueType = queueType
-            self.syncWindow = syncWindow
-        }
-    }
+public final class RegistryService<Broker: RegistryBroker>: Service, Sendable {
+    public typealias Settings = RegistryServiceSettings
 
     public let store: RegistryStore
     public let recorder: RegistryRecorder
     public let health: RegistryHealth
-    let broker: AMQPConnection
+    let broker: Broker
     let settings: Settings
     let logger: Logger
 
-    public init(store: RegistryStore, broker: AMQPConnection, flushInterval: Duration, settings: Settings = .init(), logger: Logger) {
+    public init(store: RegistryStore, broker: Broker, flushInterval: Duration, settings: Settings = .init(), logger: Logger) {
         self.store = store
         self.broker = broker
         self.settings = settings
@@ -82,7 +89,9 @@ public final class RegistryService: Service, Sendable {
             group.addTask { try await self.recorder.run() }
         }
     }
+}
 
+extension RegistryStore {
     /// Migrates with a pool of its own, before the worker starts: a database that cannot be
     /// reached, or refuses, is one line naming the file, line and key (password masked).
     public static func migrateAtStartUp(_ settings: RegistrySettings, logger: Logger) async throws(ConfigurationError) -> [Int] {

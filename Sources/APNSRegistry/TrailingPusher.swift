@@ -11,9 +11,9 @@ import ServiceLifecycle
 /// window (compare-and-set: a push merged or sent meanwhile is not lost). A claim whose instance
 /// died runs out and the push is claimed again, so a push due while every instance was down goes
 /// out when one comes back. Why a poll rather than delayed broker messages: docs/decisions.md.
-struct TrailingPusher: Sendable {
+struct TrailingPusher<Publisher: ConfirmedPublishing>: Sendable {
     let store: RegistryStore
-    let broker: AMQPConnection
+    let broker: Publisher
     let recorder: RegistryRecorder?
     let window: SyncWindow
     let batchSize: Int

@@ -8,7 +8,7 @@ import APNSTransport
 import Logging
 import ServiceLifecycle
 
-public struct FeedbackPoller: Service {
+public struct FeedbackPoller<Publisher: ConfirmedPublishing>: Service {
     /// Where the tuples come from: `BinaryFeedbackClient.fetch` in production.
     public typealias Fetch = @Sendable () async throws -> [FeedbackTuple]
 
@@ -16,12 +16,12 @@ public struct FeedbackPoller: Service {
     /// Between the end of one poll and the start of the next; the first poll is at start.
     public let interval: Duration
     private let fetch: Fetch
-    private let broker: AMQPConnection
+    private let broker: Publisher
     private let logger: Logger
     /// Told of every tuple (the registry marks the device invalid); never blocks.
     public var observer: (any JobEndObserver)?
 
-    public init(bundleID: String, interval: Duration, broker: AMQPConnection, logger: Logger, fetch: @escaping Fetch) {
+    public init(bundleID: String, interval: Duration, broker: Publisher, logger: Logger, fetch: @escaping Fetch) {
         self.bundleID = bundleID
         self.interval = interval
         self.broker = broker
@@ -31,7 +31,7 @@ public struct FeedbackPoller: Service {
         self.logger = logger
     }
 
-    public init(bundleID: String, interval: Duration, client: BinaryFeedbackClient, broker: AMQPConnection, logger: Logger) {
+    public init(bundleID: String, interval: Duration, client: BinaryFeedbackClient, broker: Publisher, logger: Logger) {
         self.init(bundleID: bundleID, interval: interval, broker: broker, logger: logger) { try await client.fetch() }
     }
 

@@ -11,27 +11,22 @@ public enum FleetControl {
     /// Pauses a bundle fleet-wide: the durable marker first, so an instance that starts or
     /// reconciles after this sees it, then the control message that makes the running ones stop
     /// at once.
-    public static func pause(_ bundleID: String, on broker: AMQPConnection) async throws {
+    public static func pause(_ bundleID: String, on broker: some TopologyDeclaring & ConfirmedPublishing) async throws {
         try await broker.declareQueue(FleetTopology.pauseMarker(bundleID))
         try await broker.declareExchange(FleetTopology.exchange)
         try await broker.publish(control(.pause(bundleID: bundleID)))
     }
 
     /// Resumes a bundle fleet-wide: removes the marker, then tells the running instances.
-    public static func resume(_ bundleID: String, on broker: AMQPConnection) async throws {
-        try await broker.deleteQueue(TopologyNames.pauseMarker(bundleID))
+    public static func resume(_ bundleID: String, on broker: some TopologyDeclaring & ConfirmedPublishing) async throws {
+        try await broker.deleteQueue(TopologyNames.pauseMarker(bundleID), ifUnused: false, ifEmpty: false)
         try await broker.declareExchange(FleetTopology.exchange)
         try await broker.publish(control(.resume(bundleID: bundleID)))
     }
 
     /// Whether the bundle's pause marker exists (a passive declare).
-    public static func isPaused(_ bundleID: String, on broker: AMQPConnection) async throws -> Bool {
-        do {
-            _ = try await broker.inspectQueue(TopologyNames.pauseMarker(bundleID))
-            return true
-        } catch let error as AMQPError where error.replyCode == 404 {
-            return false
-        }
+    public static func isPaused(_ bundleID: String, on broker: some TopologyDeclaring) async throws -> Bool {
+        try await broker.queueExists(TopologyNames.pauseMarker(bundleID))
     }
 
     static func control(_ message: FleetMessage) -> AMQPOutboundMessage {
@@ -44,7 +39,9 @@ public enum FleetControl {
     /// Listens on the fleet exchange for `duration` (at least one heartbeat interval, so every
     /// live instance speaks once) and returns what was heard, with the paused bundles among
     /// `bundleIDs` and the bundles the instances reported.
-    public static func listen(on broker: AMQPConnection, for duration: Duration, bundleIDs: [String]) async throws -> FleetReport {
+    public static func listen(
+        on broker: some MessageConsuming & TopologyDeclaring, for duration: Duration, bundleIDs: [String]
+    ) async throws -> FleetReport {
         let id = "cli-\(UUID().uuidString.prefix(8).lowercased())"
         try await broker.declare(FleetTopology.plan(instanceID: id, messageTTL: .seconds(60)))
         let consumer = try await broker.consume(queue: TopologyNames.fleetQueue(instanceID: id), prefetch: 200)

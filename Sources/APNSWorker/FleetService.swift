@@ -6,6 +6,35 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 
+/// Who this instance is in the fleet (`FleetService.Identity`).
+public struct FleetIdentity: Sendable, Hashable {
+    public var instanceID: String
+    public var host: String
+    public var pid: Int32
+    public var version: String
+    public var startedAt: Date
+
+    /// This process: `<host>-<pid>-<random>` (pids repeat across hosts and restarts).
+    public static func current(version: String) -> FleetIdentity {
+        let host = ProcessInfo.processInfo.hostName
+        let pid = ProcessInfo.processInfo.processIdentifier
+        let suffix = UUID().uuidString.prefix(6).lowercased()
+        return FleetIdentity(instanceID: "\(host)-\(pid)-\(suffix)", host: host, pid: pid, version: version, startedAt: Date())
+    }
+
+    public init(instanceID: String, host: String, pid: Int32, version: String, startedAt: Date) {
+        self.instanceID = instanceID
+        self.host = host
+        self.pid = pid
+        self.version = version
+        self.startedAt = startedAt
+    }
+}
+
+/// What the fleet service uses of its broker: its heartbeat queue's declaration and consumer,
+/// confirmed publishes, and the pause markers (declared, deleted, passively declared).
+public typealias FleetBroker = MessageConsuming & ConfirmedPublishing & TopologyDeclaring
+
 /// This instance's part in the fleet (contract §5), as a ServiceLifecycle service on the
 /// worker's broker connection:
 ///
@@ -17,35 +46,13 @@ import Synchronization
 /// - it applies pause and resume control messages to its pipelines at once, and reconciles every
 ///   pipeline with the durable pause markers every interval, so a lost control message or a
 ///   restart costs at most one interval.
-public final class FleetService: Service, Sendable {
-    public struct Identity: Sendable, Hashable {
-        public var instanceID: String
-        public var host: String
-        public var pid: Int32
-        public var version: String
-        public var startedAt: Date
-
-        /// This process: `<host>-<pid>-<random>` (pids repeat across hosts and restarts).
-        public static func current(version: String) -> Identity {
-            let host = ProcessInfo.processInfo.hostName
-            let pid = ProcessInfo.processInfo.processIdentifier
-            let suffix = UUID().uuidString.prefix(6).lowercased()
-            return Identity(instanceID: "\(host)-\(pid)-\(suffix)", host: host, pid: pid, version: version, startedAt: Date())
-        }
-
-        public init(instanceID: String, host: String, pid: Int32, version: String, startedAt: Date) {
-            self.instanceID = instanceID
-            self.host = host
-            self.pid = pid
-            self.version = version
-            self.startedAt = startedAt
-        }
-    }
+public final class FleetService<Broker: FleetBroker>: Service, Sendable {
+    public typealias Identity = FleetIdentity
 
     public let identity: Identity
     public let interval: Duration
-    let broker: AMQPConnection
-    let worker: WorkerService
+    let broker: Broker
+    let worker: any FleetMember
     let view = Mutex(FleetView())
     /// The kinds of drop already logged (`noteDropped`).
     private let droppedLogged = Mutex(Set<String>())
@@ -59,7 +66,7 @@ public final class FleetService: Service, Sendable {
         var applied: [String: Int] = [:]
     }
 
-    public init(broker: AMQPConnection, worker: WorkerService, identity: Identity, interval: Duration, logger: Logger) {
+    public init(broker: Broker, worker: any FleetMember, identity: Identity, interval: Duration, logger: Logger) {
         self.broker = broker
         self.worker = worker
         self.identity = identity
@@ -69,20 +76,15 @@ public final class FleetService: Service, Sendable {
         self.logger = logger
     }
 
-    var pipelines: [String: BundlePipeline<AMQPConnection>] {
-        Dictionary(worker.pipelines.map { ($0.settings.bundleID, $0) }, uniquingKeysWith: { first, _ in first })
-    }
-
-    /// Reads every bundle's pause marker; `apns-worker run` calls it before the pipelines start,
-    /// so an instance started while a bundle is paused never consumes it.
+    /// Reads every bundle's pause marker and pauses or resumes the bundle to match.
     public func applyStoredPauses() async throws {
-        for bundleID in pipelines.keys.sorted() { try await reconcile(bundleID) }
+        for bundleID in Set(worker.bundleIDs).sorted() { try await reconcile(bundleID) }
     }
 
     /// What `GET /api/fleet` answers and the page shows.
-    public func report(now: Date = Date()) -> FleetReport {
+    public func report(now: Date) -> FleetReport {
         let instances = view.withLock { $0.live(now: now) }
-        var paused = Set(worker.pipelines.filter(\.isPaused).map(\.settings.bundleID))
+        var paused = Set(worker.status().bundles.filter(\.paused).map(\.bundleID))
         for instance in instances { paused.formUnion(instance.bundles.filter(\.value.paused).keys) }
         return FleetReport(instances: instances, paused: paused.sorted(), dropped: view.withLock(\.dropped))
     }
@@ -107,29 +109,26 @@ public final class FleetService: Service, Sendable {
         try await broker.declare(FleetTopology.plan(instanceID: identity.instanceID, messageTTL: interval * 3))
         let consumer = try await broker.consume(queue: queue, prefetch: 100)
         logger.info("fleet: announcing this instance", metadata: ["amqp.queue": "\(queue)", "fleet.interval": "\(interval)"])
-        let stop = StopSignal()
         // Graceful shutdown and cancellation end it alike: the handlers must not block, and
-        // cancelling the consumer is what ends the listener's sequence.
-        let end: @Sendable () -> Void = {
-            stop.set()
-            Task { await consumer.cancel() }
-        }
+        // cancelling the consumer is what ends the listener's sequence; the beats end with it.
         try await withTaskCancellationHandler {
             try await withGracefulShutdownHandler {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask { try await self.listen(consumer) }
-                    group.addTask { await self.beat(until: stop) }
+                    group.addTask { await self.beat() }
+                    try await group.next()
+                    group.cancelAll()
                     try await group.waitForAll()
                 }
             } onGracefulShutdown: {
-                end()
+                Task { await consumer.cancel() }
             }
         } onCancel: {
-            end()
+            Task { await consumer.cancel() }
         }
     }
 
-    private func listen(_ consumer: AMQPConsumer) async throws {
+    private func listen(_ consumer: Broker.Consumer) async throws {
         for try await delivery in consumer {
             switch FleetMessage.decode(delivery.message.body) {
             case .heartbeat(let instance):
@@ -137,7 +136,7 @@ public final class FleetService: Service, Sendable {
                 noteDropped(admission)
             case .pause(let bundleID), .resume(let bundleID):
                 // The marker is the truth (the message may be late, or from anyone on the vhost).
-                if pipelines[bundleID] != nil {
+                if worker.bundleIDs.contains(bundleID) {
                     do { try await reconcile(bundleID) } catch {
                         logger.warning("fleet: could not read a pause marker", metadata: ["apns.bundle": "\(bundleID)", "amqp.error": "\(error)"])
                     }
@@ -171,37 +170,32 @@ public final class FleetService: Service, Sendable {
         logger.warning("\(line)", metadata: metadata)
     }
 
-    private func beat(until stop: StopSignal) async {
-        while !stop.isSet {
+    /// Until cancelled (the listener ended).
+    private func beat() async {
+        while !Task.isCancelled {
             do {
                 try await publishHeartbeat()
-                for bundleID in pipelines.keys.sorted() { try await reconcile(bundleID) }
+                try await applyStoredPauses()
             } catch {
                 // The connection reconnects by itself; the next beat tries again.
                 logger.debug("fleet: heartbeat not sent", metadata: ["amqp.error": "\(error)"])
             }
             let gone = view.withLock { $0.expire(now: Date()) }
             if !gone.isEmpty { logger.notice("fleet: instances went silent", metadata: ["fleet.gone": "\(gone)"]) }
-            var slept = Duration.zero
-            while slept < interval, !stop.isSet {
-                let step = min(interval - slept, .milliseconds(100))
-                try? await Task.sleep(for: step)
-                slept += step
-            }
+            try? await Task.sleep(for: interval)
         }
     }
 
     func publishHeartbeat() async throws {
         let status = worker.status()
         var bundles: [String: FleetInstance.Bundle] = [:]
-        let pipelines = self.pipelines
         for bundle in status.bundles {
             let jobs = { (end: OutcomeRouter.End) in bundle.activity.jobs[end.rawValue, default: 0] }
             bundles[bundle.bundleID] = FleetInstance.Bundle(
                 delivered: jobs(.delivered), invalidToken: jobs(.invalidToken), retry: jobs(.retry), dead: jobs(.dead),
                 gated: jobs(.gated), inFlight: bundle.activity.inFlight, held: bundle.held,
                 paused: bundle.paused, connections: bundle.connections,
-                lastTakenPublishedAt: pipelines[bundle.bundleID]?.lastTakenPublishedAt)
+                lastTakenPublishedAt: worker.lastTakenPublishedAt(bundle.bundleID))
         }
         let instance = FleetInstance(
             id: identity.instanceID, host: identity.host, pid: identity.pid, version: identity.version,
@@ -215,7 +209,7 @@ public final class FleetService: Service, Sendable {
 
     /// Reads the bundle's pause marker and pauses or resumes its pipeline to match.
     func reconcile(_ bundleID: String) async throws {
-        guard let pipeline = pipelines[bundleID] else { return }
+        guard worker.bundleIDs.contains(bundleID) else { return }
         let ticket = pauseChecks.withLock { checks in
             checks.next += 1
             return checks.next
@@ -226,7 +220,7 @@ public final class FleetService: Service, Sendable {
             checks.applied[bundleID] = ticket
             return true
         }
-        guard apply, pipeline.setPaused(paused) else { return }
+        guard apply, worker.setPaused(bundleID, paused) else { return }
         if paused {
             logger.notice("bundle PAUSED by an operator: its jobs wait in the broker", metadata: ["apns.bundle": "\(bundleID)"])
         } else {

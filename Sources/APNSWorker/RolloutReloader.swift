@@ -6,13 +6,13 @@ import UnixSignals
 /// Reloads the rollout gate's rules on SIGHUP, without a restart: `kill -HUP <pid>` after
 /// editing `allowSyncServers`, `denySyncServers` or `rolloutPercentage`. A file that no longer
 /// loads is logged and ignored: the rules in force stay.
-public struct RolloutReloader: Service {
-    let pipelines: [BundlePipeline<AMQPConnection>]
+public struct RolloutReloader<Broker: MessageBroker>: Service {
+    let pipelines: [BundlePipeline<Broker>]
     /// Reads the rules from the configuration again, keyed by bundle ID.
     let loadRules: @Sendable () throws -> [String: RolloutRule]
     let logger: Logger
 
-    public init(pipelines: [BundlePipeline<AMQPConnection>], logger: Logger, loadRules: @escaping @Sendable () throws -> [String: RolloutRule]) {
+    public init(pipelines: [BundlePipeline<Broker>], logger: Logger, loadRules: @escaping @Sendable () throws -> [String: RolloutRule]) {
         self.pipelines = pipelines
         self.loadRules = loadRules
         self.logger = logger

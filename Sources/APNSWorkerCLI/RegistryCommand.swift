@@ -61,7 +61,7 @@ struct RegistryCommand: AsyncParsableCommand {
         func run() async throws {
             let settings = try registry.settings()
             do {
-                let applied = try await RegistryService.migrateAtStartUp(settings, logger: makeLogger("apns-worker.registry", defaultLevel: .warning))
+                let applied = try await RegistryStore.migrateAtStartUp(settings, logger: makeLogger("apns-worker.registry", defaultLevel: .warning))
                 print(applied.isEmpty
                     ? "registry schema already at version \(RegistrySchema.latestVersion)"
                     : "registry schema migrated to version \(RegistrySchema.latestVersion) (applied \(applied.map(String.init).joined(separator: ", ")))")

@@ -39,18 +39,20 @@ struct RunCommand: AsyncParsableCommand {
         // reached is one line naming the file, line and key.
         if let registrySettings = configuration.registry {
             do {
-                _ = try await RegistryService.migrateAtStartUp(registrySettings, logger: logger)
+                _ = try await RegistryStore.migrateAtStartUp(registrySettings, logger: logger)
             } catch {
                 FileHandle.standardError.write(Data("\(error)\n".utf8))
                 throw ExitCode.failure
             }
         }
-        let broker = try await AMQPConnection.connect(configuration: amqp, logger: logger)
+        // Started by the service group (first in it, so it closes last: after the worker's
+        // consumers stopped and its jobs in flight were settled and confirmed).
+        let broker = try AMQPConnection(configuration: amqp, logger: logger)
         let registry = try configuration.registry.map { settings in
             RegistryService(
                 store: try RegistryStore(settings: settings, logger: logger), broker: broker,
                 flushInterval: settings.countsFlushInterval,
-                settings: RegistryService.Settings(
+                settings: RegistryServiceSettings(
                     probeInterval: configuration.worker.probeInterval, queueType: configuration.amqp.queueType,
                     syncWindow: settings.syncWindow),
                 logger: logger)
@@ -87,11 +89,9 @@ struct RunCommand: AsyncParsableCommand {
         let fleet = FleetService(
             broker: broker, worker: worker, identity: .current(version: APNSWorkerVersion.current),
             interval: configuration.admin.heartbeatInterval, logger: logger)
-        // Before any pipeline consumes: a bundle paused fleet-wide stays paused through a restart.
-        try await fleet.applyStoredPauses()
         // The admin server reads depths on one pooled connection and lists and moves dead and
-        // retry jobs on connections of its own, never on the worker's. First in the group, so it
-        // shuts down last and answers while the worker drains.
+        // retry jobs on connections of its own, never on the worker's. Right after the broker
+        // connection in the group, so it shuts down next to last and answers while the worker drains.
         let admin = try AdminService(
             settings: configuration.admin,
             worker: registry.map { registry in RegistryAwareStatus(base: worker, registryHeld: { registry.isHeld }) as any WorkerStatusProviding } ?? worker,
@@ -99,6 +99,7 @@ struct RunCommand: AsyncParsableCommand {
             registry: metricsRegistry, logger: logger, registryStore: registry?.store, fleet: fleet,
             channels: try ConfiguredChannels(configuration: configuration, tokens: tokenSources))
         services.insert(admin, at: 0)
+        services.insert(broker, at: 0)
         let configPath = configPath
         services.append(
             RolloutReloader(pipelines: pipelines, logger: logger) {
@@ -124,13 +125,7 @@ struct RunCommand: AsyncParsableCommand {
         for warning in PeerSecurity.warnings(configuration) {
             logger.warning("INSECURE CONNECTION: \(warning)")
         }
-        do {
-            try await group.run()
-        } catch {
-            await broker.close()
-            throw error
-        }
-        await broker.close()
+        try await group.run()
     }
 
     func makeTransport(
@@ -183,7 +178,7 @@ struct RunCommand: AsyncParsableCommand {
 extension RunCommand {
     /// A legacy feedback service poller per binary bundle that polls (`feedbackInterval` > 0),
     /// against the bundle's default environment, with the bundle's certificate.
-    func makeFeedbackPollers(_ bundles: [BundleConfiguration], broker: AMQPConnection, logger: Logger) throws -> [FeedbackPoller] {
+    func makeFeedbackPollers(_ bundles: [BundleConfiguration], broker: AMQPConnection, logger: Logger) throws -> [FeedbackPoller<AMQPConnection>] {
         try bundles.compactMap { bundle in
             guard let (host, port) = bundle.feedbackEndpoint(for: bundle.environment),
                 case .certificate(let certFile, let keyFile) = bundle.auth

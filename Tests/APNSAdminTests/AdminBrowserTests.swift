@@ -1,3 +1,4 @@
+import AMQPClient
 import APNSAdmin
 import APNSConfig
 import APNSCore
@@ -31,7 +32,7 @@ struct AdminBrowserTests {
     /// Runs a second `AdminService` of the harness's worker on a free port for `body`.
     /// With `fleet`, that fleet service runs beside it (heartbeats on the harness's worker connection).
     static func serving(
-        _ harness: AdminHarness, fleet: FleetService? = nil, token: String? = AdminHarness.token, _ body: (Int) async throws -> Void
+        _ harness: AdminHarness, fleet: FleetService<AMQPConnection>? = nil, token: String? = AdminHarness.token, _ body: (Int) async throws -> Void
     ) async throws {
         try await servingAdmin(extra: fleet.map { [$0] } ?? [], { onListening in
             try AdminService(

@@ -20,7 +20,7 @@ import TestSupport
 struct AdminFleetRouteTests {
     static let bearer = AdminRouteTests.bearer
 
-    static func fleetAdmin(_ harness: AdminHarness, _ fleet: FleetService?) throws -> AdminService {
+    static func fleetAdmin(_ harness: AdminHarness, _ fleet: FleetService<AMQPConnection>?) throws -> AdminService {
         try AdminService(
             settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: AdminHarness.token), worker: harness.worker,
             queues: harness.queues, registry: TestMetrics.registry, logger: AdminHarness.logger, fleet: fleet)

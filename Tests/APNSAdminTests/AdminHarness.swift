@@ -39,7 +39,7 @@ final class AdminHarness: Sendable {
     let workerConnection: AMQPConnection
     let publisher: AMQPConnection
     let transport: HTTP2Transport
-    let worker: WorkerService
+    let worker: WorkerService<AMQPConnection>
     let statistics: WorkerStatistics
     let queues: QueueInspector
     let admin: AdminService
@@ -113,7 +113,7 @@ final class AdminHarness: Sendable {
 
     private init(
         bundle: String, directory: String, simulator: APNSSimulator, workerConnection: AMQPConnection, publisher: AMQPConnection,
-        transport: HTTP2Transport, worker: WorkerService, statistics: WorkerStatistics, queues: QueueInspector, admin: AdminService,
+        transport: HTTP2Transport, worker: WorkerService<AMQPConnection>, statistics: WorkerStatistics, queues: QueueInspector, admin: AdminService,
         group: ServiceGroup
     ) {
         self.bundle = bundle

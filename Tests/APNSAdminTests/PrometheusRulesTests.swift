@@ -112,8 +112,11 @@ struct PrometheusRulesTests {
                     // The recording rules see the worker's real series.
                     let consumers = try await Self.query(base, #"apns_worker:queue_consumers:max{bundle="\#(b)",role="work"}"#)
                     #expect(consumers.map(\.value) == [1])
-                    let dead = try await Self.query(base, #"apns_worker:queue_messages:max{bundle="\#(b)",role="dead"}"#)
-                    #expect(dead.map(\.value) == [1])
+                    // The alert fires on the jobs counter; the depth reaches the rule with a later
+                    // scrape and evaluation (1 s each), so it is polled, not read once.
+                    try await waitUntil("the dead job in the recorded dead queue depth", timeout: .seconds(30)) {
+                        try await Self.query(base, #"apns_worker:queue_messages:max{bundle="\#(b)",role="dead"}"#).map(\.value) == [1]
+                    }
                     let age = try await Self.query(base, #"apns_worker:retry_backlog_age_seconds{bundle="\#(b)"}"#)
                     #expect(age.map(\.value) == [0])
                     let outcomes = try await Self.query(base, #"apns_worker:jobs:rate5m{bundle="\#(b)"}"#).compactMap { $0.labels["outcome"] }
