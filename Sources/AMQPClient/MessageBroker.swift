@@ -7,8 +7,9 @@
 public protocol MessageBroker: Sendable {
     associatedtype Consumer: MessageConsumer
 
-    /// Starts a consumer with manual acks and at most `prefetch` unacknowledged deliveries.
-    func consume(queue: String, prefetch: UInt16) async throws -> Consumer
+    /// Starts a consumer with manual acks and at most `prefetch` unacknowledged deliveries; a
+    /// body larger than `maxBodySize` is dropped on arrival (`AMQPDeliveredMessage.oversizedBodySize`).
+    func consume(queue: String, prefetch: UInt16, maxBodySize: Int) async throws -> Consumer
     /// `basic.get`: the next message of `queue`, or nil when it is empty.
     func get(queue: String) async throws -> AMQPDelivery?
     /// Acknowledges a delivery from any thread, without suspending (an AMQP ack has no reply;

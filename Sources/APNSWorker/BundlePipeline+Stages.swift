@@ -72,6 +72,12 @@ extension BundlePipeline {
     /// The stages before sending: the delivery limit, parsing, the job's log line and the
     /// rollout gate.
     func admit(_ delivery: AMQPDelivery) -> Admission {
+        if let size = delivery.message.oversizedBodySize {
+            logger.warning(
+                "job too large: rejected for the broker to dead-letter, body unchanged",
+                metadata: ["amqp.body_size": "\(size)", "job.max_body_size": "\(JobParser.Limits().maxBodyBytes)"])
+            return .ended(router.routeOversized(), .dead)
+        }
         let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
         // A first delivery cannot be one too many; only redeliveries are counted.
         if delivery.message.redelivered {
@@ -188,7 +194,7 @@ extension BundlePipeline {
             broker.ackNow(delivery)
             then()
             finished(jobs)
-        case .publishThenAck:
+        case .publishThenAck, .rejectToDeadLetter:
             Task {
                 await self.settle(delivery, route)
                 then()

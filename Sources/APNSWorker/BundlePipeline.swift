@@ -104,7 +104,7 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     // MARK: - Consuming
 
     private func consumeUntilHeldOrShutdown() async throws {
-        let consumer = try await broker.consume(queue: queue, prefetch: settings.prefetch)
+        let consumer = try await broker.consume(queue: queue, prefetch: settings.prefetch, maxBodySize: JobParser.Limits().maxBodyBytes)
         let limit = max(Int(settings.prefetch), 1)
         // Stop taking jobs as soon as shutdown starts or the bundle becomes held; jobs already
         // taken run on, within the shutdown deadline.
@@ -221,6 +221,8 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
                     metadata: ["amqp.error": "\(error)", "amqp.routing_key": "\(message.routingKey)"])
                 await broker.nack(delivery, requeue: true)
             }
+        case .rejectToDeadLetter:
+            await broker.nack(delivery, requeue: false)
         }
     }
 }

@@ -105,7 +105,7 @@ public final class FleetService: Service, Sendable {
         let queue = TopologyNames.fleetQueue(instanceID: identity.instanceID)
         // Remembered by the connection: declared again, and the consumer restored, after a reconnect.
         try await broker.declare(FleetTopology.plan(instanceID: identity.instanceID, messageTTL: interval * 3))
-        let consumer = try await broker.consume(queue: queue, prefetch: 100)
+        let consumer = try await broker.consume(queue: queue, prefetch: 100, maxBodySize: FleetMessage.maxBodyBytes)
         logger.info("fleet: announcing this instance", metadata: ["amqp.queue": "\(queue)", "fleet.interval": "\(interval)"])
         let stop = StopSignal()
         // Graceful shutdown and cancellation end it alike: the handlers must not block, and
