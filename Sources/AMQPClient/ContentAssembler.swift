@@ -51,10 +51,14 @@ struct ContentAssembler {
         guard var message = pending[channel] else { return nil }
         if let properties = properties() { message.properties = properties }
         message.bodySize = bodySize
-        if bodySize > UInt64(message.bodyLimit) {
-            message.oversized = true
+        message.oversized = bodySize > UInt64(message.bodyLimit)
+        // A second header (a broker's bug, found by FuzzContentAssembler: it trapped the owner
+        // thread) must leave no more bytes kept than it announces, none when over the limit.
+        if message.oversized {
+            message.body = []
         } else {
             // Within the limit, so within Int.
+            if message.body.count > Int(bodySize) { message.body.removeSubrange(Int(bodySize)...) }
             message.body.reserveCapacity(min(Int(bodySize), Self.maximumReservation))
         }
         if bodySize == 0 {

@@ -122,3 +122,23 @@ import Testing
         #expect(message?.body.isEmpty == true)
     }
 }
+
+extension ContentAssemblerLimitTests {
+    /// Found by FuzzContentAssembler: a second header announcing less than was already kept
+    /// trapped on a negative `prefix` (the owner thread, so the connection). It now keeps no more
+    /// than the latest size, and nothing once that size is over the limit.
+    @Test func aSecondHeaderNeverLeavesMoreKeptThanItAnnounces() {
+        var assembler = ContentAssembler()
+        Self.deliver(&assembler, tag: 1)
+        _ = assembler.header(on: 3, bodySize: 6) { nil }
+        #expect(assembler.body(on: 3, [1, 2, 3, 4]) == nil)
+        _ = assembler.header(on: 3, bodySize: 2) { nil }
+        #expect(assembler.body(on: 3, [5])?.body == [1, 2])
+
+        Self.deliver(&assembler, tag: 2)
+        _ = assembler.header(on: 3, bodySize: 6) { nil }
+        #expect(assembler.body(on: 3, [1, 2, 3]) == nil)
+        _ = assembler.header(on: 3, bodySize: UInt64(Self.limit + 1)) { nil }
+        #expect(assembler.body(on: 3, Self.frame)?.body.isEmpty == true)
+    }
+}
