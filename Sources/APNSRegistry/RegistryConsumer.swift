@@ -24,7 +24,7 @@ struct RegistryConsumer: Sendable {
     let queue: String
     let deadQueue: String
     let prefetch: UInt16
-    /// Contract §4's largest message; a larger one is never assembled (`rejectOversized`).
+    /// Contract §4's largest message; a larger one is never assembled and is rejected in `process`.
     let maxBodySize: Int
     let broker: AMQPConnection
     let store: RegistryStore
