@@ -4,9 +4,9 @@ import Foundation
 import Logging
 import Synchronization
 
-/// The stages of one job, composed twice: `start` for a consumed job, whose answer from APNs is
-/// routed and settled on the thread that received it, with no task of its own unless a publish
-/// must wait for its confirm; and `process` for the probe of a held bundle, in the probing task.
+/// The stages of one job, composed once (`compose`) for a consumed job and a held bundle's
+/// probe alike: the stages before sending run in the caller's task; APNs' answer is routed and
+/// a bare ack settled on the thread that received it (see `BundlePipeline`'s execution model).
 extension BundlePipeline {
     /// What the stages before sending decided.
     enum Admission {
@@ -15,58 +15,104 @@ extension BundlePipeline {
         case send(Job, OutcomeRouter.JobContext)
     }
 
-    /// One consumed job through every stage to exactly one end. `jobs` counts it until it is
-    /// settled; an answer that comes after `jobs` was abandoned (the shutdown deadline) leaves
-    /// the job unacked for the broker to deliver again.
-    func start(_ delivery: AMQPDelivery, jobs: InFlightJobs) {
-        jobs.enter()
+    /// A job between its delivery and its settle: what its end needs to know.
+    struct JobInFlight: Sendable {
+        var delivery: AMQPDelivery
+        var started: ContinuousClock.Instant
+        /// A held bundle's probe (`PipelineStateMachine.settled(probe:now:)`).
+        var isProbe: Bool
+    }
+
+    /// How a job ended: what its count and its log line need.
+    enum Ending: Sendable {
+        case unsent(OutcomeRouter.End)
+        case answered(Outcome, OutcomeRouter.End, OutcomeRouter.JobContext)
+    }
+
+    /// One job the machine counted in flight, through every stage to exactly one end.
+    func compose(_ delivery: AMQPDelivery, probe: Bool) {
+        let job = JobInFlight(delivery: delivery, started: .now, isProbe: probe)
         bundleStatistics.jobStarted()
-        let started = begin(delivery)
         switch admit(delivery) {
         case .ended(let route, let end):
-            settle(delivery, route, jobs: jobs) { self.count(end, since: started) }
-        case .send(let job, let context):
+            settle(job, route, .unsent(end))
+        case .send(let parsed, let context):
             let sent = ContinuousClock.now
-            transport.send(job.notification) { result in
-                let outcome = self.answered(result, sentAt: sent)
-                guard !jobs.isAbandoned else { return self.finished(jobs) }
-                let decision = self.judge(outcome, job: context)
-                self.settle(delivery, decision.route, jobs: jobs) {
-                    self.count(decision.end, since: started)
-                    self.report(outcome, end: decision.end, job: context)
-                }
+            transport.send(parsed.notification) { result in
+                self.answered(result, job: job, context: context, sentAt: sent)
             }
         }
     }
 
-    /// One job through every stage to exactly one end, in the calling task (a probe).
-    func process(_ delivery: AMQPDelivery) async {
-        bundleStatistics.jobStarted()
-        defer { bundleStatistics.jobFinished() }
-        let started = begin(delivery)
-        switch admit(delivery) {
-        case .ended(let route, let end):
-            await settle(delivery, route)
-            count(end, since: started)
-        case .send(let job, let context):
-            let outcome = await send(job)
-            // Cancelled at the shutdown deadline: leave the job unacked for the broker to deliver again.
-            if Task.isCancelled { return }
-            let decision = judge(outcome, job: context)
-            await settle(delivery, decision.route)
-            count(decision.end, since: started)
-            report(outcome, end: decision.end, job: context)
+    /// APNs' answer, on the transport's thread: timed, classified, routed, told to the machine
+    /// (the hold breaker), settled. An answer that comes after the shutdown deadline settles
+    /// nothing: the job stays unacked for the broker to deliver again.
+    private func answered(_ result: TransportResult, job: JobInFlight, context: OutcomeRouter.JobContext, sentAt sent: ContinuousClock.Instant) {
+        bundleStatistics.apnsAnswered(after: sent.duration(to: .now))
+        let outcome = OutcomeClassifier.classify(result)
+        let decision = router.decide(outcome, job: context, now: Date())
+        switch event({ $0.answered(decision.breaker, now: clock.now) }) {
+        case .settle:
+            settle(job, decision.route, .answered(outcome, decision.end, context))
+        case .drop:
+            bundleStatistics.jobFinished()
         }
     }
 
-    private func begin(_ delivery: AMQPDelivery) -> ContinuousClock.Instant {
-        fleet.taken(publishedAt: delivery.message.properties.timestamp)
-        return ContinuousClock.now
+    /// The one settle: a bare ack at once, from any thread (`ackNow` never blocks); a route that
+    /// publishes must await the broker's confirm, so it continues in a task. Then the job's end
+    /// is counted and told to the machine.
+    func settle(_ job: JobInFlight, _ route: OutcomeRouter.Route, _ ending: Ending) {
+        switch route {
+        case .ack:
+            broker.ackNow(job.delivery)
+            finished(job, ending)
+        case .publishThenAck(let message, _):
+            Task {
+                await self.publishThenAck(job.delivery, message)
+                self.finished(job, ending)
+            }
+        case .rejectToDeadLetter:
+            // Without requeue, for the broker to dead-letter it (a job over the size limit).
+            Task {
+                await self.broker.nack(job.delivery, requeue: false)
+                self.finished(job, ending)
+            }
+        }
     }
 
-    private func finished(_ jobs: InFlightJobs) {
+    /// Publish (confirmed), then ack. A publish that fails (connection lost, returned, nacked)
+    /// leaves the job to the broker to deliver again: at-least-once.
+    func publishThenAck(_ delivery: AMQPDelivery, _ message: AMQPOutboundMessage) async {
+        do {
+            try await broker.publish(message)
+            broker.ackNow(delivery)
+        } catch {
+            logger.warning(
+                "could not publish the job's outcome; the broker will deliver the job again",
+                metadata: ["amqp.error": "\(error)", "amqp.routing_key": "\(message.routingKey)"])
+            await broker.nack(delivery, requeue: true)
+        }
+    }
+
+    private func finished(_ job: JobInFlight, _ ending: Ending) {
+        switch ending {
+        case .unsent(let end):
+            count(end, since: job.started)
+        case .answered(let outcome, let end, let context):
+            count(end, since: job.started)
+            report(outcome, end: end, job: context)
+        }
         bundleStatistics.jobFinished()
-        jobs.leave()
+        event { $0.settled(probe: job.isProbe, now: clock.now) }
+    }
+
+    /// One job reached `end`. The one place a job's end is counted: the tally behind the stop
+    /// line, the admin page and `/api/status`, the Prometheus counter (both in
+    /// `BundleStatistics.jobEnded`), and the registry's hourly counts (the observer).
+    func count(_ end: OutcomeRouter.End, since started: ContinuousClock.Instant) {
+        if let kind = JobEndKind(end) { observer?.jobEnded(bundleID: settings.bundleID, end: kind) }
+        bundleStatistics.jobEnded(end, after: started.duration(to: .now))
     }
 
     /// The stages before sending: the delivery limit, parsing, the job's log line and the
@@ -139,24 +185,6 @@ extension BundlePipeline {
         return rollout.withLock { $0.decide(syncServer: server) }
     }
 
-    func send(_ job: Job) async -> Outcome {
-        let sent = ContinuousClock.now
-        return answered(await transport.send(job.notification), sentAt: sent)
-    }
-
-    /// APNs' answer, timed and classified.
-    private func answered(_ result: TransportResult, sentAt sent: ContinuousClock.Instant) -> Outcome {
-        bundleStatistics.apnsAnswered(after: sent.duration(to: .now))
-        return OutcomeClassifier.classify(result)
-    }
-
-    /// The decision for an outcome, and its effect on the hold breaker.
-    func judge(_ outcome: Outcome, job context: OutcomeRouter.JobContext) -> OutcomeRouter.Decision {
-        let decision = router.decide(outcome, job: context, now: Date())
-        applyToBreaker(decision.breaker)
-        return decision
-    }
-
     /// What is said about a settled job: its log line, and an invalid token to the observer.
     func report(_ outcome: Outcome, end: OutcomeRouter.End, job context: OutcomeRouter.JobContext) {
         var jobID: String { context.jobID ?? "-" }
@@ -183,23 +211,6 @@ extension BundlePipeline {
             logger.warning("job dead-lettered", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
         case .held:
             break  // logged once by the breaker
-        }
-    }
-
-    /// Carries out a route from any thread: a bare ack at once, a publish (which must wait for
-    /// its confirm) in a task. `then` runs once the job is settled.
-    func settle(_ delivery: AMQPDelivery, _ route: OutcomeRouter.Route, jobs: InFlightJobs, then: @escaping @Sendable () -> Void) {
-        switch route {
-        case .ack:
-            broker.ackNow(delivery)
-            then()
-            finished(jobs)
-        case .publishThenAck, .rejectToDeadLetter:
-            Task {
-                await self.settle(delivery, route)
-                then()
-                self.finished(jobs)
-            }
         }
     }
 }

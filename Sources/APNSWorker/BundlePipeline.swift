@@ -1,28 +1,53 @@
 import AMQPClient
 import APNSCore
+import CancellableWait
 import Foundation
 import Logging
 import ServiceLifecycle
 import Synchronization
 
-/// The pipeline of one bundle ID, in the spirit of the seed's Go pipeline (part IV). Each
-/// consumed job goes through these stages, composed in `start(_:jobs:)` and each a small
-/// function of its own (`BundlePipeline+Stages.swift`):
+/// The pipeline of one bundle ID, in the spirit of the seed's Go pipeline (part IV): the thin
+/// shell that carries out what its `PipelineStateMachine` decides. Each consumed job goes
+/// through these stages, composed once in `compose(_:probe:)` (`BundlePipeline+Stages.swift`):
 ///
-///     consume → parse and validate → log → statistics → rollout gate → send → route the outcome
+///     consume → parse and validate → log → statistics → rollout gate → send → route the outcome → settle
 ///
-/// One task per bundle consumes; a job has no task of its own: APNs' answer is routed and a
-/// bare ack settled on the thread that read it, and only a publish waits for its confirm in a
-/// task. In-flight work is bounded by the consumer's prefetch: the broker never hands out more
-/// unacknowledged jobs, and `InFlightJobs` never lets more than `prefetch` start. A held
-/// outcome (provider fault) stops consuming; the pipeline then probes with one job at a time
-/// (`basic.get`) until one is not held, and consumes again, with no restart.
+/// Execution model (`docs/architecture.md`):
+/// - **the control loop** (`run()`, one task per bundle) is the only code that awaits the broker
+///   for the pipeline's own state: it starts and cancels the consumer, takes a held bundle's
+///   probe with `basic.get`, and sleeps for the machine's timers, each in a child task of
+///   `run()`'s task group, so nothing outlives `run()`. It wakes only on mail from the
+///   machine's actions, never to poll;
+/// - **the consumer task** (a child of `run()`) reads deliveries and composes each job in turn;
+///   a job has no task of its own;
+/// - **the transport's thread** (an HTTP/2 event loop, or the binary transport's) runs what
+///   follows APNs' answer: classify, route, the machine's `answered`, a bare ack
+///   (`ackNow` queues it for the AMQP owner thread), the counts, the log line and the
+///   observer. That path never blocks, so it needs no task: a task per job would cost a
+///   thread hop and an allocation on the hottest path. Only a route that publishes (retry,
+///   dead letter, feedback) must await the broker's confirm, and that settle runs in a task.
+/// - events from elsewhere (an operator's pause from `FleetService`, graceful shutdown) go
+///   into the machine where they happen; what they need of the control loop is mailed to it.
 ///
-/// The broker is a generic parameter (`AMQPConnection` in production), so the hold, probe,
-/// shutdown-deadline and settle logic are tested against a fake broker and a manual clock while
-/// production calls stay statically dispatched once specialised.
+/// The machine sits under one lock, taken three times per job (delivered, answered, settled),
+/// never across a suspension or an IO call. In-flight work is bounded by the consumer's
+/// prefetch; the machine's `limit` only guards against a broker that sends more.
+///
+/// The broker is a generic parameter (`AMQPConnection` in production), so the shell is tested
+/// against a fake broker and a manual clock while production calls stay statically dispatched
+/// once specialised.
 public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     public typealias Settings = BundlePipelineSettings
+    typealias Machine = PipelineStateMachine<CheckedContinuation<Bool, Never>>
+
+    /// What the machine's actions ask of the control loop.
+    enum Mail: Sendable {
+        case control(Machine.Control, timer: ContinuousClock.Instant?)
+        /// A timer went off.
+        case tick
+        /// The consumer's deliveries ended with an error: `run()` throws it.
+        case failed(any Error)
+    }
 
     public let settings: Settings
     let broker: Broker
@@ -36,12 +61,13 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     let observer: (any JobEndObserver)?
     /// The rule of the rollout gate; replaced at run time by `updateRollout(_:)` (config reload).
     let rollout: Mutex<RolloutRule>
-    let breaker: Mutex<HoldBreaker>
     let deliveryLimit: Mutex<DeliveryLimit>
     /// The time of the breaker, the probes and the shutdown deadline.
     let clock: any PipelineClock
-    /// The operator's fleet-wide pause and the queue latency estimate (`BundleFleetState`).
-    public let fleet = BundleFleetState()
+    /// The bundle's whole state: hold breaker, pause, consumer, jobs in flight, shutdown.
+    let machine: Mutex<Machine>
+    private let mail: AsyncStream<Mail>
+    private let mailbox: AsyncStream<Mail>.Continuation
 
     public init(
         settings: BundlePipelineSettings, broker: Broker, transport: any NotificationTransport,
@@ -57,8 +83,10 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
         self.statistics = statistics
         self.bundleStatistics = statistics.bundle(settings.bundleID)
         self.rollout = Mutex(rollout)
-        self.breaker = Mutex(HoldBreaker(probeInterval: settings.probeInterval))
         self.deliveryLimit = Mutex(DeliveryLimit(maxDeliveries: settings.maxDeliveries))
+        self.machine = Mutex(
+            Machine(limit: Int(settings.prefetch), probeInterval: settings.probeInterval, shutdownDeadline: settings.shutdownDeadline))
+        (mail, mailbox) = AsyncStream.makeStream()
         var logger = logger
         logger[metadataKey: "apns.bundle"] = "\(settings.bundleID)"
         self.logger = logger
@@ -67,10 +95,20 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     public var queue: String { TopologyNames.workQueue(settings.bundleID) }
 
     /// Whether a provider fault holds the bundle right now (for `/ready`).
-    public var isHeld: Bool { breaker.withLock { $0.isHeld } }
+    public var isHeld: Bool { machine.withLock { $0.isHeld } }
 
     /// Whether an operator paused the bundle fleet-wide (contract §5): no consuming, no probing.
-    public var isPaused: Bool { fleet.isPaused }
+    public var isPaused: Bool { machine.withLock { $0.paused } }
+
+    /// The AMQP publish time of the newest job taken (the fleet's queue latency estimate).
+    public var lastTakenPublishedAt: Date? { machine.withLock { $0.lastTakenPublishedAt } }
+
+    /// Pauses or resumes the bundle (an operator's fleet-wide pause, `FleetService`); returns
+    /// whether that changed anything. A pause ends a consumer waiting for its next delivery.
+    @discardableResult
+    public func setPaused(_ paused: Bool) -> Bool {
+        event { $0.setPaused(paused, now: clock.now) }
+    }
 
     /// The bundle's APNs connections by state, when its transport reports them.
     public func connectionStates() -> [TransportConnectionState: Int]? {
@@ -83,17 +121,17 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     }
 
     /// Consumes until graceful shutdown (or cancellation). Jobs in flight at shutdown get
-    /// `shutdownDeadline` to finish; whatever is unacked then goes back to the broker.
+    /// `shutdownDeadline` to finish; whatever is unacked then goes back to the broker. Runs once.
     public func run() async throws {
         logger.info("pipeline started", metadata: ["amqp.queue": "\(queue)", "amqp.prefetch": "\(settings.prefetch)"])
-        while !Task.isShuttingDownGracefully && !Task.isCancelled {
-            if isPaused {
-                try await Task.sleep(for: .milliseconds(200))
-            } else if isHeld {
-                try await probeOnce()
-            } else {
-                try await consumeUntilHeldOrShutdown()
+        try await withGracefulShutdownHandler {
+            try await withThrowingDiscardingTaskGroup { group in
+                try await control(&group)
+                // Only timers may still sleep; the consumer has ended.
+                group.cancelAll()
             }
+        } onGracefulShutdown: {
+            self.event { $0.shutdown(now: self.clock.now) }
         }
         let jobs = statistics.activity(bundle: settings.bundleID).jobs
         var metadata: Logger.Metadata = [:]
@@ -101,137 +139,139 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
         logger.info("pipeline stopped", metadata: metadata)
     }
 
-    // MARK: - Consuming
+    // MARK: - The control loop
 
-    private func consumeUntilHeldOrShutdown() async throws {
-        let consumer = try await broker.consume(queue: queue, prefetch: settings.prefetch, maxBodySize: JobParser.Limits().maxBodyBytes)
-        let limit = max(Int(settings.prefetch), 1)
-        // Stop taking jobs as soon as shutdown starts or the bundle becomes held; jobs already
-        // taken run on, within the shutdown deadline.
-        let stop = StopSignal()
-        // A pause must end a consumer that waits for its next delivery, as a shutdown does.
-        let pauseWatcher = fleet.whenPaused { Task { await consumer.cancel() } }
-        defer { fleet.removeWatcher(pauseWatcher) }
-        try await withGracefulShutdownHandler {
-            let jobs = InFlightJobs()
-            var iterator = consumer.makeAsyncIterator()
-            while !stop.isSet, !isHeld, !isPaused, let delivery = try await iterator.next() {
-                // The broker's prefetch bounds the jobs in flight; this only guards against a
-                // broker that sends more.
-                var refused = stop.isSet || isHeld || isPaused
-                if !refused { refused = await !jobs.waitUntil(atMost: limit - 1) }
-                if refused {
-                    await broker.nack(delivery, requeue: true)
-                    break
+    /// Carries out the machine's control actions until it says `finish` (or the task is
+    /// cancelled, which ends the mail). The consumer and the timers are child tasks of `group`.
+    private func control(_ group: inout ThrowingDiscardingTaskGroup<any Error>) async throws {
+        var consumer: Broker.Consumer?
+        event { $0.start(now: clock.now) }
+        do {
+            for await mail in mail {
+                switch mail {
+                case .failed(let error):
+                    throw error
+                case .tick:
+                    event { $0.tick(now: clock.now) }
+                case .control(let control, let timer):
+                    if let timer {
+                        group.addTask { [clock, mailbox] in
+                            guard (try? await clock.sleep(for: clock.now.duration(to: timer))) != nil else { return }
+                            mailbox.yield(.tick)
+                        }
+                    }
+                    switch control {
+                    case .none:
+                        break
+                    case .startConsumer:
+                        let started = try await broker.consume(
+                            queue: queue, prefetch: settings.prefetch, maxBodySize: JobParser.Limits().maxBodyBytes)
+                        consumer = started
+                        group.addTask { await self.consume(started) }
+                        event { $0.consumerStarted() }
+                    case .cancelConsumer:
+                        await consumer?.cancel()
+                    case .probe:
+                        try await probe()
+                    case .finish:
+                        return
+                    }
                 }
-                start(delivery, jobs: jobs)
             }
-            await consumer.cancel()
-            // Deliveries the broker pushed before the cancel took effect go back untouched.
-            while let leftover = try await iterator.next() {
-                await broker.nack(leftover, requeue: true)
-            }
-            guard jobs.count > 0 else { return }
-            let deadline = settings.shutdownDeadline
-            let allSettled = await withTaskGroup(of: Bool.self) { group in
-                group.addTask { await jobs.waitUntil(atMost: 0) }
-                group.addTask {
-                    try? await self.clock.sleep(for: deadline)
-                    return false
-                }
-                let first = await group.next() ?? false
-                group.cancelAll()
-                return first
-            }
-            if !allSettled {
-                // Unfinished jobs stay unacked; the broker delivers them again.
-                jobs.abandon()
-                logger.warning("jobs still in flight at the deadline are left to the broker", metadata: ["jobs": "\(jobs.count)"])
-            }
-        } onGracefulShutdown: {
-            stop.set()
-            // The handler must not block, and the consume loop may be waiting for a delivery
-            // that never comes: cancelling the consumer ends its sequence. Short-lived by design.
-            Task { await consumer.cancel() }
+        } catch {
+            await endConsumer(consumer)
+            throw error
+        }
+        // Cancelled: end the consumer, or the task group would wait for it forever.
+        await endConsumer(consumer)
+    }
+
+    private func endConsumer(_ consumer: Broker.Consumer?) async {
+        guard let consumer, machine.withLock({ $0.consumer != .idle }) else { return }
+        await consumer.cancel()
+    }
+
+    /// The consumer task: every delivery in turn, until the consumer is cancelled.
+    private func consume(_ consumer: Broker.Consumer) async {
+        do {
+            for try await delivery in consumer { await take(delivery) }
+        } catch {
+            mailbox.yield(.failed(error))
+        }
+        event { $0.consumerEnded(now: clock.now) }
+    }
+
+    private func take(_ delivery: AMQPDelivery) async {
+        var intake = machine.withLock { $0.delivered(publishedAt: delivery.message.properties.timestamp) }
+        if intake == .waitForRoom {
+            let admitted = await withCancellableWait(
+                register: { waiter in machine.withLock { $0.parkForRoom(waiter) }.map { $0 == .compose } },
+                withdraw: { self.machine.withLock { $0.cancelRoomWait() } },
+                cancelled: false)
+            intake = admitted ? .compose : .refuse
+        }
+        if intake == .compose {
+            compose(delivery, probe: false)
+        } else {
+            // Held, paused, shutting down, or sent after the cancel: back to the broker untouched.
+            await broker.nack(delivery, requeue: true)
         }
     }
 
-    // MARK: - Probing while held
-
-    /// How often a held pipeline asks the breaker whether a probe is due.
-    static var heldPollInterval: Duration { .milliseconds(200) }
-
-    private func probeOnce() async throws {
-        let now = clock.now
-        let due = breaker.withLock { $0.probeDue(now: now) }
-        guard due == .sendProbe else {
-            try await clock.sleep(for: Self.heldPollInterval)
-            return
+    /// A held bundle's probe: one job taken with `basic.get`, composed like any other.
+    private func probe() async throws {
+        let delivery = try await broker.get(queue: queue)
+        let intake = event {
+            $0.probeTaken(found: delivery != nil, publishedAt: delivery?.message.properties.timestamp, now: clock.now)
         }
-        guard let delivery = try await broker.get(queue: queue) else {
-            let now = clock.now
-            breaker.withLock { $0.probeFoundNothing(now: now) }
-            return
-        }
-        logger.info("probing held bundle with one job")
-        await process(delivery)
-    }
-
-    /// Carries out an outcome's effect on the hold breaker: one error line when a hold starts,
-    /// one notice when it ends.
-    func applyToBreaker(_ effect: OutcomeRouter.BreakerEffect) {
-        let now = clock.now
-        switch effect {
-        case .hold(let reason, let status):
-            if case .pauseAndAlert = breaker.withLock({ $0.heldOutcome(reason: reason, now: now) }) {
-                bundleStatistics.held(true)
-                logger.error(
-                    "APNs rejects this bundle's credentials or topic: bundle HELD, jobs stay in the broker until a probe succeeds",
-                    metadata: ["apns.reason": "\(reason)", "apns.status": "\(status)"])
-            }
-        case .healthy:
-            if case .resume(let heldFor) = breaker.withLock({ $0.healthyOutcome(now: now) }) {
-                bundleStatistics.held(false)
-                logger.notice("bundle resumed: APNs accepts its credentials again", metadata: ["held.seconds": "\(heldFor)"])
-            }
+        guard let delivery else { return }
+        if intake == .compose {
+            logger.info("probing held bundle with one job")
+            compose(delivery, probe: true)
+        } else {
+            await broker.nack(delivery, requeue: true)
         }
     }
 
-    /// One job reached `end`. The one place a job's end is counted: the tally behind the stop
-    /// line, the admin page and `/api/status`, the Prometheus counter (both in
-    /// `BundleStatistics.jobEnded`), and the registry's hourly counts (the observer).
-    func count(_ end: OutcomeRouter.End, since started: ContinuousClock.Instant) {
-        if let kind = JobEndKind(end) { observer?.jobEnded(bundleID: settings.bundleID, end: kind) }
-        bundleStatistics.jobEnded(end, after: started.duration(to: .now))
+    // MARK: - Carrying out actions
+
+    /// Applies an event to the machine and carries out its action: control work is mailed under
+    /// the lock (so the control loop sees it in the machine's order), the rest after it.
+    @discardableResult
+    func event<Result: Sendable>(_ body: (inout Machine) -> (Result, Machine.Action)) -> Result {
+        let (result, action) = machine.withLock { machine in
+            let (result, action) = body(&machine)
+            if action.needsControl { mailbox.yield(.control(action.control, timer: action.timer)) }
+            return (result, action)
+        }
+        if let wake = action.wake { wake.waiter.resume(returning: wake.admitted) }
+        if action.news != .none { announce(action.news) }
+        return result
     }
 
-    /// Carries out a route: publish (confirmed), then ack. A publish that fails (connection lost,
-    /// returned, nacked) leaves the job unacked so the broker delivers it again: at-least-once.
-    func settle(_ delivery: AMQPDelivery, _ route: OutcomeRouter.Route) async {
-        switch route {
-        case .ack:
-            await broker.ack(delivery)
-        case .publishThenAck(let message, _):
-            do {
-                try await broker.publish(message)
-                await broker.ack(delivery)
-            } catch {
-                logger.warning(
-                    "could not publish the job's outcome; the broker will deliver the job again",
-                    metadata: ["amqp.error": "\(error)", "amqp.routing_key": "\(message.routingKey)"])
-                await broker.nack(delivery, requeue: true)
-            }
-        case .rejectToDeadLetter:
-            await broker.nack(delivery, requeue: false)
+    func event(_ body: (inout Machine) -> Machine.Action) {
+        event { machine in ((), body(&machine)) }
+    }
+
+    /// One error line when a hold starts, one notice when it ends, one warning for jobs
+    /// abandoned at the shutdown deadline; never one per job.
+    private func announce(_ news: Machine.News) {
+        switch news {
+        case .none:
+            break
+        case .held(let reason, let status):
+            bundleStatistics.held(true)
+            logger.error(
+                "APNs rejects this bundle's credentials or topic: bundle HELD, jobs stay in the broker until a probe succeeds",
+                metadata: ["apns.reason": "\(reason)", "apns.status": "\(status)"])
+        case .resumed(let heldFor):
+            bundleStatistics.held(false)
+            logger.notice("bundle resumed: APNs accepts its credentials again", metadata: ["held.seconds": "\(heldFor)"])
+        case .abandoned(let jobs):
+            // Unfinished jobs stay unacked; the broker delivers them again.
+            logger.warning("jobs still in flight at the deadline are left to the broker", metadata: ["jobs": "\(jobs)"])
         }
     }
-}
-
-/// A one-way flag shared between the consume loop and the tasks it spawned.
-final class StopSignal: Sendable {
-    private let flag = Atomic<Bool>(false)
-    var isSet: Bool { flag.load(ordering: .acquiring) }
-    func set() { flag.store(true, ordering: .releasing) }
 }
 
 /// What a bundle's pipeline is told by the configuration.

@@ -201,7 +201,7 @@ public final class FleetService: Service, Sendable {
                 delivered: jobs(.delivered), invalidToken: jobs(.invalidToken), retry: jobs(.retry), dead: jobs(.dead),
                 gated: jobs(.gated), inFlight: bundle.activity.inFlight, held: bundle.held,
                 paused: bundle.paused, connections: bundle.connections,
-                lastTakenPublishedAt: pipelines[bundle.bundleID]?.fleet.lastTakenPublishedAt)
+                lastTakenPublishedAt: pipelines[bundle.bundleID]?.lastTakenPublishedAt)
         }
         let instance = FleetInstance(
             id: identity.instanceID, host: identity.host, pid: identity.pid, version: identity.version,
@@ -226,7 +226,7 @@ public final class FleetService: Service, Sendable {
             checks.applied[bundleID] = ticket
             return true
         }
-        guard apply, pipeline.fleet.setPaused(paused) else { return }
+        guard apply, pipeline.setPaused(paused) else { return }
         if paused {
             logger.notice("bundle PAUSED by an operator: its jobs wait in the broker", metadata: ["apns.bundle": "\(bundleID)"])
         } else {

@@ -82,7 +82,7 @@ public struct OutcomeRouter: Sendable {
         }
     }
 
-    /// What the hold breaker learns from an outcome (`HoldBreaker`).
+    /// What the hold breaker learns from an outcome (`PipelineStateMachine.answered`).
     public enum BreakerEffect: Sendable, Hashable {
         /// A provider fault: the bundle holds, or stays held.
         case hold(reason: String, status: Int)

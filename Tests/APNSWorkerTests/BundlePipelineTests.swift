@@ -60,15 +60,8 @@ import Testing
                         group.cancelAll()
                         throw error
                     }
+                    // No polling: a held pipeline sees the shutdown as an event, at once.
                     trigger.triggerGracefulShutdown()
-                    // A held pipeline polls its breaker on the manual clock: keep time moving
-                    // so that it sees the shutdown.
-                    group.addTask {
-                        while !Task.isCancelled {
-                            clock.advance(by: BundlePipeline<FakeBroker>.heldPollInterval)
-                            try? await Task.sleep(for: .milliseconds(10))
-                        }
-                    }
                     _ = try await group.next()
                     group.cancelAll()
                 }
@@ -193,14 +186,14 @@ import Testing
         rig.enqueueJob()
         let delivery = try #require(try await rig.broker.get(queue: rig.broker.workQueue))
         rig.broker.state.withLock { $0.failPublishes = true }
-        await rig.pipeline.settle(delivery, .publishThenAck(event, end: .invalidToken))
+        await rig.pipeline.publishThenAck(delivery, event)
         #expect(rig.broker.snapshot.nacked == [delivery.tag])
         #expect(rig.broker.snapshot.acked.isEmpty)
         // Delivered again, and this time the broker confirms: published first, then acked.
         let again = try #require(try await rig.broker.get(queue: rig.broker.workQueue))
         #expect(again.message.redelivered)
         rig.broker.state.withLock { $0.failPublishes = false }
-        await rig.pipeline.settle(again, .publishThenAck(event, end: .invalidToken))
+        await rig.pipeline.publishThenAck(again, event)
         #expect(rig.broker.snapshot.published == [event])
         #expect(rig.broker.snapshot.acked == [again.tag])
     }
@@ -289,5 +282,25 @@ import Testing
         // without its copy published first.
         #expect(rig.broker.snapshot.acked.count == rig.broker.snapshot.published.count)
         #expect(rig.jobs(.held) == rig.broker.snapshot.published.count)
+    }
+
+    /// A pause is an event, not a flag polled: the waiting consumer is cancelled at once, jobs
+    /// wait in the broker, and a resume consumes again (no clock moves in this test).
+    @Test func aPauseCancelsTheWaitingConsumerAndAResumeConsumesAgain() async throws {
+        let rig = Rig(answer: ScriptedTransport.accepted)
+        try await rig.running { _ in
+            try await waitUntil("consuming") { rig.broker.snapshot.consumersStarted == 1 }
+            #expect(rig.pipeline.setPaused(true))
+            #expect(!rig.pipeline.setPaused(true), "no change")
+            try await waitUntil("the consumer cancelled") { rig.broker.snapshot.consumersCancelled == 1 }
+            rig.enqueueJob()
+            #expect(rig.broker.snapshot.ready.count == 1)
+            #expect(rig.pipeline.setPaused(false))
+            try await waitUntil("consumed after the resume") {
+                rig.broker.snapshot.consumersStarted == 2 && rig.broker.snapshot.acked.count == 1
+            }
+        }
+        #expect(rig.jobs(.delivered) == 1)
+        #expect(rig.clock.sleepers == 0)
     }
 }

@@ -38,39 +38,3 @@ import Testing
         #expect(RolloutRule.bucket(of: "a") == 96)
     }
 }
-
-@Suite struct HoldBreakerTests {
-    let t0 = ContinuousClock.now
-
-    @Test func firstHeldOutcomePausesOnceAndLaterOnesStaySilent() {
-        var breaker = HoldBreaker(probeInterval: .seconds(5))
-        #expect(breaker.heldOutcome(reason: "InvalidProviderToken", now: t0) == .pauseAndAlert(reason: "InvalidProviderToken"))
-        #expect(breaker.isHeld)
-        #expect(breaker.heldOutcome(reason: "InvalidProviderToken", now: t0.advanced(by: .seconds(1))) == .none)
-        #expect(breaker.heldOutcome(reason: "InvalidProviderToken", now: t0.advanced(by: .seconds(2))) == .none)
-    }
-
-    @Test func probesEveryIntervalUntilOneSucceeds() {
-        var breaker = HoldBreaker(probeInterval: .seconds(5))
-        _ = breaker.heldOutcome(reason: "BadCertificate", now: t0)
-        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(4))) == .none)
-        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(5))) == .sendProbe)
-        // Only one probe at a time.
-        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(6))) == .none)
-        #expect(breaker.heldOutcome(reason: "BadCertificate", now: t0.advanced(by: .seconds(6))) == .none)
-        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(10))) == .none)
-        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(11))) == .sendProbe)
-        #expect(breaker.healthyOutcome(now: t0.advanced(by: .seconds(12))) == .resume(heldFor: .seconds(12)))
-        #expect(!breaker.isHeld)
-        #expect(breaker.healthyOutcome(now: t0.advanced(by: .seconds(13))) == .none)
-    }
-
-    @Test func emptyQueueReschedulesTheProbe() {
-        var breaker = HoldBreaker(probeInterval: .seconds(2))
-        _ = breaker.heldOutcome(reason: "TopicDisallowed", now: t0)
-        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(2))) == .sendProbe)
-        breaker.probeFoundNothing(now: t0.advanced(by: .seconds(3)))
-        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(4))) == .none)
-        #expect(breaker.probeDue(now: t0.advanced(by: .seconds(5))) == .sendProbe)
-    }
-}
