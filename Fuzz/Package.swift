@@ -52,6 +52,11 @@ let package = Package(
             name: "FuzzAMQPFields",
             dependencies: ["FuzzDriver", .product(name: "AMQPClient", package: "apns-worker")]
         ),
+        // The frame sequence of a delivery: body limits and body sizes from the wire.
+        .executableTarget(
+            name: "FuzzContentAssembler",
+            dependencies: ["FuzzDriver", .product(name: "AMQPClient", package: "apns-worker")]
+        ),
         .executableTarget(
             name: "FuzzJobEnvelope",
             dependencies: [

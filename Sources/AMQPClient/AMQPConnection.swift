@@ -240,13 +240,16 @@ public final class AMQPConnection: Service, Sendable {
 
     /// Starts a consumer on a channel of its own with `basic.qos(prefetch)` and manual acks.
     /// While the connection is down, the consumer is registered and starts with the next connection.
-    public func consume(queue: String, prefetch: UInt16 = 500) async throws -> AMQPConsumer {
+    /// A message whose body is larger than `maxBodySize` is delivered without it (its bytes are
+    /// read and dropped as they arrive), marked with `oversizedBodySize`: memory per consumer
+    /// stays within `prefetch` × `maxBodySize` whatever size a publisher sends.
+    public func consume(queue: String, prefetch: UInt16 = 500, maxBodySize: Int = .max) async throws -> AMQPConsumer {
         let buffer = DeliveryBuffer()
         let (id, tag) = shared.withLock { state -> (Int, String) in
             state.nextConsumerID += 1
             return (state.nextConsumerID, "apnsw-\(UUID().uuidString.prefix(8).lowercased())-\(state.nextConsumerID)")
         }
-        let request = ConsumerRequest(id: id, queue: queue, prefetch: prefetch, tag: tag, buffer: buffer)
+        let request = ConsumerRequest(id: id, queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, tag: tag, buffer: buffer)
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             submit(.consume(request, continuation), orElse: { continuation.resume(throwing: AMQPError(.closed, "the connection is closed")) })
         }
@@ -354,6 +357,7 @@ struct ConsumerRequest: Sendable {
     var id: Int
     var queue: String
     var prefetch: UInt16
+    var maxBodySize: Int
     var tag: String
     var buffer: DeliveryBuffer
 }

@@ -15,7 +15,7 @@ extension ConnectionDriver {
             try handleMethod(frame.payload.method, channel: channel)
         case AMQP_FRAME_HEADER:
             let header = frame.payload.properties
-            let message = assembler.header(on: channel, bodySize: Int(header.body_size)) {
+            let message = assembler.header(on: channel, bodySize: header.body_size) {
                 header.decoded.map { FieldDecoder.properties($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee) }
             }
             if let message { complete(message, channel: channel) }
@@ -33,9 +33,11 @@ extension ConnectionDriver {
         switch method.id {
         case AMQPMethod.basicDeliver:
             let m = decoded.assumingMemoryBound(to: amqp_basic_deliver_t.self).pointee
+            // A delivery no consumer of ours will take keeps no body.
             assembler.begin(
                 .delivery(tag: m.delivery_tag, redelivered: m.redelivered != 0, consumerTag: FieldDecoder.string(m.consumer_tag)),
-                exchange: FieldDecoder.string(m.exchange), routingKey: FieldDecoder.string(m.routing_key), on: channel)
+                exchange: FieldDecoder.string(m.exchange), routingKey: FieldDecoder.string(m.routing_key),
+                bodyLimit: consumers.consumer(on: channel)?.entry.request.maxBodySize ?? 0, on: channel)
         case AMQPMethod.basicReturn:
             let m = decoded.assumingMemoryBound(to: amqp_basic_return_t.self).pointee
             assembler.begin(
@@ -87,7 +89,7 @@ extension ConnectionDriver {
             guard let consumer = consumers.consumer(on: channel)?.entry, let generation = channels.generation(of: channel) else { return }
             let message = AMQPDeliveredMessage(
                 exchange: assembly.exchange, routingKey: assembly.routingKey, redelivered: redelivered,
-                body: assembly.body, properties: assembly.properties)
+                body: assembly.body, properties: assembly.properties, oversizedBodySize: assembly.oversized ? assembly.bodySize : nil)
             let accepted = consumer.request.buffer.push(AMQPDelivery(
                 message: message, tag: AMQPDeliveryTag(channel: channel, generation: generation, value: tag), consumerTag: consumerTag))
             if accepted {

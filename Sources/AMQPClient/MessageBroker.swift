@@ -21,8 +21,9 @@ public protocol DeliverySettling: Sendable {
 public protocol MessageConsuming: DeliverySettling {
     associatedtype Consumer: MessageConsumer
 
-    /// Starts a consumer with manual acks and at most `prefetch` unacknowledged deliveries.
-    func consume(queue: String, prefetch: UInt16) async throws -> Consumer
+    /// Starts a consumer with manual acks and at most `prefetch` unacknowledged deliveries; a
+    /// body larger than `maxBodySize` is dropped on arrival (`AMQPDeliveredMessage.oversizedBodySize`).
+    func consume(queue: String, prefetch: UInt16, maxBodySize: Int) async throws -> Consumer
 }
 
 /// Takes one message at a time (`basic.get`) and settles it.

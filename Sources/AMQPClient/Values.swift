@@ -183,13 +183,21 @@ public struct AMQPDeliveredMessage: Sendable, Hashable {
     public var redelivered: Bool
     public var body: [UInt8]
     public var properties: AMQPProperties
+    /// Set when the body was larger than the consumer's `maxBodySize`: its bytes were read and
+    /// dropped, `body` is empty, and this is the size its content header announced. The
+    /// message is still the consumer's to settle.
+    public var oversizedBodySize: UInt64?
 
-    public init(exchange: String, routingKey: String, redelivered: Bool, body: [UInt8], properties: AMQPProperties) {
+    public init(
+        exchange: String, routingKey: String, redelivered: Bool, body: [UInt8], properties: AMQPProperties,
+        oversizedBodySize: UInt64? = nil
+    ) {
         self.exchange = exchange
         self.routingKey = routingKey
         self.redelivered = redelivered
         self.body = body
         self.properties = properties
+        self.oversizedBodySize = oversizedBodySize
     }
 }
 

@@ -24,6 +24,8 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendabl
     let queue: String
     let deadQueue: String
     let prefetch: UInt16
+    /// Contract §4's largest message; a larger one is never assembled and is rejected in `process`.
+    let maxBodySize: Int
     let broker: Broker
     let store: RegistryStore
     let health: RegistryHealth
@@ -62,7 +64,7 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendabl
     private func consumeUntilHeldOrShutdown() async throws {
         let consumer: Broker.Consumer
         do {
-            consumer = try await broker.consume(queue: queue, prefetch: prefetch)
+            consumer = try await broker.consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize)
         } catch {
             logger.warning("cannot consume; trying again", metadata: ["amqp.queue": "\(queue)", "error": "\(error)"])
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
@@ -98,6 +100,13 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendabl
     }
 
     func process(_ delivery: AMQPDelivery) async {
+        if let size = delivery.message.oversizedBodySize {
+            // The body was never kept, so the broker dead-letters it, unchanged (docs/decisions.md).
+            logger.warning(
+                "message too large: rejected for the broker to dead-letter", metadata: ["amqp.queue": "\(queue)", "amqp.body_size": "\(size)"])
+            await broker.nack(delivery, requeue: false)
+            return
+        }
         // Once held, messages still in flight go back untouched.
         if health.isHeld {
             await broker.nack(delivery, requeue: true)

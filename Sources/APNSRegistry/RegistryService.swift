@@ -70,10 +70,12 @@ public final class RegistryService<Broker: RegistryBroker>: Service, Sendable {
         logger.info("registry schema ready", metadata: ["registry.schema": "\(RegistrySchema.latestVersion)", "registry.applied": "\(applied)"])
         let registrations = RegistryConsumer(
             queue: TopologyNames.registry, deadQueue: TopologyNames.registryDead, prefetch: settings.registrationPrefetch,
+            maxBodySize: RegistrationMessage.maxBodyBytes,
             broker: broker, store: store, health: health, logger: logger,
             handle: RegistrationHandler(store: store, logger: logger).handle)
         let groups = RegistryConsumer(
             queue: TopologyNames.groups, deadQueue: TopologyNames.groupsDead, prefetch: settings.groupPrefetch,
+            maxBodySize: JobParser.Limits().maxBodyBytes,
             broker: broker, store: store, health: health, logger: logger,
             handle: GroupFanOut(
                 store: store, broker: broker, recorder: recorder, batchSize: settings.fanOutBatchSize,

@@ -33,7 +33,7 @@ extension TopologyPlan {
         for d in retryDelays where !distinctDelays.contains(d) { distinctDelays.append(d) }
         for bundle in bundleIDs {
             let work = TopologyNames.workQueue(bundle)
-            queues.append(Self.queue(work, Self.typeArguments(queueType)))
+            queues.append(Self.consumedQueue(work, deadQueue: TopologyNames.deadQueue(bundle), queueType))
             bindings.append(BindingDeclaration(queue: work, exchange: TopologyNames.jobsExchange, routingKey: bundle))
             for delay in distinctDelays {
                 var args = Self.typeArguments(queueType)
@@ -76,12 +76,38 @@ extension TopologyPlan {
         return declaration
     }
 
+    /// A queue the worker consumes, dead-lettering into `deadQueue`: the worker rejects (without
+    /// requeue) only a message over its size limit, whose body it never kept, so the broker moves
+    /// it there unchanged (docs/decisions.md, "Oversized messages"). On a quorum queue the move is
+    /// at-least-once (kept in the source until the dead queue confirmed it), which RabbitMQ allows
+    /// only with `x-overflow = reject-publish`. The arguments are lenient: a queue declared by an
+    /// earlier version starts as it is, with one warning; a policy gives it the same settings.
+    static func consumedQueue(_ name: String, deadQueue: String, _ type: QueueType) -> QueueDeclaration {
+        var arguments = typeArguments(type)
+        arguments[deadLetterExchangeArgument] = .string("")
+        arguments[deadLetterRoutingKeyArgument] = .string(deadQueue)
+        if type == .quorum {
+            arguments[deadLetterStrategyArgument] = .string("at-least-once")
+            arguments[overflowArgument] = .string("reject-publish")
+        }
+        var declaration = queue(name, arguments)
+        declaration.lenientArguments.formUnion([
+            deadLetterExchangeArgument, deadLetterRoutingKeyArgument, deadLetterStrategyArgument, overflowArgument,
+        ])
+        return declaration
+    }
+
+    public static let deadLetterExchangeArgument = "x-dead-letter-exchange"
+    public static let deadLetterRoutingKeyArgument = "x-dead-letter-routing-key"
+    public static let deadLetterStrategyArgument = "x-dead-letter-strategy"
+    public static let overflowArgument = "x-overflow"
+
     /// Adds §6's exchanges, queues and bindings (the two work queues of the configured type).
     public mutating func addRegistry(queueType: QueueType) {
         let type = Self.typeArguments(queueType)
-        for name in [TopologyNames.registry, TopologyNames.groups] {
+        for (name, dead) in [(TopologyNames.registry, TopologyNames.registryDead), (TopologyNames.groups, TopologyNames.groupsDead)] {
             exchanges.append(ExchangeDeclaration(name: name, kind: .fanout))
-            queues.append(Self.queue(name, type))
+            queues.append(Self.consumedQueue(name, deadQueue: dead, queueType))
             bindings.append(BindingDeclaration(queue: name, exchange: name, routingKey: ""))
         }
         queues.append(Self.queue(TopologyNames.registryDead, type))

@@ -49,6 +49,50 @@ public struct JobEnvelope: Sendable, Hashable {
     /// The reason the job had when an operator last requeued it.
     public var lastReason: String? { headers[JobHeaders.lastReason]?.stringValue }
 
+    // MARK: - Dead-lettered by the broker
+
+    /// The reason a dead message failed: the worker's `x-apns-reason`, or, for a message the
+    /// broker dead-lettered because the worker rejected it (`x-death`, reason `rejected`),
+    /// `MessageTooLarge`: the worker rejects without requeue only a message over its size
+    /// limit, whose body it never kept (docs/decisions.md, "Oversized messages").
+    public var failureReason: String? { reason ?? (rejectedByWorker ? Self.messageTooLarge : nil) }
+    /// When it failed: `x-apns-failed-at`, or when the broker dead-lettered a rejected message.
+    public var failureTime: Date? { failedAt ?? (rejectedByWorker ? lastDeath?.time : nil) }
+    /// One line about the failure: `x-apns-error`, or what a rejected message went through.
+    public var failureDetail: String? {
+        if let error { return error }
+        guard rejectedByWorker else { return nil }
+        let from = lastDeath?.queue.map { " from \($0)" } ?? ""
+        return "larger than the worker's limit for its queue: rejected unread, dead-lettered by the broker\(from), body unchanged"
+    }
+
+    public static let messageTooLarge = "MessageTooLarge"
+    /// RabbitMQ's `x-death` reason for a message rejected (or nacked) without requeue.
+    public static let rejectedDeathReason = "rejected"
+
+    /// No worker failure headers, and the broker's most recent dead-lettering was a rejection.
+    var rejectedByWorker: Bool { reason == nil && lastDeath?.reason == Self.rejectedDeathReason }
+
+    /// The broker's most recent dead-lettering of this message: the first entry of `x-death`
+    /// (RabbitMQ keeps it most recent first, on 3.10 as on 4.x), or `x-last-death-reason`
+    /// (3.13 and later) when `x-death` is not there. Anyone can forge these headers; they only
+    /// ever name a reason in a listing.
+    public var lastDeath: (reason: String, queue: String?, time: Date?)? {
+        if case .array(let deaths)? = headers[Self.deathHeader], case .table(let death)? = deaths.first,
+            let reason = death["reason"]?.stringValue
+        {
+            var time: Date?
+            if case .timestamp(let date)? = death["time"] { time = date }
+            return (reason, death["queue"]?.stringValue, time)
+        }
+        guard let reason = headers[Self.lastDeathReasonHeader]?.stringValue else { return nil }
+        return (reason, headers[Self.lastDeathQueueHeader]?.stringValue, nil)
+    }
+
+    static let deathHeader = "x-death"
+    static let lastDeathReasonHeader = "x-last-death-reason"
+    static let lastDeathQueueHeader = "x-last-death-queue"
+
     /// A header's value as a count (contract §4): an integer, or a decimal string, from 0 to
     /// 2^31−1; anything else is nil.
     public static func count(_ value: AMQPFieldValue?) -> Int? {
@@ -124,7 +168,7 @@ public struct JobEnvelope: Sendable, Hashable {
     /// An operator's requeue: attempts start again, the failure headers go, and the reason it
     /// failed with is kept in `x-apns-last-reason` (an earlier one when this failure has none).
     public mutating func requeue() {
-        let reason = headers[JobHeaders.reason]
+        let reason = headers[JobHeaders.reason] ?? (rejectedByWorker ? .string(Self.messageTooLarge) : nil)
         for name in Self.clearedOnRequeue { headers[name] = nil }
         if let reason { headers[JobHeaders.lastReason] = reason }
     }

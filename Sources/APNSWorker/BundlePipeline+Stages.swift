@@ -72,6 +72,12 @@ extension BundlePipeline {
                 await self.publishThenAck(job.delivery, message)
                 self.finished(job, ending)
             }
+        case .rejectToDeadLetter:
+            // Without requeue, for the broker to dead-letter it (a job over the size limit).
+            Task {
+                await self.broker.nack(job.delivery, requeue: false)
+                self.finished(job, ending)
+            }
         }
     }
 
@@ -112,6 +118,12 @@ extension BundlePipeline {
     /// The stages before sending: the delivery limit, parsing, the job's log line and the
     /// rollout gate.
     func admit(_ delivery: AMQPDelivery) -> Admission {
+        if let size = delivery.message.oversizedBodySize {
+            logger.warning(
+                "job too large: rejected for the broker to dead-letter, body unchanged",
+                metadata: ["amqp.body_size": "\(size)", "job.max_body_size": "\(JobParser.Limits().maxBodyBytes)"])
+            return .ended(router.routeOversized(), .dead)
+        }
         let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
         // A first delivery cannot be one too many; only redeliveries are counted.
         if delivery.message.redelivered {

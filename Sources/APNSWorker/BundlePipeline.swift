@@ -164,7 +164,8 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
                     case .none:
                         break
                     case .startConsumer:
-                        let started = try await broker.consume(queue: queue, prefetch: settings.prefetch)
+                        let started = try await broker.consume(
+                            queue: queue, prefetch: settings.prefetch, maxBodySize: JobParser.Limits().maxBodyBytes)
                         consumer = started
                         group.addTask { await self.consume(started) }
                         event { $0.consumerStarted() }

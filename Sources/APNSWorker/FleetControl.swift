@@ -44,7 +44,8 @@ public enum FleetControl {
     ) async throws -> FleetReport {
         let id = "cli-\(UUID().uuidString.prefix(8).lowercased())"
         try await broker.declare(FleetTopology.plan(instanceID: id, messageTTL: .seconds(60)))
-        let consumer = try await broker.consume(queue: TopologyNames.fleetQueue(instanceID: id), prefetch: 200)
+        let consumer = try await broker.consume(
+            queue: TopologyNames.fleetQueue(instanceID: id), prefetch: 200, maxBodySize: FleetMessage.maxBodyBytes)
         var view = FleetView()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {

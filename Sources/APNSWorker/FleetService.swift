@@ -107,7 +107,7 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         let queue = TopologyNames.fleetQueue(instanceID: identity.instanceID)
         // Remembered by the connection: declared again, and the consumer restored, after a reconnect.
         try await broker.declare(FleetTopology.plan(instanceID: identity.instanceID, messageTTL: interval * 3))
-        let consumer = try await broker.consume(queue: queue, prefetch: 100)
+        let consumer = try await broker.consume(queue: queue, prefetch: 100, maxBodySize: FleetMessage.maxBodyBytes)
         logger.info("fleet: announcing this instance", metadata: ["amqp.queue": "\(queue)", "fleet.interval": "\(interval)"])
         // Graceful shutdown and cancellation end it alike: the handlers must not block, and
         // cancelling the consumer is what ends the listener's sequence; the beats end with it.

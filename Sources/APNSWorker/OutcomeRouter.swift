@@ -21,6 +21,11 @@ public struct OutcomeRouter: Sendable {
         case ack
         /// Publish this, wait for the broker's confirm, then ack.
         case publishThenAck(AMQPOutboundMessage, end: End)
+        /// Reject without requeue, for the broker to dead-letter the message to the dead queue
+        /// (the work queue's `x-dead-letter-*` arguments): a job over the size limit, whose body
+        /// the worker never kept. The worker's only reject without requeue, so the tools can
+        /// name the reason (`JobEnvelope.failureReason`).
+        case rejectToDeadLetter
     }
 
     /// The end a job reached, for logs and metrics (a fixed, small label set).
@@ -96,6 +101,7 @@ public struct OutcomeRouter: Sendable {
             switch route {
             case .ack: return .delivered
             case .publishThenAck(_, let end): return end
+            case .rejectToDeadLetter: return .dead
             }
         }
     }
@@ -155,6 +161,10 @@ public struct OutcomeRouter: Sendable {
             deadLetter(job: job, reason: reason, status: 0, attempts: job.previousAttempts, detail: detail, now: now),
             end: .dead)
     }
+
+    /// A job larger than contract §4's limit: its body was dropped as it arrived, so the broker
+    /// dead-letters it, body unchanged.
+    public func routeOversized() -> Route { .rejectToDeadLetter }
 
     /// A job the rollout gate holds back: into the first retry queue, attempts unchanged, so it
     /// meets the gate again after the shortest delay and never counts towards `maxAttempts`.

@@ -49,8 +49,8 @@ struct HostileMutations {
             body[Int.random(in: 0..<body.count, using: &rng)] = pick([0x00, 0x0A, 0x22, 0x5C, 0x7B, 0xC3, 0xFF, 0x80])
         case 1 where !body.isEmpty:  // cut short
             body = Array(body.prefix(Int.random(in: 0..<body.count, using: &rng)))
-        case 2:  // over 64 KiB
-            body += Array(repeating: UInt8(ascii: " "), count: 64 * 1024)
+        case 2:  // over 64 KiB, now and then 1 MiB (never assembled: the broker dead-letters it)
+            body += Array(repeating: UInt8(ascii: " "), count: chance(0.05) ? 1 << 20 : 64 * 1024)
         case 3:  // not JSON at all, or nothing
             body = pick([[], Array("not json".utf8), [0xFF, 0xFE, 0x00], Array(repeating: UInt8(ascii: "["), count: 5000)])
         default: break

@@ -42,7 +42,7 @@ struct RegistryConsumerSeamTests {
         handle: @escaping @Sendable (AMQPDelivery) async -> RegistryDisposition
     ) -> RegistryConsumer<InMemoryBroker> {
         RegistryConsumer(
-            queue: queue, deadQueue: deadQueue, prefetch: 8, broker: broker, store: store, health: health, logger: logger, handle: handle)
+            queue: queue, deadQueue: deadQueue, prefetch: 8, maxBodySize: RegistrationMessage.maxBodyBytes, broker: broker, store: store, health: health, logger: logger, handle: handle)
     }
 
     /// Takes the next message of the test queue as the consumer would get it.
@@ -73,6 +73,28 @@ struct RegistryConsumerSeamTests {
         #expect(envelope.error?.contains("unknown op") == true)
         #expect(broker.ready(Self.deadQueue) == [Array(#"{"op":"nope"}"#.utf8)])
         #expect(broker.settled.map(\.requeue) == [nil])
+    }
+
+    @Test func aMessageOverTheBodyLimitIsRejectedForTheBrokerToDeadLetterWithoutBeingHandled() async throws {
+        let broker = try await Self.broker()
+        let handled = Mutex(0)
+        let consumer = Self.consumer(broker, store: try Self.storeWithoutServer()) { _ in
+            handled.withLock { $0 += 1 }
+            return .ack
+        }
+        let body = [UInt8](repeating: 0x7B, count: RegistrationMessage.maxBodyBytes + 1)
+        broker.enqueue(Self.queue, body: body, properties: AMQPProperties(messageID: "m-big"))
+        let deliveries = try await broker.consume(queue: Self.queue, prefetch: 1, maxBodySize: RegistrationMessage.maxBodyBytes)
+        var iterator = deliveries.makeAsyncIterator()
+        let delivery = try #require(try await iterator.next())
+        #expect(delivery.message.body.isEmpty && delivery.message.oversizedBodySize == UInt64(body.count))
+        await consumer.process(delivery)
+        await deliveries.cancel()
+        // Settled without requeue and nothing published by the worker: the broker's dead-letter
+        // arguments carry the untouched body to the dead queue.
+        #expect(broker.settled == [.init(queue: Self.queue, body: body, requeue: false)])
+        #expect(broker.published.isEmpty)
+        #expect(handled.withLock { $0 } == 0)
     }
 
     @Test func aMalformedMessageWhoseDeadLetterIsNotConfirmedGoesBackToItsQueue() async throws {

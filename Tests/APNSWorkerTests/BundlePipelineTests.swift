@@ -209,6 +209,25 @@ import Testing
         #expect(rig.jobs(.dead) == 1)
     }
 
+    /// Issue 24: a job over contract §4's 64 KiB arrives without its body (never assembled), so
+    /// the worker cannot publish it to the dead queue; it rejects it without requeue for the
+    /// broker to dead-letter it unchanged, and goes on with the next job.
+    @Test func anOversizedJobIsRejectedForTheBrokerToDeadLetter() async throws {
+        let rig = Rig(answer: ScriptedTransport.accepted)
+        try await rig.running { _ in
+            rig.broker.enqueue(body: [], messageID: "m-big", oversizedBodySize: 1 << 20)
+            rig.enqueueJob()
+            try await waitUntil("the rejection and the next job") {
+                rig.broker.snapshot.rejected.count == 1 && rig.broker.snapshot.acked.count == 1
+            }
+        }
+        #expect(rig.broker.snapshot.published.isEmpty, "nothing to publish: the broker dead-letters it")
+        #expect(rig.broker.snapshot.nacked == rig.broker.snapshot.rejected, "no requeue")
+        #expect(rig.transport.sends == 1)
+        #expect(rig.jobs(.dead) == 1)
+        #expect(rig.jobs(.delivered) == 1)
+    }
+
     @Test func aJobDeliveredTooOftenIsDeadLetteredUnsent() async throws {
         let rig = Rig(answer: ScriptedTransport.accepted)
         try await rig.running { _ in

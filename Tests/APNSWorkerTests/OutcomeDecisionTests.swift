@@ -66,6 +66,8 @@ import Testing
         case .publishThenAck(let message, let end):
             #expect(end == row.end)
             #expect((message.exchange.isEmpty ? message.routingKey : message.exchange) == row.publishedTo)
+        case .rejectToDeadLetter:
+            Issue.record("only an oversized job is rejected to the dead queue, never an outcome from APNs")
         }
         #expect(decision.route == router.route(row.outcome, job: job(previousAttempts: row.previousAttempts), now: now))
     }

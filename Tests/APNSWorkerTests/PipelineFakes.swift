@@ -17,6 +17,8 @@ final class FakeBroker: MessageBroker {
         var ready: [AMQPDelivery] = []
         var acked: [AMQPDeliveryTag] = []
         var nacked: [AMQPDeliveryTag] = []
+        /// Nacked without requeue: the broker dead-letters them (or drops them without a dead-letter exchange).
+        var rejected: [AMQPDeliveryTag] = []
         var published: [AMQPOutboundMessage] = []
         var consumer: AsyncThrowingStream<AMQPDelivery, any Error>.Continuation?
         var consumersStarted = 0
@@ -37,10 +39,13 @@ final class FakeBroker: MessageBroker {
     var snapshot: State { state.withLock { $0 } }
 
     /// A job arrives from the sync server.
-    func enqueue(body: [UInt8], messageID: String? = nil, redelivered: Bool = false, headers: AMQPTable? = nil) {
+    func enqueue(
+        body: [UInt8], messageID: String? = nil, redelivered: Bool = false, headers: AMQPTable? = nil, oversizedBodySize: UInt64? = nil
+    ) {
         state.withLock { state in
             var delivery = Self.delivery(&state, body: body, messageID: messageID, redelivered: redelivered)
             delivery.message.properties.headers = headers
+            delivery.message.oversizedBodySize = oversizedBodySize
             if let consumer = state.consumer {
                 consumer.yield(delivery)
             } else {
@@ -66,7 +71,7 @@ final class FakeBroker: MessageBroker {
         func cancel() async { broker.cancelConsumer() }
     }
 
-    func consume(queue: String, prefetch: UInt16) async throws -> Consumer {
+    func consume(queue: String, prefetch: UInt16, maxBodySize: Int) async throws -> Consumer {
         precondition(queue == workQueue)
         let (stream, continuation) = AsyncThrowingStream<AMQPDelivery, any Error>.makeStream()
         state.withLock { state in
@@ -105,7 +110,7 @@ final class FakeBroker: MessageBroker {
     func nack(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement {
         state.withLock { state in
             state.nacked.append(delivery.tag)
-            guard requeue else { return }
+            guard requeue else { return state.rejected.append(delivery.tag) }
             var again = delivery
             again.message.redelivered = true
             if let consumer = state.consumer { consumer.yield(again) } else { state.ready.insert(again, at: 0) }

@@ -32,6 +32,8 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
     struct ConsumerEntry {
         var queue: String
         var prefetch: Int
+        /// As on the real connection: a larger body is handed out empty, marked with its size.
+        var maxBodySize: Int
         var unacked = 0
         var continuation: AsyncThrowingStream<AMQPDelivery, any Error>.Continuation
     }
@@ -160,7 +162,7 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
         public func cancel() async { broker.cancel(id) }
     }
 
-    public func consume(queue: String, prefetch: UInt16) async throws -> Consumer {
+    public func consume(queue: String, prefetch: UInt16, maxBodySize: Int = .max) async throws -> Consumer {
         let (stream, continuation) = AsyncThrowingStream<AMQPDelivery, any Error>.makeStream()
         let id = try store.withLock { state in
             guard state.queues[queue] != nil else {
@@ -168,7 +170,8 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
             }
             state.nextConsumer += 1
             state.consumers[state.nextConsumer] = ConsumerEntry(
-                queue: queue, prefetch: prefetch == 0 ? .max : Int(prefetch), continuation: continuation)
+                queue: queue, prefetch: prefetch == 0 ? .max : Int(prefetch), maxBodySize: maxBodySize,
+                continuation: continuation)
             Self.dispatch(&state, queue)
             return state.nextConsumer
         }
@@ -306,8 +309,13 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
     static func handOut(_ state: inout State, _ message: AMQPDeliveredMessage, queue: String, consumer: Int?) -> AMQPDelivery {
         state.nextTag += 1
         state.unacked[state.nextTag] = Unacked(queue: queue, message: message, consumer: consumer)
+        var handed = message
+        if let consumer, let limit = state.consumers[consumer]?.maxBodySize, message.body.count > limit {
+            handed.body = []
+            handed.oversizedBodySize = UInt64(message.body.count)
+        }
         return AMQPDelivery(
-            message: message, tag: AMQPDeliveryTag(channel: 1, generation: 1, value: state.nextTag),
+            message: handed, tag: AMQPDeliveryTag(channel: 1, generation: 1, value: state.nextTag),
             consumerTag: consumer.map { "in-memory-\($0)" })
     }
 
