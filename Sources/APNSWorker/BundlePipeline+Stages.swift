@@ -22,18 +22,26 @@ extension BundlePipeline {
         jobs.enter()
         bundleStatistics.jobStarted()
         let started = begin(delivery)
-        switch admit(delivery) {
+        let trace = beginTrace(delivery)
+        let admission = admit(delivery)
+        trace?.admitted(admission)
+        switch admission {
         case .ended(let route, let end):
-            settle(delivery, route, jobs: jobs) { self.count(end, since: started) }
+            settle(delivery, route, jobs: jobs) {
+                self.count(end, since: started)
+                trace?.settled(end, route: route)
+            }
         case .send(let job, let context):
             let sent = ContinuousClock.now
             transport.send(job.notification) { result in
+                trace?.answered(result)
                 let outcome = self.answered(result, sentAt: sent)
                 guard !jobs.isAbandoned else { return self.finished(jobs) }
                 let decision = self.judge(outcome, job: context)
                 self.settle(delivery, decision.route, jobs: jobs) {
                     self.count(decision.end, since: started)
                     self.report(outcome, end: decision.end, job: context)
+                    trace?.settled(decision.end, route: decision.route)
                 }
             }
         }
@@ -44,19 +52,30 @@ extension BundlePipeline {
         bundleStatistics.jobStarted()
         defer { bundleStatistics.jobFinished() }
         let started = begin(delivery)
-        switch admit(delivery) {
+        let trace = beginTrace(delivery)
+        let admission = admit(delivery)
+        trace?.admitted(admission)
+        switch admission {
         case .ended(let route, let end):
             await settle(delivery, route)
             count(end, since: started)
+            trace?.settled(end, route: route)
         case .send(let job, let context):
-            let outcome = await send(job)
+            let outcome = await send(job, trace: trace)
             // Cancelled at the shutdown deadline: leave the job unacked for the broker to deliver again.
             if Task.isCancelled { return }
             let decision = judge(outcome, job: context)
             await settle(delivery, decision.route)
             count(decision.end, since: started)
             report(outcome, end: decision.end, job: context)
+            trace?.settled(decision.end, route: decision.route)
         }
+    }
+
+    /// The job's span when `[tracing]` is on; nil (one branch) when it is off.
+    private func beginTrace(_ delivery: AMQPDelivery) -> JobTrace? {
+        guard let tracing else { return nil }
+        return tracing.begin(delivery.message, queue: queue, bundleID: settings.bundleID, transport: settings.transportKind)
     }
 
     private func begin(_ delivery: AMQPDelivery) -> ContinuousClock.Instant {
@@ -133,9 +152,11 @@ extension BundlePipeline {
         return rollout.withLock { $0.decide(syncServer: server) }
     }
 
-    func send(_ job: Job) async -> Outcome {
+    func send(_ job: Job, trace: JobTrace? = nil) async -> Outcome {
         let sent = ContinuousClock.now
-        return answered(await transport.send(job.notification), sentAt: sent)
+        let result = await transport.send(job.notification)
+        trace?.answered(result)
+        return answered(result, sentAt: sent)
     }
 
     /// APNs' answer, timed and classified.
