@@ -318,6 +318,9 @@ let package = Package(
             name: "APNSRegistryTests",
             dependencies: [
                 "APNSRegistry", "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSSimulator", "TestSupport",
+                "APNSTracing", "APNSWorkerClient",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
