@@ -12,7 +12,9 @@ struct TracingConfigTests {
 
     @Test func everyKey() throws {
         let text = minimalConfig + "\n[tracing]\nendpoint = https://otel.example:4318\nserviceName = push-eu\nsampleRatio = 0.25\nparentBased = false\n"
-        let tracing = try #require(try loadConfig(text, in: try TempDirectory()).tracing)
+        let configuration = try loadConfig(text, in: try TempDirectory())
+        let tracing = try #require(configuration.tracing)
+        #expect(configuration.summaryLines.contains("tracing: OTLP/HTTP to https://otel.example:4318/v1/traces as push-eu, sampleRatio 0.25"))
         #expect(tracing.endpoint == "https://otel.example:4318")
         #expect(tracing.tracesURL == "https://otel.example:4318/v1/traces")
         #expect(tracing.serviceName == "push-eu")
