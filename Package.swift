@@ -40,6 +40,11 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        // Traces over OTLP/HTTP protobuf only: the gRPC exporter (grpc-swift-2 and its transport)
+        // is a trait left off, so a fresh clone never builds it (docs/decisions.md, "Tracing").
+        .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
+        .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
     ],
     targets: [
         // librabbitmq 0.11 from Debian's librabbitmq-dev.
@@ -91,7 +96,11 @@ let package = Package(
         // the one reader and writer of a job's AMQP headers (JobEnvelope).
         .target(
             name: "APNSTopology",
-            dependencies: ["APNSCore", "APNSConfig", "AMQPClient"],
+            dependencies: [
+                "APNSCore", "APNSConfig", "AMQPClient",
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+            ],
             swiftSettings: strictSettings
         ),
         // APNs transports: HTTP/2 provider API (production) and the legacy binary provider API.
@@ -136,6 +145,8 @@ let package = Package(
             name: "APNSWorker",
             dependencies: [
                 "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -151,6 +162,7 @@ let package = Package(
                 "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -189,7 +201,22 @@ let package = Package(
         // The sync server's client library: AMQP and the core only.
         .target(
             name: "APNSWorkerClient",
-            dependencies: ["AMQPClient", "APNSCore", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "AMQPClient", "APNSCore", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // `[tracing]`: the OpenTelemetry tracer and its OTLP/HTTP exporter (swift-otel) as a service.
+        .target(
+            name: "APNSTracing",
+            dependencies: [
+                "APNSConfig",
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: strictSettings
         ),
         // The `apns-worker` command: run, simulator, publish, check-config, topology, dead, retry.
@@ -197,7 +224,7 @@ let package = Package(
             name: "APNSWorkerCLI",
             dependencies: [
                 "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator",
-                "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry", "APNSWorkerClient",
+                "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry", "APNSWorkerClient", "APNSTracing",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -237,7 +264,26 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        .testTarget(name: "APNSTopologyTests", dependencies: ["APNSTopology", "AMQPClient", "APNSCore"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "APNSTopologyTests",
+            dependencies: [
+                "APNSTopology", "AMQPClient", "APNSCore", .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "APNSTracingTests",
+            dependencies: [
+                "APNSTracing", "APNSWorkerClient", "APNSConfig", "APNSCore", "APNSTopology", "AMQPClient", "APNSSimulator", "TestSupport",
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "APNSConfigTests",
             dependencies: [
@@ -274,6 +320,9 @@ let package = Package(
             name: "APNSRegistryTests",
             dependencies: [
                 "APNSRegistry", "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSSimulator", "TestSupport",
+                "APNSTracing", "APNSWorkerClient",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

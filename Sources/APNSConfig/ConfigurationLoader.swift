@@ -32,6 +32,7 @@ public enum ConfigurationLoader {
         ("admin", ["listen", "token", "heartbeatInterval", "allowedHosts", "certFile", "keyFile"]),
         ("worker", ["shutdownDeadline", "requestTimeout", "connectTimeout", "probeInterval", "providerTokenRefresh", "maxDeliveries"]),
         ("registry", registryKeys),
+        ("tracing", tracingKeys),
     ]
     /// The keys of an `[apns "bundle.id"]` section.
     public static let bundleKeys = [
@@ -76,6 +77,7 @@ public enum ConfigurationLoader {
         let admin = try readAdmin(settings, fileResolver: fileResolver, cwdResolver: cwdResolver)
         let worker = try readWorker(settings)
         let registry = try readRegistry(settings, document: document)
+        let tracing = try readTracing(settings, document: document)
 
         var bundles: [BundleConfiguration] = []
         var seenBundleIDs: [String: Int] = [:]
@@ -97,6 +99,7 @@ public enum ConfigurationLoader {
 
         var configuration = WorkerConfiguration(amqp: amqp, retry: retry, admin: admin, worker: worker, bundles: bundles)
         configuration.registry = registry
+        configuration.tracing = tracing
         if credentials == .verifyFiles {
             try CredentialValidator.validate(configuration, document: document, settings: settings)
         }

@@ -8,6 +8,10 @@ extension WorkerConfiguration {
         lines.append("amqp: \(urlCount): \(amqp.maskedURLs.joined(separator: ", ")); prefetch \(amqp.prefetch), \(amqp.queueType.rawValue) queues")
         lines.append("retry: delays \(retry.delays.map(TopologyNames.delayLabel).joined(separator: ", ")), maxAttempts \(retry.maxAttempts)")
         lines.append("admin: listen \(admin.listen)\(admin.token == nil ? "" : ", bearer token set"), fleet heartbeat every \(TopologyNames.delayLabel(admin.heartbeatInterval))")
+        if let tracing {
+            let sampling = "sampleRatio \(tracing.sampleRatio)\(tracing.parentBased ? ", parent-based" : "")"
+            lines.append("tracing: OTLP/HTTP to \(tracing.tracesURL) as \(tracing.serviceName), \(sampling)")
+        }
         lines.append("bundles: \(bundles.count)")
         for bundle in bundles {
             let endpoint = bundle.endpoint(for: bundle.environment)

@@ -12,6 +12,8 @@ public struct WorkerConfiguration: Sendable, Hashable {
     public var bundles: [BundleConfiguration]
     /// `[registry]` (contract §6), or nil: no registry, none of §6's queues.
     public var registry: RegistrySettings? = nil
+    /// `[tracing]`, or nil: no spans are made or exported.
+    public var tracing: TracingSettings? = nil
 
     public init(
         amqp: AMQPSettings, retry: RetrySettings = .init(), admin: AdminSettings = .init(),

@@ -52,4 +52,8 @@ public enum JobHeaders {
     /// Written by RabbitMQ on a quorum queue's redeliveries: how many times it was delivered
     /// before. Never forwarded, so that a count always belongs to the delivery it came with.
     public static let deliveryCount = "x-delivery-count"
+    /// W3C Trace Context (https://www.w3.org/TR/trace-context/), set by a producer that traces:
+    /// the trace and span the job continues, and vendors' state. Carried unchanged on retries.
+    public static let traceParent = "traceparent"
+    public static let traceState = "tracestate"
 }

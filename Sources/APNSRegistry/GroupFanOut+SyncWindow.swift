@@ -16,7 +16,7 @@ extension GroupFanOut {
     /// before the group job is requeued (it then starts again on a later delivery).
     static var maxWindowAttempts: Int { 8 }
 
-    func handleCoalesced(_ job: GroupJob) async -> RegistryDisposition {
+    func handleCoalesced(_ job: GroupJob, trace: GroupTrace?) async -> RegistryDisposition {
         var after: DevicePosition? = nil
         var sentNow: [String: Int64] = [:], merged: [String: Int64] = [:]
         while true {
@@ -33,7 +33,7 @@ extension GroupFanOut {
             }
             after = page.devices.last?.device.position
             let immediate = decided.filter(\.now).map(\.device)
-            let failures = await publish(immediate, of: job)
+            let failures = await publish(immediate, of: job, trace: trace)
             if failures > 0 {
                 return .requeue("\(failures) of \(immediate.count) fan-out publishes not confirmed; the group job is fanned out again (same job ids)")
             }

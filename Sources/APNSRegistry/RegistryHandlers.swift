@@ -43,14 +43,24 @@ struct GroupFanOut<Publisher: ConfirmedPublishing>: Sendable {
     /// `[registry] syncWindow`: background group jobs go through `handleCoalesced`.
     let window: SyncWindow
     let logger: Logger
+    /// `[tracing]`: a span per group job and trace context on the jobs it publishes; nil when off.
+    var tracing: GroupFanOutTracing? = nil
 
     func handle(_ delivery: AMQPDelivery) async -> RegistryDisposition {
+        guard let tracing else { return await fanOut(delivery, trace: nil) }
+        let trace = tracing.begin(delivery)
+        let disposition = await fanOut(delivery, trace: trace)
+        trace.end(disposition)
+        return disposition
+    }
+
+    private func fanOut(_ delivery: AMQPDelivery, trace: GroupTrace?) async -> RegistryDisposition {
         let job: GroupJob
         switch GroupJobParser.parse(body: delivery.message.body, messageID: delivery.message.properties.messageID) {
         case .failure(let error): return .dead(error)
         case .success(let parsed): job = parsed
         }
-        if !window.isOff, job.isBackground { return await handleCoalesced(job) }
+        if !window.isOff, job.isBackground { return await handleCoalesced(job, trace: trace) }
         var after: DevicePosition? = nil
         var published: [String: Int64] = [:]
         while true {
@@ -62,7 +72,7 @@ struct GroupFanOut<Publisher: ConfirmedPublishing>: Sendable {
             }
             after = page.last?.position
             let targets = page.filter { job.includes(bundleID: $0.bundleID, token: $0.token) }
-            let failures = await publish(targets, of: job)
+            let failures = await publish(targets, of: job, trace: trace)
             if failures > 0 {
                 return .requeue("\(failures) of \(targets.count) fan-out publishes not confirmed; the group job is fanned out again (same job ids)")
             }
@@ -81,10 +91,12 @@ struct GroupFanOut<Publisher: ConfirmedPublishing>: Sendable {
     }
 
     /// Publishes one page concurrently (confirms are pipelined); returns how many failed.
-    func publish(_ devices: [ActiveDevice], of job: GroupJob) async -> Int {
+    func publish(_ devices: [ActiveDevice], of job: GroupJob, trace: GroupTrace?) async -> Int {
         let messages = devices.map { device in
             let (id, body) = job.jobBody(bundleID: device.bundleID, token: device.token, environment: device.environment)
-            return jobMessage(bundleID: device.bundleID, id: id, body: body)
+            var message = jobMessage(bundleID: device.bundleID, id: id, body: body)
+            trace?.stamp(&message)
+            return message
         }
         return await publishConfirmed(messages, on: broker).count
     }

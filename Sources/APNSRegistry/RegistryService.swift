@@ -19,6 +19,8 @@ public struct RegistryServiceSettings: Sendable {
     public var syncWindow: Duration = RegistrySettings.defaultSyncWindow
     /// How long a claimed trailing push stays claimed (the instance may have died).
     public var trailingLease: Duration = .seconds(10)
+    /// `[tracing]`: group jobs' spans and the trace context of their fan-out; nil when off.
+    public var tracing: GroupFanOutTracing? = nil
     public init(probeInterval: Duration = .seconds(5), queueType: QueueType = .quorum, syncWindow: Duration = RegistrySettings.defaultSyncWindow) {
         self.probeInterval = probeInterval
         self.queueType = queueType
@@ -79,7 +81,7 @@ public final class RegistryService<Broker: RegistryBroker>: Service, Sendable {
             broker: broker, store: store, health: health, logger: logger,
             handle: GroupFanOut(
                 store: store, broker: broker, recorder: recorder, batchSize: settings.fanOutBatchSize,
-                window: SyncWindow(length: settings.syncWindow), logger: logger
+                window: SyncWindow(length: settings.syncWindow), logger: logger, tracing: settings.tracing
             ).handle)
         let trailing = TrailingPusher(
             store: store, broker: broker, recorder: recorder, window: SyncWindow(length: settings.syncWindow),

@@ -6,7 +6,8 @@ import Foundation
 /// worker and the broker put on a job (contract §4): the attempts made so far
 /// (`x-apns-attempt`), the quorum queue's delivery count (`x-delivery-count`), the failure of a
 /// dead job (`x-apns-reason`, `-status`, `-attempts`, `-failed-at`, `-error`) and the reason an
-/// operator's requeue kept (`x-apns-last-reason`). The worker's pipeline (`OutcomeRouter`,
+/// operator's requeue kept (`x-apns-last-reason`), and the producer's W3C trace context
+/// (`traceparent`, `tracestate`: `JobEnvelope+Trace.swift`). The worker's pipeline (`OutcomeRouter`,
 /// `DeliveryLimit`) and the operator tools (`JobInspection`, `AckedMessages`) go through it.
 ///
 /// Anyone with publish rights can set any of these headers to anything, so every number is
@@ -18,7 +19,7 @@ public struct JobEnvelope: Sendable, Hashable {
     public static let maximumCount = Int(Int32.max)
 
     /// Every header of the message, those of other parties included.
-    public private(set) var headers: AMQPTable
+    public internal(set) var headers: AMQPTable
 
     public init(_ headers: AMQPTable?) {
         self.headers = headers ?? [:]

@@ -21,6 +21,8 @@ extension BundlePipeline {
         var started: ContinuousClock.Instant
         /// A held bundle's probe (`PipelineStateMachine.settled(probe:now:)`).
         var isProbe: Bool
+        /// The job's span when `[tracing]` is on (`JobTracing.swift`); nil, one branch, when off.
+        var trace: JobTrace?
     }
 
     /// How a job ended: what its count and its log line need.
@@ -31,9 +33,11 @@ extension BundlePipeline {
 
     /// One job the machine counted in flight, through every stage to exactly one end.
     func compose(_ delivery: AMQPDelivery, probe: Bool) {
-        let job = JobInFlight(delivery: delivery, started: .now, isProbe: probe)
+        let job = JobInFlight(delivery: delivery, started: .now, isProbe: probe, trace: beginTrace(delivery))
         bundleStatistics.jobStarted()
-        switch admit(delivery) {
+        let admission = admit(delivery)
+        job.trace?.admitted(admission)
+        switch admission {
         case .ended(let route, let end):
             settle(job, route, .unsent(end))
         case .send(let parsed, let context):
@@ -48,6 +52,7 @@ extension BundlePipeline {
     /// (the hold breaker), settled. An answer that comes after the shutdown deadline settles
     /// nothing: the job stays unacked for the broker to deliver again.
     private func answered(_ result: TransportResult, job: JobInFlight, context: OutcomeRouter.JobContext, sentAt sent: ContinuousClock.Instant) {
+        job.trace?.answered(result)
         bundleStatistics.apnsAnswered(after: sent.duration(to: .now))
         let outcome = OutcomeClassifier.classify(result)
         let decision = router.decide(outcome, job: context, now: Date())
@@ -66,19 +71,25 @@ extension BundlePipeline {
         switch route {
         case .ack:
             broker.ackNow(job.delivery)
-            finished(job, ending)
+            finished(job, ending, route)
         case .publishThenAck(let message, _):
             Task {
                 await self.publishThenAck(job.delivery, message)
-                self.finished(job, ending)
+                self.finished(job, ending, route)
             }
         case .rejectToDeadLetter:
             // Without requeue, for the broker to dead-letter it (a job over the size limit).
             Task {
                 await self.broker.nack(job.delivery, requeue: false)
-                self.finished(job, ending)
+                self.finished(job, ending, route)
             }
         }
+    }
+
+    /// The job's span when `[tracing]` is on; nil (one branch) when it is off.
+    private func beginTrace(_ delivery: AMQPDelivery) -> JobTrace? {
+        guard let tracing else { return nil }
+        return tracing.begin(delivery.message, queue: queue, bundleID: settings.bundleID, transport: settings.transportKind)
     }
 
     /// Publish (confirmed), then ack. A publish that fails (connection lost, returned, nacked)
@@ -95,13 +106,15 @@ extension BundlePipeline {
         }
     }
 
-    private func finished(_ job: JobInFlight, _ ending: Ending) {
+    private func finished(_ job: JobInFlight, _ ending: Ending, _ route: OutcomeRouter.Route) {
         switch ending {
         case .unsent(let end):
             count(end, since: job.started)
+            job.trace?.settled(end, route: route)
         case .answered(let outcome, let end, let context):
             count(end, since: job.started)
             report(outcome, end: end, job: context)
+            job.trace?.settled(end, route: route)
         }
         bundleStatistics.jobFinished()
         event { $0.settled(probe: job.isProbe, now: clock.now) }

@@ -59,6 +59,8 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     let logger: Logger
     /// Told of every job's final end and invalid token (the registry's counts and marks); never blocks.
     let observer: (any JobEndObserver)?
+    /// `[tracing]`: a span per job (`JobTracing.swift`); nil when tracing is off.
+    let tracing: PipelineTracing?
     /// The rule of the rollout gate; replaced at run time by `updateRollout(_:)` (config reload).
     let rollout: Mutex<RolloutRule>
     let deliveryLimit: Mutex<DeliveryLimit>
@@ -72,9 +74,10 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     public init(
         settings: BundlePipelineSettings, broker: Broker, transport: any NotificationTransport,
         rollout: RolloutRule = .open, statistics: WorkerStatistics, logger: Logger, observer: (any JobEndObserver)? = nil,
-        clock: any PipelineClock = SystemPipelineClock()
+        clock: any PipelineClock = SystemPipelineClock(), tracing: PipelineTracing? = nil
     ) {
         self.clock = clock
+        self.tracing = tracing
         self.observer = observer
         self.settings = settings
         self.broker = broker

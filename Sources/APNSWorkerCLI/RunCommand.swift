@@ -6,6 +6,7 @@ import APNSConfig
 import APNSCore
 import APNSOperations
 import APNSRegistry
+import APNSTracing
 import APNSTransport
 import APNSWorker
 import ArgumentParser
@@ -45,17 +46,19 @@ struct RunCommand: AsyncParsableCommand {
                 throw ExitCode.failure
             }
         }
+        // `[tracing]`: the tracer and its exporter; nil leaves the pipelines untraced.
+        let tracing = try configuration.tracing.map { try TracingBackend.make($0, logger: logger) }
         // Started by the service group (first in it, so it closes last: after the worker's
         // consumers stopped and its jobs in flight were settled and confirmed).
         let broker = try AMQPConnection(configuration: amqp, logger: logger)
         let registry = try configuration.registry.map { settings in
-            RegistryService(
+            var registrySettings = RegistryServiceSettings(
+                probeInterval: configuration.worker.probeInterval, queueType: configuration.amqp.queueType,
+                syncWindow: settings.syncWindow)
+            registrySettings.tracing = tracing.map { GroupFanOutTracing(tracer: $0.tracer) }
+            return RegistryService(
                 store: try RegistryStore(settings: settings, logger: logger), broker: broker,
-                flushInterval: settings.countsFlushInterval,
-                settings: RegistryServiceSettings(
-                    probeInterval: configuration.worker.probeInterval, queueType: configuration.amqp.queueType,
-                    syncWindow: settings.syncWindow),
-                logger: logger)
+                flushInterval: settings.countsFlushInterval, settings: registrySettings, logger: logger)
         }
         var services: [any Service] = []
         var pipelines: [BundlePipeline<AMQPConnection>] = []
@@ -78,7 +81,8 @@ struct RunCommand: AsyncParsableCommand {
             pipelines.append(
                 BundlePipeline(
                     settings: settings, broker: broker, transport: EnvironmentRouter(transports),
-                    rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger, observer: registry?.recorder))
+                    rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger, observer: registry?.recorder,
+                    tracing: tracing.map { PipelineTracing(tracer: $0.tracer) }))
         }
         services += try makeFeedbackPollers(configuration.bundles, broker: broker, logger: logger).map { poller in
             var poller = poller
@@ -99,6 +103,12 @@ struct RunCommand: AsyncParsableCommand {
             registry: metricsRegistry, logger: logger, registryStore: registry?.store, fleet: fleet,
             channels: try ConfiguredChannels(configuration: configuration, tokens: tokenSources))
         services.insert(admin, at: 0)
+        // Right after the admin server: it shuts down after every service that makes spans, so
+        // the last of them are exported.
+        if let tracing {
+            services.insert(tracing.service, at: 1)
+            logger.info("tracing on", metadata: ["otel.endpoint": "\(configuration.tracing?.tracesURL ?? "-")"])
+        }
         services.insert(broker, at: 0)
         let configPath = configPath
         services.append(

@@ -232,7 +232,7 @@ struct LoaderTests {
     /// Text appended to `minimalConfig` (which ends on line 7), or a whole file when it starts
     /// with "!"; the expected line (nil: none), section, key, kind and message.
     @Test(arguments: [
-        ErrorCase("\n[rety]\ndelays = 1s", 9, "[rety]", nil, .unknownSection, "unknown section (known: [amqp], [retry], [admin], [worker], [registry], [apns \"bundle.id\"])"),
+        ErrorCase("\n[rety]\ndelays = 1s", 9, "[rety]", nil, .unknownSection, "unknown section (known: [amqp], [retry], [admin], [worker], [registry], [tracing], [apns \"bundle.id\"])"),
         ErrorCase("\n[retry]\nmaxAttemps = 3", 10, "[retry]", "maxAttemps", .unknownKey, "unknown key (known: delays, maxAttempts)"),
         ErrorCase("\nhostname = x", 9, "[apns \"com.example.app\"]", "hostname", .unknownKey, "unknown key (known: transport,"),
         ErrorCase("\n[retry]\ndelays = 10s, 10x", 10, "[retry]", "delays", .badValue, "\"10x\" is not a duration (use e.g. 10s, 1m, 500ms, 1h30m)"),

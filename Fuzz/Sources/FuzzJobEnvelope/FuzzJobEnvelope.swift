@@ -1,6 +1,7 @@
 // libFuzzer target: the job-header envelope (`JobEnvelope`) as the worker reads a delivery's
 // headers, from arbitrary field tables decoded as AMQPClient decodes them. Every count it
-// returns is absent or in 0...2^31−1; what it writes it reads back; what it writes encodes.
+// returns is absent or in 0...2^31−1; what it writes it reads back; what it writes encodes. A
+// trace context it reads (`traceparent`, `tracestate`) is one it can write and read back.
 import AMQPClient
 import APNSCore
 import APNSTopology
@@ -51,6 +52,15 @@ public func fuzzJobEnvelope(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let reread = JobEnvelope(again)
     guard reread.reason == envelope.reason, reread.attempts == envelope.attempts, reread.failedAt == envelope.failedAt else {
         fatalError("a dead letter's headers changed on the wire")
+    }
+
+    // The producer's trace context, as `[tracing]` reads it: absent, or valid and stable.
+    if let trace = reread.traceContext {
+        var stamped = JobEnvelope(nil)
+        stamped.setTraceContext(trace)
+        guard trace.traceParentHeaderValue.utf8.count == JobEnvelope.maximumTraceParentBytes, stamped.traceContext == trace else {
+            fatalError("a trace context does not read back: \(trace.traceParentHeaderValue)")
+        }
     }
 
     var requeued = reread
