@@ -12,7 +12,7 @@ import Foundation
 import Testing
 import TestSupport
 
-@Suite(.serialized) struct BroadcastEndToEndTests {
+@Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the broker that scripts/test starts")) struct BroadcastEndToEndTests {
     func channelClient(_ h: WorkerHarness) throws -> ChannelManagementClient {
         let port: Int = try #require(h.simulator.channelPort)
         var configuration = ChannelManagementConfiguration(
