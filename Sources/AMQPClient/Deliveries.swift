@@ -84,8 +84,10 @@ public struct AMQPConsumer: AsyncSequence, Sendable {
 }
 
 /// A single-consumer queue from the owner thread (which must never block) to one task.
-/// Its size is bounded by the consumer's prefetch (see `AMQPConsumer`).
-final class DeliveryBuffer: Sendable {
+/// Its size is bounded by the consumer's prefetch (see `AMQPConsumer`). Public so that the
+/// tests' in-memory broker hands out deliveries the way the real consumer does (its iterator
+/// is `Sendable`, and a cancelled wait leaves the buffer as it was).
+public final class DeliveryBuffer: Sendable {
     private struct State {
         var items: [AMQPDelivery] = []
         var head = 0
@@ -108,11 +110,13 @@ final class DeliveryBuffer: Sendable {
 
     private let state = Mutex(State())
 
+    public init() {}
+
     /// Called by the owner thread; never blocks.
     /// False when the sequence has finished: nobody will ever settle the delivery, so the
     /// caller must hand it back to the broker itself.
     @discardableResult
-    func push(_ delivery: AMQPDelivery) -> Bool {
+    public func push(_ delivery: AMQPDelivery) -> Bool {
         let (accepted, waiter): (Bool, CheckedContinuation<AMQPDelivery?, any Error>?) = state.withLock { state in
             guard !state.finished else { return (false, nil) }
             if let waiter = state.waiter {
@@ -128,7 +132,7 @@ final class DeliveryBuffer: Sendable {
 
     /// Ends the sequence after the buffered deliveries; with an error, that error is thrown
     /// once they have been consumed.
-    func finish(throwing error: AMQPError? = nil) {
+    public func finish(throwing error: AMQPError? = nil) {
         let waiter: CheckedContinuation<AMQPDelivery?, any Error>? = state.withLock { state in
             guard !state.finished else { return nil }
             state.finished = true
@@ -147,7 +151,7 @@ final class DeliveryBuffer: Sendable {
         case wait
     }
 
-    func next() async throws -> AMQPDelivery? {
+    public func next() async throws -> AMQPDelivery? {
         // Fast path without a continuation while the broker keeps the buffer non-empty.
         let immediate: Next = state.withLock { state in
             if let item = state.popFirst() { return .item(item) }

@@ -123,10 +123,10 @@ public final class AdminService: Service, Sendable {
         do {
             if settings.usesTLS { try await makeTLSApplication().run() } else { try await makeApplication().run() }
         } catch {
-            await queues?.reads?.close()
+            await queues?.close()
             throw error
         }
-        await queues?.reads?.close()
+        await queues?.close()
     }
 }
 

@@ -20,8 +20,13 @@ import Logging
 /// Listings and moves open a connection of their own and close it before returning; depths and
 /// the hand-back checks do too, unless `pooledReads` gives them one long-lived connection (the
 /// admin server).
+///
+/// The broker is reached through `BrokerSessionOpening` (a "connection of its own" is a
+/// session, whose close hands back what it did not settle): `AMQPSessions` in production, the
+/// in-memory broker in the unit tests. It is held as an existential, off any job's path, so
+/// that the admin server and the CLI keep one non-generic inspector type.
 public final class QueueInspector: Sendable {
-    public let amqp: AMQPConfiguration
+    public let sessions: any BrokerSessionOpening
     public let bundleIDs: [String]
     public let retryDelays: [Duration]
     /// How long to wait for the next message of a queue that reported more ready messages
@@ -37,7 +42,7 @@ public final class QueueInspector: Sendable {
     /// When set (the admin server), depths and hand-back checks use this one long-lived
     /// connection instead of one each; listings and moves always take a connection of their
     /// own, because closing it is what hands the messages back in their order.
-    public let reads: PooledConnection?
+    let reads: PooledSession?
     let logger: Logger
 
     /// The most messages one consumer can hold unacked (AMQP prefetch is 16 bits): a listing
@@ -46,16 +51,26 @@ public final class QueueInspector: Sendable {
     /// Confirmed publishes in flight at once while moving jobs.
     static let movesInFlight = 256
 
-    public init(
+    /// An inspector on RabbitMQ: a connection per session, named after `amqp`'s.
+    public convenience init(
         amqp: AMQPConfiguration, bundleIDs: [String], retryDelays: [Duration], logger: Logger,
         deliveryWait: Duration = .seconds(3), handBackWait: Duration = .seconds(5), ackSettleWait: Duration = .milliseconds(500),
         pooledReads: Bool = false
     ) {
+        self.init(
+            sessions: AMQPSessions(configuration: amqp, logger: logger), bundleIDs: bundleIDs, retryDelays: retryDelays,
+            logger: logger, deliveryWait: deliveryWait, handBackWait: handBackWait, ackSettleWait: ackSettleWait,
+            pooledReads: pooledReads)
+    }
+
+    public init(
+        sessions: any BrokerSessionOpening, bundleIDs: [String], retryDelays: [Duration], logger: Logger,
+        deliveryWait: Duration = .seconds(3), handBackWait: Duration = .seconds(5), ackSettleWait: Duration = .milliseconds(500),
+        pooledReads: Bool = false
+    ) {
         self.ackSettleWait = ackSettleWait
-        var readsConfiguration = amqp
-        readsConfiguration.connectionName = "\(amqp.connectionName) (reads)"
-        self.reads = pooledReads ? PooledConnection(configuration: readsConfiguration, logger: logger) : nil
-        self.amqp = amqp
+        self.reads = pooledReads ? PooledSession(sessions: sessions) : nil
+        self.sessions = sessions
         self.bundleIDs = bundleIDs
         self.retryDelays = retryDelays
         self.logger = logger
@@ -279,7 +294,7 @@ public final class QueueInspector: Sendable {
     /// closes. By id, stops as soon as every id was found.
     private func settleSelected(
         _ kind: JobQueueKind, _ selection: JobSelection, purpose: String, progress: OperationProgressHandler?,
-        beforeAck: @escaping @Sendable (AMQPConnection, AMQPDelivery, String) async throws -> Void
+        beforeAck: @escaping @Sendable (any BrokerSession, AMQPDelivery, String) async throws -> Void
     ) async throws -> (count: Int, notFound: [String]) {
         let now = Date()
         var wanted: Set<String> = []
@@ -302,12 +317,11 @@ public final class QueueInspector: Sendable {
                 let depth = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
                 guard depth > 0 else { continue }
                 let settledBefore = count
-                let consumer = try await connection.consume(queue: queue, prefetch: UInt16(depth))
-                let iterator = consumer.makeAsyncIterator()
+                let nextDelivery = try await consume(connection, queue, prefetch: UInt16(depth))
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     var inFlight = 0
                     var seen = 0
-                    while seen < depth, let delivery = try await nextDelivery(iterator) {
+                    while seen < depth, let delivery = try await nextDelivery() {
                         let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: seen)
                         seen += 1
                         examined += 1
@@ -353,15 +367,14 @@ public final class QueueInspector: Sendable {
     /// unacked messages than its prefetch, so the cap bounds what crosses the network. (Several
     /// consumers in windows would bound it further, but their channels' closes may put the
     /// messages back out of order; see docs/decisions.md.)
-    func scan(_ connection: AMQPConnection, _ queue: String, cap: Int?, _ visit: (AMQPDelivery, Int) throws -> Bool) async throws -> Int {
+    func scan(_ connection: any BrokerSession, _ queue: String, cap: Int?, _ visit: (AMQPDelivery, Int) throws -> Bool) async throws -> Int {
         guard let info = try await inspect(connection, queue) else { return 0 }
         var want = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
         if let cap { want = min(want, max(0, cap)) }
         guard want > 0 else { return Int(info.messageCount) }
-        let consumer = try await connection.consume(queue: queue, prefetch: UInt16(want))
-        let iterator = consumer.makeAsyncIterator()
+        let nextDelivery = try await consume(connection, queue, prefetch: UInt16(want))
         var seen = 0
-        while seen < want, let delivery = try await nextDelivery(iterator) {
+        while seen < want, let delivery = try await nextDelivery() {
             seen += 1
             guard try visit(delivery, seen - 1) else { break }
         }
@@ -401,11 +414,22 @@ public final class QueueInspector: Sendable {
         }
     }
 
-    /// The next delivery, or nil when none arrives within `deliveryWait`. A delivery that
-    /// arrives just as the wait ends stays unacked with the connection and goes back on close.
-    private func nextDelivery(_ iterator: AMQPConsumer.Iterator) async throws -> AMQPDelivery? {
+    /// Consumes `queue` (manual acks, whole bodies: an operator reads even the messages too
+    /// large for the worker) and returns its next delivery, one per call.
+    private func consume<Session: BrokerSession>(
+        _ session: Session, _ queue: String, prefetch: UInt16
+    ) async throws -> @Sendable () async throws -> AMQPDelivery? {
+        let iterator = try await session.consume(queue: queue, prefetch: prefetch, maxBodySize: .max).makeAsyncIterator()
         let wait = deliveryWait
-        return try await withThrowingTaskGroup(of: AMQPDelivery?.self) { group in
+        return { try await Self.nextDelivery(iterator, within: wait) }
+    }
+
+    /// The next delivery, or nil when none arrives within `wait`. A delivery that arrives just
+    /// as the wait ends stays unsettled with the session and goes back when it closes.
+    private static func nextDelivery<Iterator: AsyncIteratorProtocol & Sendable>(
+        _ iterator: Iterator, within wait: Duration
+    ) async throws -> AMQPDelivery? where Iterator.Element == AMQPDelivery {
+        try await withThrowingTaskGroup(of: AMQPDelivery?.self) { group in
             group.addTask {
                 var iterator = iterator
                 return try await iterator.next()
@@ -420,7 +444,7 @@ public final class QueueInspector: Sendable {
     }
 
     /// The messages ready in `queues` (those that exist), for a progress total.
-    private func readyMessages(_ connection: AMQPConnection, _ queues: [String]) async throws -> Int {
+    private func readyMessages(_ connection: any BrokerSession, _ queues: [String]) async throws -> Int {
         var total = 0
         for queue in queues {
             total += Int(try await inspect(connection, queue)?.messageCount ?? 0)
@@ -429,7 +453,7 @@ public final class QueueInspector: Sendable {
     }
 
     /// Passive declare; nil when the queue does not exist.
-    private func inspect(_ connection: AMQPConnection, _ queue: String) async throws -> AMQPQueueInfo? {
+    private func inspect(_ connection: any BrokerSession, _ queue: String) async throws -> AMQPQueueInfo? {
         do {
             return try await connection.inspectQueue(queue)
         } catch let error as AMQPError where error.replyCode == 404 {
@@ -446,14 +470,29 @@ public final class QueueInspector: Sendable {
     }
 
     /// The pooled read connection when there is one, else a connection of its own.
-    func withReadConnection<Result: Sendable>(_ purpose: String, _ body: (AMQPConnection) async throws -> Result) async throws -> Result {
+    func withReadConnection<Result: Sendable>(_ purpose: String, _ body: (any BrokerSession) async throws -> Result) async throws -> Result {
         guard let reads else { return try await withConnection(purpose, body) }
         return try await body(try await reads.get())
     }
 
-    func withConnection<Result: Sendable>(_ purpose: String, _ body: (AMQPConnection) async throws -> Result) async throws -> Result {
-        var configuration = amqp
-        configuration.connectionName = "\(amqp.connectionName) (\(purpose))"
-        return try await AMQPConnection.withConnection(configuration: configuration, logger: logger, body)
+    /// Runs `body` in a session of its own, closed afterwards (also when `body` throws): the
+    /// close hands back every message it took and did not settle.
+    func withConnection<Result: Sendable>(
+        _ purpose: String, isolation: isolated (any Actor)? = #isolation, _ body: (any BrokerSession) async throws -> Result
+    ) async throws -> Result {
+        let session: any BrokerSession = try await sessions.open(purpose)
+        do {
+            let result = try await body(session)
+            await session.close()
+            return result
+        } catch {
+            await session.close()
+            throw error
+        }
+    }
+
+    /// Closes the pooled read connection, if there is one (the admin server, when it stops).
+    public func close() async {
+        await reads?.close()
     }
 }

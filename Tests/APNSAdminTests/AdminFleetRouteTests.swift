@@ -145,7 +145,7 @@ struct AdminFleetRouteTests {
                 return names.contains("\(name) (reads)")
             }
             #expect(names.filter { $0 == "\(name) (reads)" }.count == 1, "one read connection for three page views: \(names.filter { $0.hasPrefix(name) })")
-            await queues.reads?.close()
+            await queues.close()
         }
     }
 

@@ -5,12 +5,17 @@
 // default exchange routes to the queue named by the routing key, direct and fanout exchanges
 // through their bindings, a consumer gets at most `prefetch` unacked deliveries, a nack with
 // requeue puts the message back at the head of its queue marked redelivered, a passive declare
-// of a missing queue fails with 404, deleting a queue cancels its consumers. What RabbitMQ
-// itself does (confirms, recovery, quorum queues) is tested against RabbitMQ, never here.
+// of a missing queue fails with 404, deleting a queue cancels its consumers, and a session
+// (`open`, the operator tools' connection of their own) that closes hands every delivery it
+// did not settle back to the head of its queue, in order, marked redelivered, as RabbitMQ does
+// with a closed connection's. What RabbitMQ itself does (confirms, recovery, quorum queues) is
+// tested against RabbitMQ, never here.
 import AMQPClient
 import Synchronization
 
-public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedPublishing, TopologyDeclaring, BrokerConnectionStatus {
+public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedPublishing, TopologyDeclaring, BrokerConnectionStatus,
+    BrokerSessionOpening
+{
     public struct Settled: Sendable, Hashable {
         public var queue: String
         public var body: [UInt8]
@@ -35,13 +40,16 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
         /// As on the real connection: a larger body is handed out empty, marked with its size.
         var maxBodySize: Int
         var unacked = 0
-        var continuation: AsyncThrowingStream<AMQPDelivery, any Error>.Continuation
+        var deliveries: DeliveryBuffer
+        /// The session that started it; nil for the broker's own calls.
+        var session: Int?
     }
 
     struct Unacked {
         var queue: String
         var message: AMQPDeliveredMessage
         var consumer: Int?
+        var session: Int?
     }
 
     struct State {
@@ -57,6 +65,9 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
         var settled: [Settled] = []
         var failPublishes = false
         var connectionState: AMQPConnectionState = .connected
+        var openSessions: Set<Int> = []
+        var nextSession = 0
+        var sessionPurposes: [String] = []
     }
 
     let store = Mutex(State())
@@ -87,6 +98,15 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
     public var unackedCount: Int { store.withLock { $0.unacked.count } }
     /// Consumers running now.
     public var consumerCount: Int { store.withLock { $0.consumers.count } }
+    /// Sessions opened and not closed yet.
+    public var openSessionCount: Int { store.withLock { $0.openSessions.count } }
+    /// The purpose of every session opened, in order.
+    public var sessionPurposes: [String] { store.withLock { $0.sessionPurposes } }
+
+    /// The messages ready in a queue, in order (nil when it does not exist).
+    public func readyMessages(_ queue: String) -> [AMQPDeliveredMessage]? {
+        store.withLock { $0.queues[queue]?.ready }
+    }
 
     /// The bodies ready in a queue, in order (nil when it does not exist).
     public func ready(_ queue: String) -> [[UInt8]]? {
@@ -109,15 +129,8 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
     /// delivery order), marked redelivered; consumers stay, as the real client restores them.
     public func loseConnection() {
         store.withLock { state in
-            let lost = state.unacked.sorted { $0.key < $1.key }
-            state.unacked.removeAll()
             for id in state.consumers.keys { state.consumers[id]!.unacked = 0 }
-            for (_, entry) in lost.reversed() {
-                var message = entry.message
-                message.redelivered = true
-                state.queues[entry.queue]?.ready.insert(message, at: 0)
-            }
-            for queue in Set(lost.map(\.value.queue)) { Self.dispatch(&state, queue) }
+            Self.handBack(&state) { _ in true }
         }
     }
 
@@ -153,17 +166,28 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
 
     // MARK: MessageConsuming, MessageFetching
 
+    /// Deliveries through the real consumer's buffer: an iterator that can be sent to another
+    /// task, and a wait for the next delivery that may be cancelled without ending the sequence.
     public struct Consumer: MessageConsumer {
         public typealias Element = AMQPDelivery
-        let stream: AsyncThrowingStream<AMQPDelivery, any Error>
+        let deliveries: DeliveryBuffer
         let id: Int
         let broker: InMemoryBroker
-        public func makeAsyncIterator() -> AsyncThrowingStream<AMQPDelivery, any Error>.AsyncIterator { stream.makeAsyncIterator() }
+        public func makeAsyncIterator() -> Iterator { Iterator(deliveries: deliveries) }
         public func cancel() async { broker.cancel(id) }
+
+        public struct Iterator: AsyncIteratorProtocol, Sendable {
+            let deliveries: DeliveryBuffer
+            public mutating func next() async throws -> AMQPDelivery? { try await deliveries.next() }
+        }
     }
 
     public func consume(queue: String, prefetch: UInt16, maxBodySize: Int = .max) async throws -> Consumer {
-        let (stream, continuation) = AsyncThrowingStream<AMQPDelivery, any Error>.makeStream()
+        try consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, session: nil)
+    }
+
+    func consume(queue: String, prefetch: UInt16, maxBodySize: Int, session: Int?) throws -> Consumer {
+        let deliveries = DeliveryBuffer()
         let id = try store.withLock { state in
             guard state.queues[queue] != nil else {
                 throw AMQPError(.channelClosed, "no queue '\(queue)'", replyCode: 404, replyText: "NOT_FOUND", queue: queue)
@@ -171,33 +195,41 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
             state.nextConsumer += 1
             state.consumers[state.nextConsumer] = ConsumerEntry(
                 queue: queue, prefetch: prefetch == 0 ? .max : Int(prefetch), maxBodySize: maxBodySize,
-                continuation: continuation)
+                deliveries: deliveries, session: session)
             Self.dispatch(&state, queue)
             return state.nextConsumer
         }
-        return Consumer(stream: stream, id: id, broker: self)
+        return Consumer(deliveries: deliveries, id: id, broker: self)
     }
 
     func cancel(_ id: Int) {
-        let continuation = store.withLock { $0.consumers.removeValue(forKey: id)?.continuation }
-        continuation?.finish()
+        let deliveries = store.withLock { $0.consumers.removeValue(forKey: id)?.deliveries }
+        deliveries?.finish()
     }
 
     public func get(queue: String) async throws -> AMQPDelivery? {
+        try get(queue: queue, session: nil)
+    }
+
+    func get(queue: String, session: Int?) throws -> AMQPDelivery? {
         try store.withLock { state in
             guard state.queues[queue] != nil else {
                 throw AMQPError(.channelClosed, "no queue '\(queue)'", replyCode: 404, replyText: "NOT_FOUND", queue: queue)
             }
             guard !state.queues[queue]!.ready.isEmpty else { return nil }
             let message = state.queues[queue]!.ready.removeFirst()
-            return Self.handOut(&state, message, queue: queue, consumer: nil)
+            return Self.handOut(&state, message, queue: queue, consumer: nil, session: session)
         }
     }
 
     @discardableResult
     public func ackNow(_ delivery: AMQPDelivery) -> AMQPSettlement {
+        ack(delivery, session: nil)
+    }
+
+    func ack(_ delivery: AMQPDelivery, session: Int?) -> AMQPSettlement {
         store.withLock { state in
-            guard let entry = Self.settle(&state, delivery) else { return .stale }
+            guard let entry = Self.settle(&state, delivery, session: session) else { return .stale }
             state.settled.append(Settled(queue: entry.queue, body: entry.message.body, requeue: nil))
             return .settled
         }
@@ -205,8 +237,12 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
 
     @discardableResult
     public func nack(_ delivery: AMQPDelivery, requeue: Bool) async -> AMQPSettlement {
+        nack(delivery, requeue: requeue, session: nil)
+    }
+
+    func nack(_ delivery: AMQPDelivery, requeue: Bool, session: Int?) -> AMQPSettlement {
         store.withLock { state in
-            guard let entry = Self.settle(&state, delivery) else { return .stale }
+            guard let entry = Self.settle(&state, delivery, session: session) else { return .stale }
             state.settled.append(Settled(queue: entry.queue, body: entry.message.body, requeue: requeue))
             if requeue {
                 var message = entry.message
@@ -248,11 +284,11 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
 
     @discardableResult
     public func deleteQueue(_ name: String, ifUnused: Bool, ifEmpty: Bool) async throws -> UInt32 {
-        let (count, cancelled) = store.withLock { state -> (UInt32, [AsyncThrowingStream<AMQPDelivery, any Error>.Continuation]) in
+        let (count, cancelled) = store.withLock { state -> (UInt32, [DeliveryBuffer]) in
             guard let queue = state.queues.removeValue(forKey: name) else { return (0, []) }
             state.bindings = state.bindings.filter { $0.queue != name }
             let ids = state.consumers.filter { $0.value.queue == name }.map(\.key)
-            let cancelled = ids.compactMap { state.consumers.removeValue(forKey: $0)?.continuation }
+            let cancelled = ids.compactMap { state.consumers.removeValue(forKey: $0)?.deliveries }
             return (UInt32(queue.ready.count), cancelled)
         }
         for consumer in cancelled {
@@ -299,16 +335,16 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
                 guard state.consumers[id]!.unacked < state.consumers[id]!.prefetch, state.queues[queue]?.ready.isEmpty == false else { continue }
                 let message = state.queues[queue]!.ready.removeFirst()
                 state.consumers[id]!.unacked += 1
-                let delivery = handOut(&state, message, queue: queue, consumer: id)
-                state.consumers[id]!.continuation.yield(delivery)
+                let delivery = handOut(&state, message, queue: queue, consumer: id, session: state.consumers[id]!.session)
+                state.consumers[id]!.deliveries.push(delivery)
                 progressed = true
             }
         }
     }
 
-    static func handOut(_ state: inout State, _ message: AMQPDeliveredMessage, queue: String, consumer: Int?) -> AMQPDelivery {
+    static func handOut(_ state: inout State, _ message: AMQPDeliveredMessage, queue: String, consumer: Int?, session: Int?) -> AMQPDelivery {
         state.nextTag += 1
-        state.unacked[state.nextTag] = Unacked(queue: queue, message: message, consumer: consumer)
+        state.unacked[state.nextTag] = Unacked(queue: queue, message: message, consumer: consumer, session: session)
         var handed = message
         if let consumer, let limit = state.consumers[consumer]?.maxBodySize, message.body.count > limit {
             handed.body = []
@@ -319,8 +355,24 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
             consumerTag: consumer.map { "in-memory-\($0)" })
     }
 
-    static func settle(_ state: inout State, _ delivery: AMQPDelivery) -> Unacked? {
-        guard let entry = state.unacked.removeValue(forKey: delivery.tag.value) else { return nil }
+    /// A delivery is settled where it was handed out: another session's settle of it is stale.
+    /// Puts the unsettled deliveries that `lost` selects back at the head of their queues, in
+    /// delivery order, marked redelivered.
+    static func handBack(_ state: inout State, _ lost: (Unacked) -> Bool) {
+        let taken = state.unacked.filter { lost($0.value) }.sorted { $0.key < $1.key }
+        for (tag, entry) in taken.reversed() {
+            state.unacked[tag] = nil
+            var message = entry.message
+            message.redelivered = true
+            state.queues[entry.queue]?.ready.insert(message, at: 0)
+        }
+        for queue in Set(taken.map(\.value.queue)) { dispatch(&state, queue) }
+    }
+
+    static func settle(_ state: inout State, _ delivery: AMQPDelivery, session: Int?) -> Unacked? {
+        guard state.unacked[delivery.tag.value]?.session == session,
+            let entry = state.unacked.removeValue(forKey: delivery.tag.value)
+        else { return nil }
         if let id = entry.consumer, state.consumers[id] != nil {
             state.consumers[id]!.unacked -= 1
             dispatch(&state, entry.queue)
