@@ -16,7 +16,11 @@ extension ConnectionDriver {
         case AMQP_FRAME_HEADER:
             let header = frame.payload.properties
             let message = assembler.header(on: channel, bodySize: header.body_size) {
-                header.decoded.map { FieldDecoder.properties($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee) }
+                header.decoded.map {
+                    FieldDecoder.properties($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee) {
+                        repeatedStrings.string($0, .contentType, channel: channel)
+                    }
+                }
             }
             if let message { complete(message, channel: channel) }
         case AMQP_FRAME_BODY:
@@ -35,8 +39,11 @@ extension ConnectionDriver {
             let m = decoded.assumingMemoryBound(to: amqp_basic_deliver_t.self).pointee
             // A delivery no consumer of ours will take keeps no body.
             assembler.begin(
-                .delivery(tag: m.delivery_tag, redelivered: m.redelivered != 0, consumerTag: FieldDecoder.string(m.consumer_tag)),
-                exchange: FieldDecoder.string(m.exchange), routingKey: FieldDecoder.string(m.routing_key),
+                .delivery(
+                    tag: m.delivery_tag, redelivered: m.redelivered != 0,
+                    consumerTag: repeatedStrings.string(m.consumer_tag, .consumerTag, channel: channel)),
+                exchange: repeatedStrings.string(m.exchange, .exchange, channel: channel),
+                routingKey: repeatedStrings.string(m.routing_key, .routingKey, channel: channel),
                 bodyLimit: consumers.consumer(on: channel)?.entry.request.maxBodySize ?? 0, on: channel)
         case AMQPMethod.basicReturn:
             let m = decoded.assumingMemoryBound(to: amqp_basic_return_t.self).pointee

@@ -73,6 +73,7 @@ final class ConnectionDriver: @unchecked Sendable {
 
     /// Messages (header + body frames) being put together per channel after a deliver or return.
     var assembler = ContentAssembler()
+    var repeatedStrings = RepeatedStrings()
 
     /// Acks of consumer channels waiting to go out as multiple acks, per channel and the
     /// generation they belong to (a coalescer of a generation no longer open is dropped).
@@ -294,6 +295,7 @@ final class ConnectionDriver: @unchecked Sendable {
         publishesWhileBlocked.removeAll()
         channels.connectionLost()
         assembler.discardAll()
+        repeatedStrings.removeAll()
         ackCoalescers.removeAll()
         consumers.connectionLost()
         blocked = false

@@ -93,11 +93,15 @@ enum FieldDecoder {
         }
     }
 
-    static func properties(_ p: amqp_basic_properties_t) -> AMQPProperties {
+    /// The properties; `contentType` decodes the content type (the owner thread's reuses the
+    /// channel's previous one, `RepeatedStrings`).
+    static func properties(
+        _ p: amqp_basic_properties_t, contentType: (amqp_bytes_t) -> String = FieldDecoder.string
+    ) -> AMQPProperties {
         let flags = p._flags
         func has(_ flag: UInt32) -> Bool { flags & flag != 0 }
         var result = AMQPProperties()
-        if has(PropertyFlag.contentType) { result.contentType = string(p.content_type) }
+        if has(PropertyFlag.contentType) { result.contentType = contentType(p.content_type) }
         if has(PropertyFlag.contentEncoding) { result.contentEncoding = string(p.content_encoding) }
         if has(PropertyFlag.headers) { result.headers = table(p.headers) }
         if has(PropertyFlag.deliveryMode) { result.deliveryMode = p.delivery_mode }
@@ -245,4 +249,32 @@ extension TopologyArgument {
         case .int(let i): .int64(i)
         }
     }
+}
+
+/// The strings that repeat on every delivery of a channel (its consumer tag, exchange and routing
+/// key, and usually the content type), decoded again only when their bytes change. Swift keeps a
+/// string over 15 bytes on the heap, and these four were four of a job's ~40 allocations
+/// (`perf record -e probe_libc:malloc`, docs/benchmarks.md); a lookup by channel costs less than
+/// an allocation freed on another thread. Owned by the connection's owner thread.
+struct RepeatedStrings {
+    enum Field: Int { case consumerTag, exchange, routingKey, contentType }
+
+    private var recent: [Int: String] = [:]
+
+    /// The string of `bytes`: the one kept for this channel and field when the bytes are the same.
+    mutating func string(_ bytes: amqp_bytes_t, _ field: Field, channel: UInt16) -> String {
+        guard bytes.len > 0, let base = bytes.bytes else { return "" }
+        return string(UnsafeRawBufferPointer(start: base, count: bytes.len), field, channel: channel)
+    }
+
+    mutating func string(_ bytes: UnsafeRawBufferPointer, _ field: Field, channel: UInt16) -> String {
+        let key = Int(channel) << 2 | field.rawValue
+        if var kept = recent[key], kept.withUTF8({ $0.elementsEqual(bytes) }) { return kept }
+        let decoded = String(decoding: bytes, as: UTF8.self)
+        recent[key] = decoded
+        return decoded
+    }
+
+    /// The connection is gone: its channels' strings with it.
+    mutating func removeAll() { recent.removeAll() }
 }

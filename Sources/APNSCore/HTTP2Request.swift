@@ -35,31 +35,25 @@ public struct HTTP2Request: Sendable, Hashable {
     ///   - authority: the `:authority`, i.e. the host the connection was made to.
     ///   - authorization: `bearer <jwt>` with token authentication, nil with a client certificate.
     public init(notification n: PushNotification, authority: String, authorization: String?) {
-        var h: [HTTP2HeaderField]
+        var h: [HTTP2HeaderField] = []
+        // Every field a request can carry, so the array is allocated once.
+        h.reserveCapacity(12)
+        h.append(.init(":method", "POST"))
+        h.append(.init(":scheme", "https"))
         switch n.target {
         case .device(let token):
-            h = [
-                .init(":method", "POST"),
-                .init(":scheme", "https"),
-                .init(":path", "/3/device/" + token.hex),
-                .init(":authority", authority),
-                .init("apns-id", LowercaseHex.string(n.id)),
-                .init("apns-topic", n.topic),
-                .init("apns-push-type", n.pushType.rawValue),
-                .init("apns-priority", String(n.priority)),
-            ]
+            h.append(.init(":path", LowercaseHex.string(token.bytes, after: "/3/device/")))
+            h.append(.init(":authority", authority))
+            h.append(.init("apns-id", LowercaseHex.string(n.id)))
+            h.append(.init("apns-topic", n.topic))
         case .channel(let channel):
-            h = [
-                .init(":method", "POST"),
-                .init(":scheme", "https"),
-                .init(":path", "/4/broadcasts/apps/" + n.topic),
-                .init(":authority", authority),
-                .init("apns-request-id", LowercaseHex.string(n.id)),
-                .init("apns-channel-id", channel.id),
-                .init("apns-push-type", n.pushType.rawValue),
-                .init("apns-priority", String(n.priority)),
-            ]
+            h.append(.init(":path", "/4/broadcasts/apps/" + n.topic))
+            h.append(.init(":authority", authority))
+            h.append(.init("apns-request-id", LowercaseHex.string(n.id)))
+            h.append(.init("apns-channel-id", channel.id))
         }
+        h.append(.init("apns-push-type", n.pushType.rawValue))
+        h.append(.init("apns-priority", String(n.priority)))
         if let expiration = n.expiration { h.append(.init("apns-expiration", String(expiration))) }
         if let collapseID = n.collapseID { h.append(.init("apns-collapse-id", collapseID)) }
         if let authorization { h.append(.init("authorization", authorization)) }

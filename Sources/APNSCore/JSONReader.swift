@@ -61,7 +61,10 @@ enum JSONReader {
         }
         parser.index += 1
         var object = JSONTopLevelObject()
+        // Room for a typical job's members and payload keys up front: growing from empty cost
+        // three allocations each per job (`perf record -e probe_libc:malloc`, docs/benchmarks.md).
         var keys: [Parser.KeyRef] = []
+        keys.reserveCapacity(JSONTopLevelObject.typicalMembers)
         parser.skipWhitespace()
         if parser.peek() == UInt8(ascii: "}") {
             parser.index += 1

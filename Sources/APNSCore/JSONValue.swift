@@ -77,6 +77,10 @@ struct JSONTopLevelObject {
     /// stays linear to check for duplicates.
     private var keys: Set<String>?
     private static var linearLimit: Int { 16 }
+    /// Members reserved up front (a job has about ten).
+    static var typicalMembers: Int { 16 }
+
+    init() { members.reserveCapacity(Self.typicalMembers) }
 
     subscript(key: String) -> JSONTopLevelMember? {
         for entry in members where entry.key == key { return entry.member }

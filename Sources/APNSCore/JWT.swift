@@ -14,8 +14,16 @@ public struct ProviderToken: Sendable, Hashable {
     /// The compact JWT.
     public let jwt: String
 
-    /// The value of the `authorization` request header.
-    public var authorization: String { "bearer \(jwt)" }
+    /// The value of the `authorization` request header, made once: every request carries it.
+    public let authorization: String
+
+    init(teamID: String, keyID: String, issuedAt: Date, jwt: String) {
+        self.teamID = teamID
+        self.keyID = keyID
+        self.issuedAt = issuedAt
+        self.jwt = jwt
+        self.authorization = "bearer " + jwt
+    }
 
     /// Signs a token issued at `issuedAt` (truncated to whole seconds, as `iat` is).
     public static func sign(

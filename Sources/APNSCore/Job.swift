@@ -55,7 +55,9 @@ public struct Job: Sendable, Hashable {
     /// `apns-topic`: the bundle ID plus Apple's suffix for the push type. A broadcast has no
     /// topic header; its bundle ID goes into the request path, so its topic is the bare bundle ID.
     public var topic: String {
-        target.channel == nil ? bundleID + pushType.topicSuffix : bundleID
+        guard target.channel == nil else { return bundleID }
+        let suffix = pushType.topicSuffix
+        return suffix.isEmpty ? bundleID : bundleID + suffix
     }
 
     /// What a transport sends for this job.

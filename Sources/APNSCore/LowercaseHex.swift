@@ -6,11 +6,18 @@ import Foundation
 public enum LowercaseHex {
     private static let digits: StaticString = "0123456789abcdef"
 
-    /// `bytes` as lower-case hex digits, two per byte.
-    public static func string(_ bytes: some Collection<UInt8>) -> String {
-        String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+    /// `bytes` as lower-case hex digits, two per byte, after `prefix` (ASCII) in the same string:
+    /// a request path is one allocation, not the digits' and then the concatenation's.
+    public static func string(_ bytes: some Collection<UInt8>, after prefix: StaticString = "") -> String {
+        String(unsafeUninitializedCapacity: prefix.utf8CodeUnitCount + bytes.count * 2) { out in
             digits.withUTF8Buffer { digits in
                 var i = 0
+                prefix.withUTF8Buffer { prefix in
+                    for c in prefix {
+                        out[i] = c
+                        i += 1
+                    }
+                }
                 for byte in bytes {
                     out[i] = digits[Int(byte >> 4)]
                     out[i + 1] = digits[Int(byte & 0x0f)]

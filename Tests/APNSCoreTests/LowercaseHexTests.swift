@@ -10,6 +10,13 @@ import Testing
         #expect(token.hex == "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
     }
 
+    @Test func aPrefixComesFirstInTheSameString() {
+        let token = DeviceToken(hex: "00FF10ab")!
+        #expect(LowercaseHex.string(token.bytes, after: "/3/device/") == "/3/device/00ff10ab")
+        #expect(LowercaseHex.string([UInt8](), after: "/3/device/") == "/3/device/")
+        #expect(LowercaseHex.string([0xab], after: "") == "ab")
+    }
+
     @Test func uuidsMatchFoundationsCanonicalFormInLowerCase() {
         var random = SeededGenerator(seed: 7)
         for _ in 0..<200 {
