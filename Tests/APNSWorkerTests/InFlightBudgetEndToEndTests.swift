@@ -1,0 +1,66 @@
+import APNSCore
+import APNSSimulator
+import Foundation
+import Testing
+import TestSupport
+
+/// `[amqp] maxInFlight` through the real broker and a real `apns-worker run`: the prefetch each
+/// bundle's consumer asked for is read back from the broker, not from the worker's own log.
+@Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the broker that scripts/test starts"))
+struct InFlightBudgetEndToEndTests {
+    /// Four bundles, prefetch 100 and a budget of 160: each consumer takes 40 (not 100), so the
+    /// instance holds at most 160 jobs, and every bundle still drains its whole backlog.
+    @Test func eachBundlesConsumerTakesItsShareOfTheBudgetAndEveryBundleDrains() async throws {
+        var options = WorkerHarness.Options()
+        options.extraBundles = 3
+        options.prefetch = 100
+        options.amqpLines = "maxInFlight = 160"
+        let broker = try TestBroker.require()
+        let h = try await WorkerHarness.start(broker: broker, options: options)
+        // A backlog larger than the prefetch on every queue before the worker starts.
+        var expected: [String: Set<String>] = [:]
+        for (index, bundle) in h.bundles.enumerated() {
+            for n in 0..<120 {
+                let id = try await h.publishJob(token: WorkerHarness.token(index * 1000 + n), bundle: bundle)
+                expected[bundle, default: []].insert(id.uuidString.lowercased())
+            }
+        }
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+
+        let queues = Set(h.bundles.map(TopologyNames.workQueue))
+        var prefetches: [String: Int] = [:]
+        try await waitUntil("the broker listing a consumer on each of the 4 work queues", timeout: .seconds(60)) {
+            prefetches = try await Self.consumerPrefetches(broker, queues: queues)
+            return prefetches.count == queues.count
+        }
+        #expect(prefetches == Dictionary(uniqueKeysWithValues: queues.map { ($0, 40) }))
+
+        try await waitUntil("every job of every bundle delivered", timeout: .seconds(120)) {
+            let accepted = h.simulator.accepted()
+            return h.bundles.allSatisfy { bundle in
+                expected[bundle, default: []].isSubset(of: Set(accepted.filter { $0.topic == bundle }.map { $0.apnsID.lowercased() }))
+            }
+        }
+        for queue in queues {
+            try await waitUntil("\(queue) empty") { try await h.messageCount(queue) == 0 }
+        }
+        worker.signal(SIGTERM)
+        #expect(await worker.waitForExit(timeout: .seconds(30)) == 0)
+        for bundle in h.bundles {
+            #expect(try await h.messageCount(TopologyNames.deadQueue(bundle)) == 0)
+        }
+        await h.shutdown()
+    }
+
+    /// `prefetch_count` of every consumer on `queues`, from the management API.
+    static func consumerPrefetches(_ broker: BrokerCoordinates, queues: Set<String>) async throws -> [String: Int] {
+        let consumers = try await broker.managementJSON("/consumers") as? [[String: Any]] ?? []
+        var prefetches: [String: Int] = [:]
+        for consumer in consumers {
+            guard let queue = (consumer["queue"] as? [String: Any])?["name"] as? String, queues.contains(queue) else { continue }
+            prefetches[queue] = (consumer["prefetch_count"] as? NSNumber)?.intValue
+        }
+        return prefetches
+    }
+}
