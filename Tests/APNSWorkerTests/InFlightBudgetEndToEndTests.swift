@@ -53,6 +53,38 @@ struct InFlightBudgetEndToEndTests {
         await h.shutdown()
     }
 
+    /// Two bundles and a budget of 40, under 2 × the floor of 32: the floor wins, each consumer
+    /// takes 32, start-up says so once with the figures, and both bundles deliver.
+    @Test func aBudgetUnderBundlesTimesTheFloorGivesEachTheFloorAndWarnsOnce() async throws {
+        var options = WorkerHarness.Options()
+        options.extraBundles = 1
+        options.amqpLines = "maxInFlight = 40"
+        let broker = try TestBroker.require()
+        let h = try await WorkerHarness.start(broker: broker, options: options)
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        let queues = Set(h.bundles.map(TopologyNames.workQueue))
+        var prefetches: [String: Int] = [:]
+        try await waitUntil("the broker listing a consumer on each of the 2 work queues", timeout: .seconds(60)) {
+            prefetches = try await Self.consumerPrefetches(broker, queues: queues)
+            return prefetches.count == queues.count
+        }
+        #expect(prefetches == Dictionary(uniqueKeysWithValues: queues.map { ($0, 32) }))
+        var ids: Set<String> = []
+        for (index, bundle) in h.bundles.enumerated() {
+            ids.insert(try await h.publishJob(token: WorkerHarness.token(index), bundle: bundle).uuidString.lowercased())
+        }
+        try await waitUntil("a job delivered on each bundle") {
+            ids.isSubset(of: Set(h.simulator.accepted().map { $0.apnsID.lowercased() }))
+        }
+        let warning = "IN-FLIGHT BUDGET: [amqp] maxInFlight = 40 is less than 2 bundles × the floor of 32 jobs each: "
+            + "each bundle's consumer takes 32, up to 64 jobs in flight"
+        #expect(worker.log.components(separatedBy: warning).count - 1 == 1, "\(worker.log)")
+        worker.signal(SIGTERM)
+        #expect(await worker.waitForExit(timeout: .seconds(30)) == 0)
+        await h.shutdown()
+    }
+
     /// `prefetch_count` of every consumer on `queues`, from the management API.
     static func consumerPrefetches(_ broker: BrokerCoordinates, queues: Set<String>) async throws -> [String: Int] {
         let consumers = try await broker.managementJSON("/consumers") as? [[String: Any]] ?? []
