@@ -29,12 +29,7 @@ struct InFlightBudgetEndToEndTests {
         defer { worker.kill9() }
 
         let queues = Set(h.bundles.map(TopologyNames.workQueue))
-        var prefetches: [String: Int] = [:]
-        try await waitUntil("the broker listing a consumer on each of the 4 work queues", timeout: .seconds(60)) {
-            prefetches = try await Self.consumerPrefetches(broker, queues: queues)
-            return prefetches.count == queues.count
-        }
-        #expect(prefetches == Dictionary(uniqueKeysWithValues: queues.map { ($0, 40) }))
+        #expect(try await Self.consumerPrefetches(broker, queues: queues) == Dictionary(uniqueKeysWithValues: queues.map { ($0, 40) }))
 
         try await waitUntil("every job of every bundle delivered", timeout: .seconds(120)) {
             let accepted = h.simulator.accepted()
@@ -64,12 +59,7 @@ struct InFlightBudgetEndToEndTests {
         let worker = try h.startWorker()
         defer { worker.kill9() }
         let queues = Set(h.bundles.map(TopologyNames.workQueue))
-        var prefetches: [String: Int] = [:]
-        try await waitUntil("the broker listing a consumer on each of the 2 work queues", timeout: .seconds(60)) {
-            prefetches = try await Self.consumerPrefetches(broker, queues: queues)
-            return prefetches.count == queues.count
-        }
-        #expect(prefetches == Dictionary(uniqueKeysWithValues: queues.map { ($0, 32) }))
+        #expect(try await Self.consumerPrefetches(broker, queues: queues) == Dictionary(uniqueKeysWithValues: queues.map { ($0, 32) }))
         var ids: Set<String> = []
         for (index, bundle) in h.bundles.enumerated() {
             ids.insert(try await h.publishJob(token: WorkerHarness.token(index), bundle: bundle).uuidString.lowercased())
@@ -85,13 +75,18 @@ struct InFlightBudgetEndToEndTests {
         await h.shutdown()
     }
 
-    /// `prefetch_count` of every consumer on `queues`, from the management API.
+    /// `prefetch_count` of the consumer on each of `queues`, from the management API, once it
+    /// lists one on every queue.
     static func consumerPrefetches(_ broker: BrokerCoordinates, queues: Set<String>) async throws -> [String: Int] {
-        let consumers = try await broker.managementJSON("/consumers") as? [[String: Any]] ?? []
         var prefetches: [String: Int] = [:]
-        for consumer in consumers {
-            guard let queue = (consumer["queue"] as? [String: Any])?["name"] as? String, queues.contains(queue) else { continue }
-            prefetches[queue] = (consumer["prefetch_count"] as? NSNumber)?.intValue
+        try await waitUntil("the broker listing a consumer on each of \(queues.count) work queues", timeout: .seconds(60)) {
+            let consumers = try await broker.managementJSON("/consumers") as? [[String: Any]] ?? []
+            prefetches = [:]
+            for consumer in consumers {
+                guard let queue = (consumer["queue"] as? [String: Any])?["name"] as? String, queues.contains(queue) else { continue }
+                prefetches[queue] = (consumer["prefetch_count"] as? NSNumber)?.intValue
+            }
+            return prefetches.count == queues.count
         }
         return prefetches
     }
