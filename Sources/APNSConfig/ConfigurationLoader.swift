@@ -27,7 +27,7 @@ public enum ConfigurationLoader {
 
     /// The global sections and their keys as documented (the spelling used in messages).
     public static let globalSections: [(name: String, keys: [String])] = [
-        ("amqp", ["url", "prefetch", "heartbeat", "queueType", "caFile"]),
+        ("amqp", ["url", "prefetch", "maxInFlight", "heartbeat", "queueType", "caFile"]),
         ("retry", ["delays", "maxAttempts"]),
         ("admin", ["listen", "token", "heartbeatInterval", "allowedHosts", "certFile", "keyFile"]),
         ("worker", ["shutdownDeadline", "requestTimeout", "connectTimeout", "probeInterval", "providerTokenRefresh", "maxDeliveries"]),
@@ -196,6 +196,11 @@ public enum ConfigurationLoader {
         if let setting = settings.string("amqp", "prefetch") {
             amqp.prefetch = try settings.parse(setting, "amqp", "prefetch") { v throws(ValueProblem) in
                 try ValueSyntax.int(v, in: 1...65535)
+            }
+        }
+        if let setting = settings.string("amqp", "maxInFlight") {
+            amqp.maxInFlight = try settings.parse(setting, "amqp", "maxInFlight") { v throws(ValueProblem) in
+                try ValueSyntax.int(v, in: 1...1_000_000)
             }
         }
         if let setting = settings.string("amqp", "heartbeat") {

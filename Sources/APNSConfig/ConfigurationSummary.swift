@@ -5,7 +5,11 @@ extension WorkerConfiguration {
     public var summaryLines: [String] {
         var lines: [String] = []
         let urlCount = amqp.urls.count == 1 ? "1 url" : "\(amqp.urls.count) urls (failover)"
-        lines.append("amqp: \(urlCount): \(amqp.maskedURLs.joined(separator: ", ")); prefetch \(amqp.prefetch), \(amqp.queueType.rawValue) queues")
+        let share = amqp.inFlightBudget.share(bundles: bundles.count)
+        var amqpLine = "amqp: \(urlCount): \(amqp.maskedURLs.joined(separator: ", ")); prefetch \(amqp.prefetch), "
+        amqpLine += "maxInFlight \(amqp.maxInFlight): \(share.perBundle) per bundle × \(bundles.count), \(amqp.queueType.rawValue) queues"
+        lines.append(amqpLine)
+        if let warning = amqp.inFlightBudget.floorWarning(bundles: bundles.count) { lines.append("  warning: \(warning)") }
         lines.append("retry: delays \(retry.delays.map(TopologyNames.delayLabel).joined(separator: ", ")), maxAttempts \(retry.maxAttempts)")
         lines.append("admin: listen \(admin.listen)\(admin.token == nil ? "" : ", bearer token set"), fleet heartbeat every \(TopologyNames.delayLabel(admin.heartbeatInterval))")
         if let tracing {

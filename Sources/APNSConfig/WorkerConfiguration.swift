@@ -33,6 +33,9 @@ public struct AMQPSettings: Sendable, Hashable {
     public var urls: [String]
     /// `prefetch`: unacknowledged jobs per consumer (1 to 65535). Default 500.
     public var prefetch: Int
+    /// `maxInFlight`: unacknowledged jobs across all of this instance's bundles (1 to 1,000,000),
+    /// shared evenly between their consumers (`InFlightBudget`). Default 2000.
+    public var maxInFlight: Int
     /// `heartbeat`: AMQP heartbeat, whole seconds; `0s` turns heartbeats off. Default 30s.
     public var heartbeat: Duration
     /// `queueType`: `quorum` (default) or `classic` for work, retry and dead queues.
@@ -41,18 +44,23 @@ public struct AMQPSettings: Sendable, Hashable {
     public var caFile: String?
 
     public static let defaultPrefetch = 500
+    public static let defaultMaxInFlight = InFlightBudget.defaultMaxInFlight
     public static let defaultHeartbeat: Duration = .seconds(30)
 
     public init(
-        urls: [String], prefetch: Int = defaultPrefetch, heartbeat: Duration = defaultHeartbeat,
-        queueType: QueueType = .quorum, caFile: String? = nil
+        urls: [String], prefetch: Int = defaultPrefetch, maxInFlight: Int = defaultMaxInFlight,
+        heartbeat: Duration = defaultHeartbeat, queueType: QueueType = .quorum, caFile: String? = nil
     ) {
         self.urls = urls
         self.prefetch = prefetch
+        self.maxInFlight = maxInFlight
         self.heartbeat = heartbeat
         self.queueType = queueType
         self.caFile = caFile
     }
+
+    /// The budget `maxInFlight` and `prefetch` make: each bundle consumer's share.
+    public var inFlightBudget: InFlightBudget { InFlightBudget(maxInFlight: maxInFlight, prefetch: prefetch) }
 
     /// The URLs with their passwords replaced by `***`, for logs and summaries.
     public var maskedURLs: [String] { urls.map(Self.maskingPassword) }

@@ -64,6 +64,10 @@ struct RunCommand: AsyncParsableCommand {
         var pipelines: [BundlePipeline<AMQPConnection>] = []
         let statistics = WorkerStatistics()
         let tokenSources = TokenSources()
+        // `[amqp] maxInFlight` shared evenly: RabbitMQ bounds each consumer only, so the
+        // instance-wide bound is each bundle's consumer asking for its share.
+        let budget = configuration.amqp.inFlightBudget
+        let bundlePrefetch = budget.share(bundles: configuration.bundles.count).perBundle
         for bundle in configuration.bundles {
             var transports: [APNSEnvironment: any NotificationTransport] = [:]
             for environment in APNSEnvironment.allCases {
@@ -74,7 +78,7 @@ struct RunCommand: AsyncParsableCommand {
             let settings = BundlePipelineSettings(
                 bundleID: bundle.bundleID, defaultEnvironment: bundle.environment,
                 transportKind: bundle.transport == .binary ? .binary : .http2,
-                prefetch: UInt16(clamping: configuration.amqp.prefetch),
+                prefetch: UInt16(clamping: bundlePrefetch),
                 retryPolicy: RetryPolicy(delays: configuration.retry.delays, maxAttempts: configuration.retry.maxAttempts),
                 probeInterval: configuration.worker.probeInterval,
                 shutdownDeadline: configuration.worker.shutdownDeadline, maxDeliveries: configuration.worker.maxDeliveries)
@@ -132,6 +136,13 @@ struct RunCommand: AsyncParsableCommand {
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         logger.info("apns-worker starting", metadata: ["apns.bundles": "\(configuration.bundles.map(\.bundleID))"])
+        logger.info("in-flight budget", metadata: [
+            "amqp.maxInFlight": "\(budget.maxInFlight)", "amqp.prefetch": "\(configuration.amqp.prefetch)",
+            "amqp.bundlePrefetch": "\(bundlePrefetch)", "apns.bundleCount": "\(configuration.bundles.count)",
+        ])
+        if let warning = budget.floorWarning(bundles: configuration.bundles.count) {
+            logger.warning("IN-FLIGHT BUDGET: \(warning)")
+        }
         for warning in PeerSecurity.warnings(configuration) {
             logger.warning("INSECURE CONNECTION: \(warning)")
         }

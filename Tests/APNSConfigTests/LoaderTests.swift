@@ -146,7 +146,7 @@ struct LoaderTests {
         #expect(legacy.endpoint(for: .production) == ("gateway.push.apple.com", 2195))
         #expect(configuration.topologyPlan.queues.map(\.name).contains("apns.com.example.legacy.retry.1h30m"))
         #expect(configuration.summaryLines == [
-            "amqp: 2 urls (failover): amqp://a:***@rabbit-1:5672/%2f, amqps://a:***@rabbit-2:5671/prod; prefetch 50, classic queues",
+            "amqp: 2 urls (failover): amqp://a:***@rabbit-1:5672/%2f, amqps://a:***@rabbit-2:5671/prod; prefetch 50, maxInFlight 2000: 50 per bundle × 2, classic queues",
             "retry: delays 250ms, 2s, 1h30m, maxAttempts 10",
             "admin: listen [::1]:0, bearer token set, fleet heartbeat every 1500ms",
             "bundles: 2",
@@ -182,6 +182,7 @@ struct LoaderTests {
         let environment = [
             "APNS_WORKER_AMQP_URL": "amqp://env-1/, amqp://env-2/",
             "APNS_WORKER_AMQP_PREFETCH": "7",
+            "APNS_WORKER_AMQP_MAXINFLIGHT": "300",
             "APNS_WORKER_AMQP_QUEUETYPE": "classic",
             "APNS_WORKER_AMQP_HEARTBEAT": "",  // empty: unset
             "APNS_WORKER_RETRY_DELAYS": "1s,2s",
@@ -195,11 +196,30 @@ struct LoaderTests {
         let configuration = try loadConfig(minimalConfig + "\n[retry]\nmaxAttempts = 9\n", in: directory, environment: environment)
         #expect(configuration.amqp.urls == ["amqp://env-1/", "amqp://env-2/"])
         #expect(configuration.amqp.prefetch == 7)
+        #expect(configuration.amqp.maxInFlight == 300)
         #expect(configuration.amqp.queueType == .classic)
         #expect(configuration.amqp.heartbeat == .seconds(30))
         #expect(configuration.retry == RetrySettings(delays: [.seconds(1), .seconds(2)], maxAttempts: 3))
         #expect(configuration.admin == AdminSettings(listen: ListenAddress(host: "0.0.0.0", port: 9000), token: "token-from-the-environment"))
         #expect(configuration.worker.shutdownDeadline == .seconds(5))
+    }
+
+    @Test func maxInFlightFromTheFileSetsEachBundlesShareAndTheSummaryShowsIt() throws {
+        let directory = try TempDirectory()
+        #expect(try loadConfig(minimalConfig, in: directory).amqp.maxInFlight == 2000)
+        let text = minimalConfig.replacingOccurrences(
+            of: "url = amqp://guest:guest@127.0.0.1:5672/%2f", with: "url = amqp://guest:guest@127.0.0.1:5672/%2f\nmaxinflight = 100")
+        let configuration = try loadConfig(text, in: directory)
+        #expect(configuration.amqp.maxInFlight == 100)
+        #expect(configuration.amqp.inFlightBudget == InFlightBudget(maxInFlight: 100, prefetch: 500))
+        #expect(configuration.summaryLines[0].hasSuffix("; prefetch 500, maxInFlight 100: 100 per bundle × 1, quorum queues"))
+        // The environment wins over the file, as for every key.
+        let overridden = try loadConfig(text, in: directory, environment: ["APNS_WORKER_AMQP_MAXINFLIGHT": "64"])
+        #expect(overridden.amqp.maxInFlight == 64)
+        // Below 1 bundle × the floor: the summary warns with the figures.
+        let thin = try loadConfig(text, in: directory, environment: ["APNS_WORKER_AMQP_MAXINFLIGHT": "8"])
+        #expect(thin.summaryLines[0].hasSuffix("maxInFlight 8: 32 per bundle × 1, quorum queues"))
+        #expect(thin.summaryLines[1].hasPrefix("  warning: [amqp] maxInFlight = 8 is less than 1 bundle × the floor of 32 jobs each"))
     }
 
     @Test func environmentAloneCanProvideTheBroker() throws {
@@ -217,6 +237,10 @@ struct LoaderTests {
          "environment APNS_WORKER_RETRY_DELAYS: [retry] delays: \"10x\" is not a duration (use e.g. 10s, 1m, 500ms, 1h30m)"),
         (["APNS_WORKER_AMQP_URL": "amqp://ok/,http://x"],
          "environment APNS_WORKER_AMQP_URL: [amqp] url: \"http://x\" is not an AMQP URL (amqp://user:password@host:5672/vhost or amqps://…)"),
+        (["APNS_WORKER_AMQP_MAXINFLIGHT": "-5"],
+         "environment APNS_WORKER_AMQP_MAXINFLIGHT: [amqp] maxInFlight: -5 is out of range (1 to 1000000)"),
+        (["APNS_WORKER_AMQP_MAXINFLIGHT": "lots"],
+         "environment APNS_WORKER_AMQP_MAXINFLIGHT: [amqp] maxInFlight: \"lots\" is not a whole number"),
         (["APNS_WORKER_ADMIN_LISTEN": "9000"],
          "environment APNS_WORKER_ADMIN_LISTEN: [admin] listen: \"9000\" is not host:port (e.g. 127.0.0.1:8080 or [::1]:8080)"),
         (["APNS_WORKER_RETRY_MAXATEMPTS": "3"],
@@ -242,6 +266,10 @@ struct LoaderTests {
         ErrorCase("\n[retry]\nmaxattempts = six", 10, "[retry]", "maxAttempts", .badValue, "\"six\" is not a whole number"),
         ErrorCase("\n[amqp]", 9, "[amqp]", nil, .duplicate, "appears again (first at line 1)"),
         ErrorCase("!\n[amqp]\nprefetch = 0\nurl = amqp://h/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "prefetch", .badValue, "0 is out of range (1 to 65535)"),
+        ErrorCase("!\n[amqp]\nmaxInFlight = 0\nurl = amqp://h/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "maxInFlight", .badValue, "0 is out of range (1 to 1000000)"),
+        ErrorCase("!\n[amqp]\nurl = amqp://h/\nmaxinflight = 2k\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 4, "[amqp]", "maxInFlight", .badValue, "\"2k\" is not a whole number"),
+        ErrorCase("!\n[amqp]\nurl = amqp://h/\nmaxInFlight = 1000001\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 4, "[amqp]", "maxInFlight", .badValue, "1000001 is out of range (1 to 1000000)"),
+        ErrorCase("!\n[amqp]\nurl = amqp://h/\nmaxInFlight = 10\nmaxInFlight = 20\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 5, "[amqp]", "maxInFlight", .duplicate, "set again (first at line 4)"),
         ErrorCase("!\n[amqp]\nheartbeat = 1.5s\nurl = amqp://h/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "heartbeat", .badValue, "\"1.5s\" must be whole seconds from 0s (off) to 65535s"),
         ErrorCase("!\n[amqp]\nqueueType = lazy\nurl = amqp://h/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "queueType", .badValue, "\"lazy\" is not a queue type (quorum or classic)"),
         ErrorCase("!\n[amqp]\nurl = amqp://h/\nurl = http://h/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 4, "[amqp]", "url", .badValue, "\"http://h/\" is not an AMQP URL"),

@@ -13,6 +13,8 @@ import TestSupport
 /// `apns-worker run` processes started from the built executable.
 final class WorkerHarness: Sendable {
     let bundle: String
+    /// `bundle` first, then `Options.extraBundles` more, each with its own section and queues.
+    let bundles: [String]
     let directory: String
     let broker: BrokerCoordinates
     let credentials: GeneratedCredentials
@@ -55,17 +57,20 @@ final class WorkerHarness: Sendable {
         var recordLimit: Int?
         /// Set: the simulator also runs Apple's channel management service (broadcast, §7).
         var channelManagement = false
+        /// More bundles configured like `bundle` (sections of their own, same credentials).
+        var extraBundles = 0
     }
 
     static func start(broker: BrokerCoordinates, options: Options = Options()) async throws -> WorkerHarness {
         let bundle = uniqueName("com.example.e2e")
+        let bundles = [bundle] + (0..<options.extraBundles).map { _ in uniqueName("com.example.e2e") }
         let directory = NSTemporaryDirectory() + "apnsw-e2e-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let credentials = try SimulatorCredentials.generate(into: directory + "/credentials", teamID: "TEAM123456", keyID: "KEY1234567")
         var logger = Logger(label: "e2e.simulator")
         logger.logLevel = .warning
         var simulatorConfiguration = SimulatorConfiguration(
-            tls: credentials.tlsConfiguration(), bundleIDs: [bundle], tokenKeys: [credentials.tokenKey],
+            tls: credentials.tlsConfiguration(), bundleIDs: bundles, tokenKeys: [credentials.tokenKey],
             environment: .production)
         if options.binaryHoldWindow != nil { simulatorConfiguration.binaryPort = 0 }
         if let recordLimit = options.recordLimit { simulatorConfiguration.recordLimit = recordLimit }
@@ -93,6 +98,9 @@ final class WorkerHarness: Sendable {
                 connections = \(options.connections)
                 """
         }
+        let bundleSections = bundles.map { id in
+            "[apns \"\(id)\"]\n\(authenticationLines)\ncaFile = credentials/ca.pem\n\(options.bundleLines)\n"
+        }.joined(separator: "\n")
         let configPath = directory + "/worker.conf"
         let config = """
             [amqp]
@@ -115,11 +123,7 @@ final class WorkerHarness: Sendable {
             probeInterval = \(options.probeInterval)
             \(options.workerLines)
 
-            [apns "\(bundle)"]
-            \(authenticationLines)
-            caFile = credentials/ca.pem
-            \(options.bundleLines)
-
+            \(bundleSections)
             """
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
 
@@ -130,21 +134,22 @@ final class WorkerHarness: Sendable {
         // The worker declares the same plan; declaring it here first lets the test bind its
         // feedback queue and publish before any worker runs.
         try await connection.declare(
-            TopologyPlan(bundleIDs: [bundle], retryDelays: [.milliseconds(300), .milliseconds(600)], queueType: .quorum))
+            TopologyPlan(bundleIDs: bundles, retryDelays: [.milliseconds(300), .milliseconds(600)], queueType: .quorum))
         let feedbackQueue = uniqueName("e2e.feedback")
         _ = try await connection.declareQueue(QueueDeclaration(name: feedbackQueue))
         try await connection.bind(BindingDeclaration(queue: feedbackQueue, exchange: TopologyNames.feedbackExchange, routingKey: bundle))
         return WorkerHarness(
-            bundle: bundle, directory: directory, broker: broker, credentials: credentials, simulator: simulator,
+            bundle: bundle, bundles: bundles, directory: directory, broker: broker, credentials: credentials, simulator: simulator,
             simulatorGroup: simulatorGroup, connection: connection, configPath: configPath, feedbackQueue: feedbackQueue)
     }
 
     private init(
-        bundle: String, directory: String, broker: BrokerCoordinates, credentials: GeneratedCredentials,
+        bundle: String, bundles: [String], directory: String, broker: BrokerCoordinates, credentials: GeneratedCredentials,
         simulator: APNSSimulator, simulatorGroup: MultiThreadedEventLoopGroup, connection: AMQPConnection, configPath: String,
         feedbackQueue: String
     ) {
         self.bundle = bundle
+        self.bundles = bundles
         self.directory = directory
         self.broker = broker
         self.credentials = credentials
@@ -178,9 +183,11 @@ final class WorkerHarness: Sendable {
     }
 
     @discardableResult
-    func publishJob(token: String, id: UUID = UUID(), payload: String = #"{"aps":{"alert":"Hello"}}"#, extra: String = "") async throws -> UUID {
+    func publishJob(
+        token: String, id: UUID = UUID(), payload: String = #"{"aps":{"alert":"Hello"}}"#, extra: String = "", bundle: String? = nil
+    ) async throws -> UUID {
         let body = #"{"token":"\#(token)","payload":\#(payload),"id":"\#(id.uuidString)"\#(extra)}"#
-        try await publishRaw(Array(body.utf8), messageID: id.uuidString)
+        try await publishRaw(Array(body.utf8), messageID: id.uuidString, routingKey: bundle)
         return id
     }
 
