@@ -122,13 +122,15 @@ extension ConnectionDriver {
     func flushAcks(force: Bool = false) throws(ConnectionFailure) {
         guard !ackCoalescers.isEmpty, let state = conn else { return }
         let now = Self.monotonicNanoseconds()
-        for channel in Array(ackCoalescers.keys) {
-            guard let generation = ackCoalescers[channel]?.generation, channels.generation(of: channel) == generation else {
-                ackCoalescers[channel] = nil
+        var stale: [amqp_channel_t] = []
+        defer { for channel in stale { ackCoalescers[channel] = nil } }
+        for (channel, slot) in ackCoalescers {
+            guard channels.generation(of: channel) == slot.generation else {
+                stale.append(channel)
                 continue
             }
-            guard ackCoalescers[channel]!.acks.waitingCount > 0 else { continue }
-            let frames = ackCoalescers[channel]!.acks.flush(now: now, force: force)
+            guard slot.acks.waitingCount > 0 else { continue }
+            let frames = slot.acks.flush(now: now, force: force)
             for frame in frames {
                 let status: Int32
                 switch frame {
@@ -144,11 +146,15 @@ extension ConnectionDriver {
 
     /// The coalescer of a consumer channel's current generation, made on first use.
     func coalescing(_ channel: amqp_channel_t, _ generation: UInt64, _ change: (inout AckCoalescer) -> Void) {
-        if ackCoalescers[channel]?.generation != generation {
+        let slot: AckCoalescerSlot
+        if let current = ackCoalescers[channel], current.generation == generation {
+            slot = current
+        } else {
             let prefetch = consumers.consumer(on: channel)?.entry.request.prefetch
-            ackCoalescers[channel] = (generation, AckCoalescer(consumerPrefetch: prefetch))
+            slot = AckCoalescerSlot(generation: generation, acks: AckCoalescer(consumerPrefetch: prefetch))
+            ackCoalescers[channel] = slot
         }
-        change(&ackCoalescers[channel]!.acks)
+        change(&slot.acks)
     }
 
     static func monotonicNanoseconds() -> UInt64 {

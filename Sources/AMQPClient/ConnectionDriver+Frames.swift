@@ -24,7 +24,9 @@ extension ConnectionDriver {
             }
             if let message { complete(message, channel: channel) }
         case AMQP_FRAME_BODY:
-            if let message = assembler.body(on: channel, FieldDecoder.bytes(frame.payload.body_fragment)) {
+            let fragment = frame.payload.body_fragment
+            let bytes = fragment.len > 0 ? UnsafeRawBufferPointer(start: fragment.bytes, count: fragment.len) : UnsafeRawBufferPointer(start: nil, count: 0)
+            if let message = assembler.body(on: channel, bytes) {
                 complete(message, channel: channel)
             }
         default:

@@ -77,7 +77,7 @@ final class ConnectionDriver: @unchecked Sendable {
 
     /// Acks of consumer channels waiting to go out as multiple acks, per channel and the
     /// generation they belong to (a coalescer of a generation no longer open is dropped).
-    var ackCoalescers: [amqp_channel_t: (generation: UInt64, acks: AckCoalescer)] = [:]
+    var ackCoalescers: [amqp_channel_t: AckCoalescerSlot] = [:]
 
     var confirms = PublishConfirms<CheckedContinuation<Void, any Error>>()
     var blocked = false
@@ -376,5 +376,18 @@ final class ConnectionDriver: @unchecked Sendable {
         _ = amqp_connection_close(state, AMQP_REPLY_SUCCESS)
         teardown(AMQPError(.closed, "the connection is closed"))
         logger.info("AMQP connection closed")
+    }
+}
+
+/// A consumer channel's ack coalescer and the channel generation it belongs to. A class, so the
+/// owner thread reads and changes it in place: as a tuple in the table it was copied, its
+/// collections retained and released, at every ack and every turn of the serve loop.
+final class AckCoalescerSlot {
+    let generation: UInt64
+    var acks: AckCoalescer
+
+    init(generation: UInt64, acks: AckCoalescer) {
+        self.generation = generation
+        self.acks = acks
     }
 }

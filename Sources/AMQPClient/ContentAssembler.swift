@@ -48,7 +48,8 @@ struct ContentAssembler {
     /// The header frame: the finished message when it has no body, else nil (body frames follow).
     /// `properties` decodes the frame's properties, only when a message is being assembled.
     mutating func header(on channel: UInt16, bodySize: UInt64, properties: () -> AMQPProperties?) -> Message? {
-        guard var message = pending[channel] else { return nil }
+        // Taken out and put back rather than copied: a copy retains every field of the message.
+        guard var message = pending.removeValue(forKey: channel) else { return nil }
         if let properties = properties() { message.properties = properties }
         message.bodySize = bodySize
         message.oversized = bodySize > UInt64(message.bodyLimit)
@@ -61,23 +62,26 @@ struct ContentAssembler {
             if message.body.count > Int(bodySize) { message.body.removeSubrange(Int(bodySize)...) }
             message.body.reserveCapacity(min(Int(bodySize), Self.maximumReservation))
         }
-        if bodySize == 0 {
-            pending[channel] = nil
-            return message
-        }
+        if bodySize == 0 { return message }
         pending[channel] = message
         return nil
     }
 
     /// A body frame: the finished message once the body is complete, else nil.
     mutating func body(on channel: UInt16, _ fragment: [UInt8]) -> Message? {
+        fragment.withUnsafeBytes { body(on: channel, $0) }
+    }
+
+    /// A body frame read in place (librabbitmq's frame buffer): its bytes are copied once, into
+    /// the message's body, not first into an array of their own.
+    mutating func body(on channel: UInt16, _ fragment: UnsafeRawBufferPointer) -> Message? {
         // Taken out while appending, so the body is not copied on write.
         guard var message = pending.removeValue(forKey: channel) else { return nil }
         message.received += UInt64(fragment.count)
         if !message.oversized {
             // Within the limit, so within Int. Bytes beyond the announced size (a broker's bug)
             // are not kept: the limit was checked against that size.
-            message.body.append(contentsOf: fragment.prefix(Int(message.bodySize) - message.body.count))
+            message.body.append(contentsOf: UnsafeRawBufferPointer(rebasing: fragment.prefix(Int(message.bodySize) - message.body.count)))
         }
         if message.received >= message.bodySize { return message }
         pending[channel] = message

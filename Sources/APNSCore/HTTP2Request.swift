@@ -83,7 +83,7 @@ public enum HTTP2Response {
         for field in headers {
             switch field.name {
             // A broadcast's answer names the request with `apns-request-id` instead.
-            case "apns-id", "apns-request-id": answer.apnsID = UUID(uuidString: field.value)
+            case "apns-id", "apns-request-id": answer.apnsID = LowercaseHex.uuid(field.value)
             case "apns-unique-id": answer.uniqueID = field.value
             default: break
             }

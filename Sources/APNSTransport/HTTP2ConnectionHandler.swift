@@ -243,7 +243,9 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             connectionFrame(frame.payload, context: context)
             return
         }
-        guard var stream = streams[frame.streamID] else { return }
+        // Taken out, and put back only while the answer is incomplete: a copy out of the table
+        // and back retained every field of the stream, twice a frame.
+        guard var stream = streams.removeValue(forKey: frame.streamID) else { return }
         switch frame.payload {
         case .headers(let headers):
             if stream.status == nil {
@@ -254,8 +256,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
                     stream.headers.append(HTTP2HeaderField(header.name, header.value))
                 }
             }
-            streams[frame.streamID] = stream
-            if headers.endStream { complete(frame.streamID) }
+            if headers.endStream { complete(stream) } else { streams[frame.streamID] = stream }
         case .data(let data):
             if case .byteBuffer(var bytes) = data.data {
                 if stream.body == nil {
@@ -264,15 +265,14 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
                     stream.body!.writeBuffer(&bytes)
                 }
             }
-            streams[frame.streamID] = stream
-            if data.endStream { complete(frame.streamID) }
+            if data.endStream { complete(stream) } else { streams[frame.streamID] = stream }
         case .rstStream(.refusedStream):
             // RFC 9113 §8.7: REFUSED_STREAM guarantees the request was not processed.
-            finish(frame.streamID, with: .notProcessed)
+            finish(stream, with: .notProcessed)
         case .rstStream(let code):
-            finish(frame.streamID, with: .failed(.streamReset(UInt32(code.networkCode))))
+            finish(stream, with: .failed(.streamReset(UInt32(code.networkCode))))
         default:
-            break
+            streams[frame.streamID] = stream
         }
     }
 
@@ -328,15 +328,20 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
 
     // MARK: completion
 
-    private func complete(_ streamID: HTTP2StreamID) {
-        guard let stream = streams[streamID] else { return }
+    /// A stream already taken out of `streams`, answered.
+    private func complete(_ stream: InFlight) {
         let body = stream.body.map { Array($0.readableBytesView) } ?? []
         let answer = HTTP2Response.answer(status: stream.status ?? 0, headers: stream.headers, body: body)
-        finish(streamID, with: .answer(answer))
+        finish(stream, with: .answer(answer))
     }
 
     private func finish(_ streamID: HTTP2StreamID, with result: StreamResult) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
+        finish(stream, with: result)
+    }
+
+    /// A stream already taken out of `streams` ends.
+    private func finish(_ stream: InFlight, with result: StreamResult) {
         stream.onResult(result)
         closeIfDrained()
     }
