@@ -57,6 +57,11 @@ let package = Package(
             name: "FuzzContentAssembler",
             dependencies: ["FuzzDriver", .product(name: "AMQPClient", package: "apns-worker")]
         ),
+        // An APNs answer: the apns-id header (parsed by hand) and the JSON body.
+        .executableTarget(
+            name: "FuzzAPNsAnswer",
+            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+        ),
         .executableTarget(
             name: "FuzzJobEnvelope",
             dependencies: [

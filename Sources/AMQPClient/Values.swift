@@ -65,18 +65,9 @@ public struct AMQPProperties: Sendable, Hashable {
         var appID: String?
     }
 
-    /// Mutated only while uniquely referenced (`change`), which is what makes sharing it safe.
-    private final class Storage: @unchecked Sendable {
-        var fields: Fields
-        init(_ fields: Fields) { self.fields = fields }
-    }
+    private var storage: SharedFields<Fields>
 
-    private var storage: Storage
-
-    private mutating func change(_ body: (inout Fields) -> Void) {
-        if !isKnownUniquelyReferenced(&storage) { storage = Storage(storage.fields) }
-        body(&storage.fields)
-    }
+    private mutating func change(_ body: (inout Fields) -> Void) { SharedFields.change(&storage, body) }
 
     public var contentType: String? {
         get { storage.fields.contentType }
@@ -139,7 +130,7 @@ public struct AMQPProperties: Sendable, Hashable {
         replyTo: String? = nil, expiration: String? = nil, messageID: String? = nil,
         timestamp: Date? = nil, type: String? = nil, userID: String? = nil, appID: String? = nil
     ) {
-        storage = Storage(
+        storage = SharedFields(
             Fields(
                 contentType: contentType, contentEncoding: contentEncoding, headers: headers, deliveryMode: deliveryMode,
                 priority: priority, correlationID: correlationID, replyTo: replyTo, expiration: expiration,
@@ -147,7 +138,7 @@ public struct AMQPProperties: Sendable, Hashable {
     }
 
     public static func == (lhs: AMQPProperties, rhs: AMQPProperties) -> Bool {
-        lhs.storage === rhs.storage || lhs.storage.fields == rhs.storage.fields
+        SharedFields.equal(lhs.storage, rhs.storage)
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -187,21 +178,12 @@ public struct AMQPDeliveredMessage: Sendable, Hashable {
         var oversizedBodySize: UInt64?
     }
 
-    /// Shared between copies, as `AMQPProperties` is: a delivery is copied several times on its
+    /// Shared between copies, as `AMQPProperties`' are: a delivery is copied several times on its
     /// way through a pipeline (buffer, job, context, settle), and each copy of six fields retained
     /// each of them (`perf probe` on `swift_retain`: 20 a job for this value alone).
-    /// Mutated only while uniquely referenced (`change`), which is what makes sharing it safe.
-    private final class Storage: @unchecked Sendable {
-        var fields: Fields
-        init(_ fields: Fields) { self.fields = fields }
-    }
+    private var storage: SharedFields<Fields>
 
-    private var storage: Storage
-
-    private mutating func change(_ body: (inout Fields) -> Void) {
-        if !isKnownUniquelyReferenced(&storage) { storage = Storage(storage.fields) }
-        body(&storage.fields)
-    }
+    private mutating func change(_ body: (inout Fields) -> Void) { SharedFields.change(&storage, body) }
 
     public var exchange: String {
         get { storage.fields.exchange }
@@ -235,14 +217,14 @@ public struct AMQPDeliveredMessage: Sendable, Hashable {
         exchange: String, routingKey: String, redelivered: Bool, body: [UInt8], properties: AMQPProperties,
         oversizedBodySize: UInt64? = nil
     ) {
-        storage = Storage(
+        storage = SharedFields(
             Fields(
                 exchange: exchange, routingKey: routingKey, redelivered: redelivered, body: body, properties: properties,
                 oversizedBodySize: oversizedBodySize))
     }
 
     public static func == (lhs: AMQPDeliveredMessage, rhs: AMQPDeliveredMessage) -> Bool {
-        lhs.storage === rhs.storage || lhs.storage.fields == rhs.storage.fields
+        SharedFields.equal(lhs.storage, rhs.storage)
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -255,5 +237,24 @@ extension Duration {
     var wholeMilliseconds: Int64 {
         let (seconds, attoseconds) = components
         return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+}
+
+/// The fields of a value, shared between the value's copies: a copy retains this one object, not
+/// each field. Changed only while uniquely referenced (`change`), which is what makes sharing it
+/// safe; `AMQPProperties` and `AMQPDeliveredMessage` keep their fields here.
+final class SharedFields<Fields: Sendable & Hashable>: @unchecked Sendable {
+    var fields: Fields
+
+    init(_ fields: Fields) { self.fields = fields }
+
+    /// Changes the fields, first copying them when another value shares them.
+    static func change(_ storage: inout SharedFields, _ body: (inout Fields) -> Void) {
+        if !isKnownUniquelyReferenced(&storage) { storage = SharedFields(storage.fields) }
+        body(&storage.fields)
+    }
+
+    static func equal(_ lhs: SharedFields, _ rhs: SharedFields) -> Bool {
+        lhs === rhs || lhs.fields == rhs.fields
     }
 }
