@@ -83,6 +83,10 @@ struct AckCoalescer: Sendable {
     /// Acks asked for and not sent yet.
     var waitingCount: Int { waiting.count }
 
+    /// No ack waiting and no delivery outstanding: nothing for the owner thread to send or to
+    /// wait for (`ServeSchedule.sleep` would take nothing from it), so it can be passed over.
+    var hasNothingPending: Bool { oldestWaitingSince == nil && unsettledCount == 0 }
+
     /// The channel's consumer was handed delivery `tag`.
     mutating func delivered(_ tag: UInt64) {
         deliveredThrough = max(deliveredThrough, tag)

@@ -124,12 +124,14 @@ extension ConnectionDriver {
         let now = Self.monotonicNanoseconds()
         var stale: [amqp_channel_t] = []
         defer { for channel in stale { ackCoalescers[channel] = nil } }
-        for (channel, slot) in ackCoalescers {
+        // A slot with nothing waiting is passed over without a look at its channel; a stale one
+        // among those is dropped when its channel's next generation makes a new slot, or with
+        // the connection.
+        for (channel, slot) in ackCoalescers where slot.acks.waitingCount > 0 {
             guard channels.generation(of: channel) == slot.generation else {
                 stale.append(channel)
                 continue
             }
-            guard slot.acks.waitingCount > 0 else { continue }
             let frames = slot.acks.flush(now: now, force: force)
             for frame in frames {
                 let status: Int32

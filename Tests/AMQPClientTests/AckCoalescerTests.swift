@@ -5,6 +5,24 @@ import Testing
 @testable import AMQPClient
 
 @Suite struct AckCoalescerTests {
+    /// The owner thread passes over a coalescer with nothing pending when it plans its sleep; one
+    /// with a delivery outstanding or an ack held must never be passed over.
+    @Test func nothingPendingOnlyWhenNoDeliveryIsOutstandingAndNoAckHeld() {
+        var acks = AckCoalescer()
+        #expect(acks.hasNothingPending)
+        acks.delivered(2)
+        #expect(!acks.hasNothingPending)
+        acks.ack(2, now: 0)
+        #expect(!acks.hasNothingPending)
+        #expect(acks.flush(now: 0, force: true) == [.ackOne(2)])
+        #expect(!acks.hasNothingPending, "tag 1 is still outstanding")
+        acks.ack(1, now: 1)
+        #expect(acks.flush(now: 1, force: true) == [.ackThrough(1)], "tag 2 was acked already")
+        #expect(acks.hasNothingPending)
+        #expect(ServeSchedule.sleep(pollInterval: .milliseconds(250), acks: [acks], now: 2)
+            == ServeSchedule.sleep(pollInterval: .milliseconds(250), acks: [AckCoalescer](), now: 2))
+    }
+
     @Test func inOrderAcksGoOutAsOneMultipleAck() {
         var acks = AckCoalescer()
         for tag in 1...50 as ClosedRange<UInt64> { acks.ack(tag, now: 0) }
