@@ -125,8 +125,17 @@ struct TracingEndToEndTests {
             let producer = try await Self.publishInSpan(
                 tracer, client, [NotificationJob(bundleID: universal, token: tokens[2], payload: .alert("Hello"))],
                 groupJobs: [GroupNotificationJob(group: group, payload: .alert("Changed"))])
-            try await waitUntil("three deliveries", timeout: .seconds(120)) {
-                harness.accepted(universal).count == 2 && harness.accepted(iphone).count == 1
+            do {
+                try await waitUntil("three deliveries", timeout: .seconds(120)) {
+                    harness.accepted(universal).count == 2 && harness.accepted(iphone).count == 1
+                }
+            } catch {
+                // The worker's own account of what it did, before the harness's directory goes.
+                let log = (try? String(contentsOfFile: "\(harness.directory)/traced.log", encoding: .utf8)) ?? "(no log)"
+                let tail = log.split(separator: "\n").suffix(80).joined(separator: "\n")
+                let accepted = "accepted: \(harness.accepted(universal).count) for \(universal), \(harness.accepted(iphone).count) for \(iphone)"
+                Issue.record(Comment(rawValue: accepted + "; the worker's log ends:\n" + tail))
+                throw error
             }
             await harness.stop(worker)
 
