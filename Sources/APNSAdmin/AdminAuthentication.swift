@@ -5,6 +5,8 @@
 ///   <token>`, or, for browsers, the session cookie `POST /login` sets (`AdminSessions`: not the
 ///   token, expires, `HttpOnly`, `SameSite=Strict`, `Secure` over TLS). Tokens are compared in
 ///   constant time;
+/// - `[admin] metricsToken`, when set, is a second bearer token that opens `GET /metrics` and
+///   nothing else: Prometheus scrapes with it and never holds the token that can purge jobs;
 /// - every state-changing request a browser marks as cross-site or cross-origin is refused,
 ///   token or not.
 import Foundation
@@ -15,16 +17,22 @@ import NIOCore
 
 struct AdminAuthentication<Context: RequestContext>: RouterMiddleware {
     let token: String?
+    /// The read-only credential: `GET /metrics` only.
+    let metricsToken: String?
     /// The names a token-less admin answers to; unused with a token.
     let hosts: AdminHostAllowlist
     /// The browser sessions; nil without a token.
     let sessions: AdminSessions?
 
-    init(token: String?, hosts: AdminHostAllowlist) {
+    init(token: String?, metricsToken: String? = nil, hosts: AdminHostAllowlist) {
         self.token = token
+        self.metricsToken = metricsToken
         self.hosts = hosts
         self.sessions = token.map { AdminSessions(token: $0) }
     }
+
+    /// The one route the metrics token opens.
+    static var metricsPath: String { "/metrics" }
 
     /// The one route the admin page frames (the live graph, `AdminFleetRoutes`).
     static var sameOriginFramePath: String { "/fleet/graph" }
@@ -71,8 +79,13 @@ struct AdminAuthentication<Context: RequestContext>: RouterMiddleware {
         guard let token else { return try await next(request, context) }
         let path = request.uri.path
         if path == "/health" || (path == "/login" && request.method == .post) { return try await next(request, context) }
-        if let presented = Self.bearerToken(request), Self.constantTimeEqual(presented, token) {
-            return try await next(request, context)
+        if let presented = Self.bearerToken(request) {
+            if Self.constantTimeEqual(presented, token) { return try await next(request, context) }
+            if let metricsToken, path == Self.metricsPath, request.method == .get || request.method == .head,
+                Self.constantTimeEqual(presented, metricsToken)
+            {
+                return try await next(request, context)
+            }
         }
         if let sessions, let cookie = Self.sessionCookie(request), sessions.isValid(cookie, now: Date()) {
             return try await next(request, context)

@@ -73,7 +73,7 @@ public final class AdminService: Service, Sendable {
     public func makeRouter() -> Router<BasicRequestContext> {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: AdminAuthentication(
-            token: settings.token, hosts: AdminHostAllowlist(listenHost: settings.listen.host, allowed: settings.allowedHosts)))
+            token: settings.token, metricsToken: settings.metricsToken, hosts: AdminHostAllowlist(listenHost: settings.listen.host, allowed: settings.allowedHosts)))
         router.add(middleware: AdminRequestLimit(gate: requestGate))
         AdminRoutes(
             worker: worker, queues: queues, registry: registry, token: settings.token, secureCookies: settings.usesTLS, logger: logger,

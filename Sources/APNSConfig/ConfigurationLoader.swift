@@ -29,7 +29,7 @@ public enum ConfigurationLoader {
     public static let globalSections: [(name: String, keys: [String])] = [
         ("amqp", ["url", "prefetch", "maxInFlight", "heartbeat", "queueType", "caFile"]),
         ("retry", ["delays", "maxAttempts"]),
-        ("admin", ["listen", "token", "heartbeatInterval", "allowedHosts", "certFile", "keyFile"]),
+        ("admin", ["listen", "token", "metricsToken", "heartbeatInterval", "allowedHosts", "certFile", "keyFile"]),
         ("worker", ["shutdownDeadline", "requestTimeout", "connectTimeout", "probeInterval", "providerTokenRefresh", "maxDeliveries"]),
         ("registry", registryKeys),
         ("tracing", tracingKeys),
@@ -41,7 +41,7 @@ public enum ConfigurationLoader {
         "binaryHoldWindow", "feedbackInterval", "feedbackPort", "channelHost", "channelPort",
     ]
     static let multiValuedKeys: Set<String> = ["amqp.url"]
-    static let secretKeys: Set<String> = ["amqp.url", "admin.token", "registry.url"]
+    static let secretKeys: Set<String> = ["amqp.url", "admin.token", "admin.metricstoken", "registry.url"]
     /// The prefix of environment overrides.
     public static let environmentPrefix = "APNS_WORKER_"
 
@@ -78,6 +78,8 @@ public enum ConfigurationLoader {
         let worker = try readWorker(settings)
         let registry = try readRegistry(settings, document: document)
         let tracing = try readTracing(settings, document: document)
+        // swift-otel reads the OTEL_* variables itself, and crashes on some: check them first.
+        if tracing != nil { try OTelEnvironment.check(environment) }
 
         var bundles: [BundleConfiguration] = []
         var seenBundleIDs: [String: Int] = [:]
@@ -280,12 +282,29 @@ public enum ConfigurationLoader {
                 return ListenAddress(host: host, port: port)
             }
         }
-        if let setting = settings.string("admin", "token") {
-            admin.token = try settings.parse(setting, "admin", "token") { v throws(ValueProblem) in
+        for key in ["token", "metricsToken"] {
+            guard let setting = settings.string("admin", key) else { continue }
+            let token = try settings.parse(setting, "admin", key) { v throws(ValueProblem) in
                 guard v.count >= 16, !v.contains(where: { $0.isWhitespace || !$0.isASCII }) else {
                     throw ValueProblem("must be at least 16 printable ASCII characters without spaces")
                 }
+                if let problem = PlaceholderSecrets.problem(v) { throw ValueProblem(problem) }
                 return v
+            }
+            if key == "token" { admin.token = token } else { admin.metricsToken = token }
+        }
+        // The metrics token reads /metrics only, beside the admin token: alone it would leave
+        // every other route open, and equal to it, it would not be read-only.
+        if let metricsToken = admin.metricsToken, let setting = settings.string("admin", "metricsToken") {
+            guard let token = admin.token else {
+                throw ConfigurationError(
+                    .conflict, at: setting.location, section: "[admin]", key: "metricsToken",
+                    "needs token: the metrics token is a read-only credential beside the admin token (a token-less admin serves /metrics to anyone on loopback)")
+            }
+            guard metricsToken != token else {
+                throw ConfigurationError(
+                    .conflict, at: setting.location, section: "[admin]", key: "metricsToken",
+                    "is the admin token: give Prometheus a token of its own, which reads /metrics and nothing else")
             }
         }
         if let setting = settings.string("admin", "heartbeatInterval") {

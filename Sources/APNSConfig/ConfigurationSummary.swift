@@ -11,7 +11,7 @@ extension WorkerConfiguration {
         lines.append(amqpLine)
         if let warning = amqp.inFlightBudget.floorWarning(bundles: bundles.count) { lines.append("  warning: \(warning)") }
         lines.append("retry: delays \(retry.delays.map(TopologyNames.delayLabel).joined(separator: ", ")), maxAttempts \(retry.maxAttempts)")
-        lines.append("admin: listen \(admin.listen)\(admin.token == nil ? "" : ", bearer token set"), fleet heartbeat every \(TopologyNames.delayLabel(admin.heartbeatInterval))")
+        lines.append("admin: listen \(admin.listen)\(admin.token == nil ? "" : ", bearer token set")\(admin.metricsToken == nil ? "" : ", metrics token set"), fleet heartbeat every \(TopologyNames.delayLabel(admin.heartbeatInterval))")
         if let tracing {
             let sampling = "sampleRatio \(tracing.sampleRatio)\(tracing.parentBased ? ", parent-based" : "")"
             lines.append("tracing: OTLP/HTTP to \(tracing.tracesURL) as \(tracing.serviceName), \(sampling)")

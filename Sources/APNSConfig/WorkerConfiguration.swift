@@ -140,6 +140,10 @@ public struct AdminSettings: Sendable, Hashable {
     /// `Authorization: Bearer <token>` (or the session cookie `POST /login` sets). Required when `listen` is
     /// not a loopback address. Best given as `APNS_WORKER_ADMIN_TOKEN`.
     public var token: String?
+    /// `metricsToken`: a read-only credential for `GET /metrics` alone (Prometheus), apart from
+    /// `token`, which can requeue and purge jobs. Needs `token`, and must differ from it. Best
+    /// given as `APNS_WORKER_ADMIN_METRICSTOKEN`.
+    public var metricsToken: String?
     /// `heartbeatInterval`: how often this instance announces itself on `apns.fleet` (contract
     /// §5); listeners forget an instance silent for three intervals, and a pause reaches every
     /// instance within one. 100ms to 5m, default 5s.

@@ -1,4 +1,5 @@
 import APNSConfig
+import Foundation
 import Logging
 import OTel
 import ServiceLifecycle
@@ -16,7 +17,11 @@ import Tracing
 /// expect.
 public enum TracingBackend {
     /// The tracer and the service that exports its spans (and flushes them on shutdown).
+    /// - Throws: `ConfigurationError` naming the variable when the process's `OTEL_*`
+    ///   environment holds a value swift-otel would crash on or ignore (`OTelEnvironment`).
     public static func make(_ settings: TracingSettings, logger: Logger) throws -> (tracer: any Tracer, service: any Service) {
+        // The loader checked the environment it was given; this is the one swift-otel reads.
+        try OTelEnvironment.check(ProcessInfo.processInfo.environment)
         let backend = try OTel.makeTracingBackend(configuration: configuration(settings, logger: logger))
         return (backend.factory, backend.service)
     }

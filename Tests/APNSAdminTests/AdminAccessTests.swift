@@ -106,6 +106,40 @@ import TestSupport
         }
     }
 
+    /// Issue 36: Prometheus scrapes with a read-only credential of its own. The metrics token
+    /// opens `GET /metrics` and nothing else (not the API, the probes, the page, a login, a
+    /// purge); the admin token still opens `/metrics` too.
+    @Test func theMetricsTokenOpensMetricsAndNothingElse() async throws {
+        let metricsToken = "test-metrics-token-9876543210"
+        var settings = AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: Self.token)
+        settings.metricsToken = metricsToken
+        let admin = try AdminService(
+            settings: settings, worker: FixedStatus(), queues: nil, registry: TestMetrics.registry, logger: AdminHarness.logger)
+        try await admin.makeApplication().test(.router) { client in
+            let asMetrics: HTTPFields = [.authorization: "Bearer \(metricsToken)"]
+            let scrape = try await client.execute(uri: "/metrics", method: .get, headers: asMetrics)
+            #expect(scrape.status == .ok)
+            #expect(String(buffer: scrape.body).contains("apns_worker_broker_connected"))
+            #expect(try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(Self.token)"]).status == .ok)
+            #expect(try await client.execute(uri: "/metrics", method: .get).status == .unauthorized)
+            #expect(try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(metricsToken)x"]).status == .unauthorized)
+            for uri in ["/", "/ready", "/api/status", "/api/dead", "/metrics/../api/status"] {
+                #expect(try await client.execute(uri: uri, method: .get, headers: asMetrics).status == .unauthorized, "\(uri)")
+            }
+            for uri in ["/api/dead/purge?confirm=yes", "/api/bundles/com.example.app/pause", "/metrics"] {
+                #expect(try await client.execute(uri: uri, method: .post, headers: asMetrics).status == .unauthorized, "POST \(uri)")
+            }
+            let form: HTTPFields = [.contentType: "application/x-www-form-urlencoded"]
+            let login = try await client.execute(uri: "/login", method: .post, headers: form, body: ByteBuffer(string: "token=\(metricsToken)"))
+            #expect(login.status == .unauthorized && login.headers[.setCookie] == nil, "the metrics token is no login")
+        }
+        // Without metricsToken configured, that value opens nothing.
+        try await Self.admin().makeApplication().test(.router) { client in
+            let scrape = try await client.execute(uri: "/metrics", method: .get, headers: [.authorization: "Bearer \(metricsToken)"])
+            #expect(scrape.status == .unauthorized)
+        }
+    }
+
     @Test func crossSitePostsAreRefused() async throws {
         try await Self.admin(token: nil).makeApplication().test(.router) { client in
             let bearer: HTTPFields = [.contentType: "application/x-www-form-urlencoded"]
