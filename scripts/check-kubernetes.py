@@ -1,12 +1,17 @@
 """Checks of deploy/kubernetes/ that Kubernetes' schemas cannot make (scripts/check-kubernetes.sh).
 
-KEDA's ScaledObject and TriggerAuthentication are validated against the openAPIV3Schema of the
-CRDs vendored in schemas/, strictly: a field the schema does not know is an error, as the API
-server's strict field validation would report it. Then the manifests against each other and
-against the worker's configuration in the ConfigMap. Writes the configuration, the Secret's
-values and the readiness command into WORK for the shell script's next steps.
+Works on the kustomization as rendered (`kubectl kustomize`, or `render` below without kubectl),
+with the test credentials the shell script wrote into the copy's secrets/. KEDA's ScaledObject
+and TriggerAuthentication are validated against the openAPIV3Schema of the CRDs vendored in
+schemas/, strictly: a field the schema does not know is an error, as the API server's strict
+field validation would report it. Then the manifests against each other and against the
+worker's configuration in the ConfigMap, and what makes them safe to apply twice (issue 36): no
+placeholder anywhere, the Secret generated from the operator's files, no replica count under
+KEDA. Writes Kubernetes' own resources, the configuration, the Secret's values and the readiness
+command into WORK for the shell script's next steps.
 
-    python check-kubernetes.py MANIFEST_DIR WORK
+    python check-kubernetes.py MANIFEST_DIR RENDERED WORK
+    python check-kubernetes.py render KUSTOMIZATION_DIR     (offline: resources + secretGenerator)
 """
 import os
 import re
@@ -15,7 +20,42 @@ import sys
 import jsonschema
 import yaml
 
-manifests, work = sys.argv[1:]
+import base64
+
+
+def render(directory):
+    """kustomize's output for what kustomization.yaml uses (resources, a secretGenerator from
+    files with fixed names), for machines without kubectl; anything else is refused."""
+    with open(os.path.join(directory, "kustomization.yaml")) as f:
+        kustomization = yaml.safe_load(f)
+    known = {"apiVersion", "kind", "resources", "secretGenerator"}
+    if set(kustomization) - known:
+        sys.exit(f"check-kubernetes: the offline renderer does not know {sorted(set(kustomization) - known)}: install kubectl")
+    documents = []
+    for name in kustomization.get("resources", []):
+        with open(os.path.join(directory, name)) as f:
+            documents += [d for d in yaml.safe_load_all(f) if d]
+    for generator in kustomization.get("secretGenerator", []):
+        options = generator.get("options", {})
+        if not options.get("disableNameSuffixHash") or set(generator) - {"name", "type", "options", "files"}:
+            sys.exit("check-kubernetes: the offline renderer takes only fixed-name secretGenerators from files: install kubectl")
+        data = {}
+        for entry in generator["files"]:
+            key, _, path = entry.partition("=")
+            with open(os.path.join(directory, path), "rb") as f:
+                data[key] = base64.b64encode(f.read()).decode()
+        metadata = {"name": generator["name"]}
+        if options.get("labels"):
+            metadata["labels"] = options["labels"]
+        documents.append({"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": generator.get("type", "Opaque"), "data": data})
+    print(yaml.safe_dump_all(documents, sort_keys=False), end="")
+
+
+if len(sys.argv) == 3 and sys.argv[1] == "render":
+    render(sys.argv[2])
+    sys.exit(0)
+
+manifests, rendered_path, work = sys.argv[1:]
 failures = []
 
 
@@ -58,7 +98,10 @@ for name in os.listdir(os.path.join(manifests, "schemas")):
         for version in crd["spec"]["versions"]:
             key = (f'{crd["spec"]["group"]}/{version["name"]}', crd["spec"]["names"]["kind"])
             crds[key] = version["schema"]["openAPIV3Schema"]
-keda = load("keda-scaledobject.yaml")
+with open(rendered_path) as f:
+    rendered_text = f.read()
+rendered = [d for d in yaml.safe_load_all(rendered_text) if d]
+keda = [d for d in rendered if d.get("apiVersion", "").startswith("keda.sh/")]
 for document in keda:
     key = (document.get("apiVersion"), document.get("kind"))
     schema = crds.get(key)
@@ -74,18 +117,48 @@ if failures:
 print(f"check-kubernetes: ok: {len(keda)} KEDA resources against the vendored CRD schemas")
 
 # --- the manifests against each other ----------------------------------------------------------
-configmap = load("configmap.yaml")[0]
-secret = load("secret.example.yaml")[0]
-deployment = load("deployment.yaml")[0]
-pdb = load("poddisruptionbudget.yaml")[0]
-scaled = next(d for d in keda if d["kind"] == "ScaledObject")
-trigger_auth = next(d for d in keda if d["kind"] == "TriggerAuthentication")
+def one(kind):
+    found = [d for d in rendered if d.get("kind") == kind]
+    if len(found) != 1:
+        sys.exit(f"check-kubernetes: the kustomization renders {len(found)} {kind}(s), not one")
+    return found[0]
+
+
+configmap = one("ConfigMap")
+secret = one("Secret")
+deployment = one("Deployment")
+pdb = one("PodDisruptionBudget")
+policy = one("NetworkPolicy")
+scaled = one("ScaledObject")
+trigger_auth = one("TriggerAuthentication")
 kustomization = load("kustomization.yaml")[0]
 
 conf = configmap["data"]["apns-worker.conf"]
 pod = deployment["spec"]["template"]["spec"]
 container = pod["containers"][0]
-secret_keys = set(secret["stringData"])
+secret_values = {k: base64.b64decode(v).decode() for k, v in secret.get("data", {}).items()}
+secret_values.update(secret.get("stringData", {}))
+secret_keys = set(secret_values)
+
+# --- safe to apply twice (issue 36) ----------------------------------------------------------
+for marker in ("replace-me", "replace_me", "changeme", "change-me"):
+    if marker in rendered_text.lower():
+        fail(f"the rendered kustomization holds the placeholder {marker!r}")
+for name in os.listdir(manifests):
+    if name.endswith(".yaml") and name != "kustomization.yaml":
+        if any(d.get("kind") == "Secret" for d in load(name)):
+            fail(f"{name} is a Secret in the repository: generate it from the operator's files (secrets/README.md)")
+generators = {g["name"]: g for g in kustomization.get("secretGenerator", [])}
+if secret["metadata"]["name"] not in generators:
+    fail("the Secret must come from kustomization.yaml's secretGenerator (the operator's files)")
+elif not all(f.split("=", 1)[1].startswith("secrets/") for f in generators[secret["metadata"]["name"]]["files"]):
+    fail("the secretGenerator must read secrets/, which git ignores")
+if "replicas" in deployment["spec"]:
+    fail("the Deployment must not set replicas: KEDA owns the count, and apply would reset it")
+if pdb["spec"].get("unhealthyPodEvictionPolicy") != "AlwaysAllow":
+    fail("the PodDisruptionBudget needs unhealthyPodEvictionPolicy: AlwaysAllow, or a fleet-wide 503 on /ready blocks drains")
+if pod.get("automountServiceAccountToken") is not False:
+    fail("the pod must set automountServiceAccountToken: false (the worker never calls the API)")
 
 
 def duration_seconds(text):
@@ -111,13 +184,19 @@ readiness = " ".join(container["readinessProbe"]["exec"]["command"][2:])
 if "GET /ready " not in readiness or f"/127.0.0.1/{admin_port}" not in readiness or "APNS_WORKER_ADMIN_TOKEN" not in readiness:
     fail("readinessProbe must GET /ready on the admin port with the admin token")
 
-env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
-for name in ("APNS_WORKER_AMQP_URL", "APNS_WORKER_ADMIN_TOKEN", "APNS_WORKER_REGISTRY_URL"):
+env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})}
+plain_env = {e["name"]: e for e in container["env"]}
+for name in ("APNS_WORKER_AMQP_URL", "APNS_WORKER_ADMIN_TOKEN", "APNS_WORKER_ADMIN_METRICSTOKEN", "APNS_WORKER_REGISTRY_URL"):
     ref = env.get(name)
     if not ref or ref["name"] != secret["metadata"]["name"] or ref["key"] not in secret_keys:
         fail(f"{name} must come from a key of Secret {secret['metadata']['name']}")
-if len(secret["stringData"]["admin-token"]) < 16:
-    fail("the admin token must have 16 characters or more")
+if env.get("APNS_WORKER_ADMIN_METRICSTOKEN", {}).get("key") == env.get("APNS_WORKER_ADMIN_TOKEN", {}).get("key"):
+    fail("the metrics token must be a key of its own, not the admin token")
+tracing = plain_env.get("APNS_WORKER_TRACING_ENDPOINT", {}).get("valueFrom", {}).get("configMapKeyRef", {})
+if tracing.get("name") != configmap["metadata"]["name"] or not tracing.get("optional"):
+    fail("APNS_WORKER_TRACING_ENDPOINT must come from an optional key of the ConfigMap (tracing settings)")
+if plain_env.get("OTEL_EXPORTER_OTLP_PROTOCOL", {}).get("value") not in ("http/protobuf", "http/json"):
+    fail("OTEL_EXPORTER_OTLP_PROTOCOL must be pinned to a protocol this build has (http/protobuf)")
 
 volumes = {v["name"]: v for v in pod["volumes"]}
 mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
@@ -161,6 +240,21 @@ unavailable = pdb["spec"].get("maxUnavailable", 0)
 if not scaled["spec"]["minReplicaCount"] > unavailable:
     fail("minReplicaCount must exceed the PodDisruptionBudget's maxUnavailable: a drain would leave no consumer")
 
+policy_selects = policy["spec"]["podSelector"].get("matchLabels", {})
+if not policy_selects or not all(labels.get(k) == v for k, v in policy_selects.items()):
+    fail("the NetworkPolicy must select the worker's pods")
+if set(policy["spec"].get("policyTypes", [])) != {"Ingress", "Egress"}:
+    fail("the NetworkPolicy must restrict both directions")
+ingress_ports = {p["port"] for rule in policy["spec"].get("ingress", []) for p in rule.get("ports", [])}
+if ingress_ports != {admin_port}:
+    fail(f"the NetworkPolicy must let in the admin port {admin_port} only, not {sorted(ingress_ports)}")
+egress_ports = {p["port"] for rule in policy["spec"].get("egress", []) for p in rule.get("ports", [])}
+needed = {53, 5671, 5672, 443}
+if "[registry]" in conf:
+    needed.add(5432)
+for port in sorted(needed - egress_ports):
+    fail(f"the NetworkPolicy blocks port {port}, which the worker needs")
+
 listed = set(kustomization["resources"])
 present = {n for n in os.listdir(manifests) if n.endswith(".yaml") and n != "kustomization.yaml"}
 if listed != present:
@@ -168,9 +262,12 @@ if listed != present:
 
 with open(os.path.join(work, "apns-worker.conf"), "w") as f:
     f.write(conf)
-for key in ("amqp-url", "admin-token", "registry-url"):
+for key in ("amqp-url", "admin-token", "metrics-token", "registry-url"):
     with open(os.path.join(work, key), "w") as f:
-        f.write(secret["stringData"][key])
+        f.write(secret_values[key])
+# Kubernetes' own resources, for kubernetes-validate (KEDA's kinds are checked above).
+with open(os.path.join(work, "core.yaml"), "w") as f:
+    yaml.safe_dump_all([d for d in rendered if d not in keda], f, sort_keys=False)
 with open(os.path.join(work, "readiness.sh"), "w") as f:
     f.write(container["readinessProbe"]["exec"]["command"][2] + "\n")
 

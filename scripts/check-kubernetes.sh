@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Checks deploy/kubernetes/ offline (no cluster): every manifest against Kubernetes' own schemas
-# (kubernetes-validate from PyPI, installed into a virtualenv here), the KEDA resources against
-# KEDA's CRD schemas vendored in deploy/kubernetes/schemas/, the manifests against each other
-# (names, Secret keys, ports, the grace period against shutdownDeadline, one KEDA trigger per
-# bundle), the ConfigMap's configuration with `apns-worker check-config`, and, when a test broker
+# Checks deploy/kubernetes/ offline (no cluster), as `kubectl apply -k` would see it: renders the
+# kustomization (kubectl kustomize when kubectl is installed, else the offline renderer of
+# check-kubernetes.py) from a copy whose secrets/ holds generated test credentials, since the
+# repository ships none; checks that the shipped folder does not render without them (no
+# placeholder Secret can be applied); validates every rendered resource against Kubernetes' own
+# schemas, 1.30 and 1.37 (kubernetes-validate from PyPI, installed into a virtualenv here), the
+# KEDA resources against KEDA's CRD schemas vendored in deploy/kubernetes/schemas/, the
+# manifests against each other (names, Secret keys, ports, the grace period against
+# shutdownDeadline, one KEDA trigger per bundle, no replicas under KEDA, the PDB's eviction
+# policy, the NetworkPolicy, no service account token, no placeholder), the ConfigMap's
+# configuration with `apns-worker check-config` and the Secret's values, and, when a test broker
 # is given (APNS_TEST_AMQP_URL, as scripts/test exports it), the readiness probe's command
 # against a running worker.
 #   scripts/check-kubernetes.sh BIN_DIR     (BIN_DIR holds a built apns-worker; scripts/test passes it)
@@ -23,17 +29,42 @@ worker_pid=""
 cleanup() { [ -n "$worker_pid" ] && kill "$worker_pid" 2>/dev/null && wait "$worker_pid" 2>/dev/null; rm -rf "$work"; return 0; }
 trap cleanup EXIT
 
-# Kubernetes' own resources, strictly (unknown fields are errors).
-"$tools/bin/kubernetes-validate" --strict --quiet \
-  "$manifests/configmap.yaml" "$manifests/secret.example.yaml" "$manifests/deployment.yaml" "$manifests/poddisruptionbudget.yaml"
-echo "check-kubernetes: ok: kubernetes-validate --strict (Deployment, ConfigMap, Secret, PodDisruptionBudget)"
+# The operator's credentials, as secrets/README.md asks for them, generated for this run.
+cp -r "$manifests" "$work/kustomize"
+secrets="$work/kustomize/secrets"
+printf 'amqps://apns-worker:%s@rabbitmq.example.internal:5671/%%2f' "$(openssl rand -hex 12)" > "$secrets/amqp-url"
+printf '%s' "$(openssl rand -hex 24)" > "$secrets/admin-token"
+printf '%s' "$(openssl rand -hex 24)" > "$secrets/metrics-token"
+printf 'postgres://apns:%s@postgres.example.internal:5432/apns?sslmode=verify-full' "$(openssl rand -hex 12)" > "$secrets/registry-url"
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$secrets/AuthKey_KEY1234567.p8" 2> /dev/null
+
+if command -v kubectl > /dev/null; then
+  kubectl kustomize "$work/kustomize" > "$work/rendered.yaml"
+  renderer="kubectl kustomize ($(kubectl version --client 2>/dev/null | sed -n 's/^Kustomize Version: //p'))"
+  # As shipped, without the operator's files, it must not render (nor apply) at all.
+  if kubectl kustomize "$manifests" > /dev/null 2>&1; then
+    echo "check-kubernetes: FAIL: $manifests renders without the operator's secrets/: a placeholder would be applied" >&2
+    exit 1
+  fi
+else
+  "$tools/bin/python" scripts/check-kubernetes.py render "$work/kustomize" > "$work/rendered.yaml"
+  renderer="the offline renderer (kubectl not installed)"
+fi
+echo "check-kubernetes: ok: rendered with $renderer: $(grep -c '^kind:' "$work/rendered.yaml") resources"
 
 # KEDA's resources against the vendored CRDs, and the manifests against each other.
-"$tools/bin/python" scripts/check-kubernetes.py "$manifests" "$work"
+"$tools/bin/python" scripts/check-kubernetes.py "$manifests" "$work/rendered.yaml" "$work"
+
+# Kubernetes' own resources, strictly (unknown fields are errors), on the oldest and newest
+# versions supported.
+for version in 1.30.0 1.37.0; do
+  "$tools/bin/kubernetes-validate" --strict --quiet -k "$version" "$work/core.yaml"
+done
+echo "check-kubernetes: ok: kubernetes-validate --strict 1.30 and 1.37 ($(grep '^kind:' "$work/core.yaml" | cut -d' ' -f2 | tr '\n' ' '))"
 
 # The ConfigMap's configuration, with the Secret's values where the Deployment puts them.
 env APNS_WORKER_AMQP_URL="$(cat "$work/amqp-url")" APNS_WORKER_ADMIN_TOKEN="$(cat "$work/admin-token")" \
-  APNS_WORKER_REGISTRY_URL="$(cat "$work/registry-url")" \
+  APNS_WORKER_ADMIN_METRICSTOKEN="$(cat "$work/metrics-token")" APNS_WORKER_REGISTRY_URL="$(cat "$work/registry-url")" \
   "$bin" check-config --skip-credentials "$work/apns-worker.conf"
 echo "check-kubernetes: ok: apns-worker check-config on the ConfigMap's configuration"
 

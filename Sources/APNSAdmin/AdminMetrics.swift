@@ -2,7 +2,7 @@
 /// `/metrics` scrape so they are current when read: APNs connections by state, whether each
 /// bundle's consumer is paused by a provider fault (held) or by an operator, whether the device
 /// registry is available, and the broker's view of this instance's queues (messages and
-/// consumers per bundle and role), with fixed label sets (bundle, state, role); and the
+/// consumers per bundle and role, the registry's dead queues among them), with fixed label sets (bundle, state, role); and the
 /// Prometheus factory settings `apns-worker run` bootstraps swift-metrics with. The alerting
 /// rules in deploy/prometheus/ are written against these names.
 import APNSCore
@@ -49,15 +49,18 @@ public enum AdminMetrics {
     /// Records messages and consumers per bundle and role from the broker's answer. When the
     /// depths could not be read (`depths` nil: the broker is down), every value this instance
     /// exported before becomes NaN rather than keeping its last number: PromQL comparisons with
-    /// NaN are false, so no alert fires on a depth nobody has read.
-    static func sample(_ depths: [QueueDepth]?, bundleIDs: [String]) {
+    /// NaN are false, so no alert fires on a depth nobody has read. With `registryQueues` (the
+    /// worker runs a `[registry]`), the registry's and groups' dead queues are exported too,
+    /// with bundle "" as `apns.unrouted` is.
+    static func sample(_ depths: [QueueDepth]?, bundleIDs: [String], registryQueues: Bool = false) {
         var messages: [String: [String: Int]] = [:]
         var consumers: [String: [String: Int]] = [:]
         for depth in depths ?? [] {
             messages[depth.bundleID, default: [:]][depth.role, default: 0] += depth.messages
             consumers[depth.bundleID, default: [:]][depth.role, default: 0] += depth.consumers
         }
-        let keys = bundleIDs.flatMap { bundle in queueRoles.dropLast().map { (bundle, $0) } } + [("", "unrouted")]
+        var keys = bundleIDs.flatMap { bundle in queueRoles.dropLast().map { (bundle, $0) } } + [("", "unrouted")]
+        if registryQueues { keys += QueueInspector.registryDeadQueues.map { ("", $0.1) } }
         for (bundle, role) in keys {
             let dimensions = [("bundle", bundle), ("role", role)]
             let known = depths != nil && messages[bundle]?[role] != nil

@@ -113,8 +113,8 @@ struct AdminRoutes: Sendable {
         guard let registry else { return Self.error(.serviceUnavailable, "metrics are not bootstrapped") }
         let status = worker.status()
         AdminMetrics.sample(status)
-        if queues != nil {
-            AdminMetrics.sample(await queueDepths().0, bundleIDs: status.bundles.map(\.bundleID))
+        if let queues {
+            AdminMetrics.sample(await queueDepths().0, bundleIDs: status.bundles.map(\.bundleID), registryQueues: queues.registryQueues)
         }
         var headers = HTTPFields()
         headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"

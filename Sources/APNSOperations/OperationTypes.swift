@@ -91,7 +91,8 @@ public struct QueueDepth: Sendable, Codable, Hashable {
     public var queue: String
     /// Empty for the shared `apns.unrouted` queue.
     public var bundleID: String
-    /// `work`, `retry`, `dead` or `unrouted`.
+    /// `work`, `retry`, `dead` or `unrouted`; `registry_dead` or `groups_dead` for the device
+    /// registry's dead queues.
     public var role: String
     public var messages: Int
     public var consumers: Int

@@ -44,6 +44,10 @@ public final class QueueInspector: Sendable {
     /// own, because closing it is what hands the messages back in their order.
     let reads: PooledSession?
     let logger: Logger
+    /// Whether `depths()` reads the device registry's dead queues too (`apns.registry.dead`,
+    /// `apns.groups.dead`): set when the worker runs a `[registry]`, so that their depths reach
+    /// /metrics (role `registry_dead`, `groups_dead`, bundle ""); nothing else reads them.
+    public let registryQueues: Bool
 
     /// The most messages one consumer can hold unacked (AMQP prefetch is 16 bits): a listing
     /// sees at most this many messages of each queue.
@@ -55,19 +59,20 @@ public final class QueueInspector: Sendable {
     public convenience init(
         amqp: AMQPConfiguration, bundleIDs: [String], retryDelays: [Duration], logger: Logger,
         deliveryWait: Duration = .seconds(3), handBackWait: Duration = .seconds(5), ackSettleWait: Duration = .milliseconds(500),
-        pooledReads: Bool = false
+        pooledReads: Bool = false, registryQueues: Bool = false
     ) {
         self.init(
             sessions: AMQPSessions(configuration: amqp, logger: logger), bundleIDs: bundleIDs, retryDelays: retryDelays,
             logger: logger, deliveryWait: deliveryWait, handBackWait: handBackWait, ackSettleWait: ackSettleWait,
-            pooledReads: pooledReads)
+            pooledReads: pooledReads, registryQueues: registryQueues)
     }
 
     public init(
         sessions: any BrokerSessionOpening, bundleIDs: [String], retryDelays: [Duration], logger: Logger,
         deliveryWait: Duration = .seconds(3), handBackWait: Duration = .seconds(5), ackSettleWait: Duration = .milliseconds(500),
-        pooledReads: Bool = false
+        pooledReads: Bool = false, registryQueues: Bool = false
     ) {
+        self.registryQueues = registryQueues
         self.ackSettleWait = ackSettleWait
         self.reads = pooledReads ? PooledSession(sessions: sessions) : nil
         self.sessions = sessions
@@ -85,13 +90,14 @@ public final class QueueInspector: Sendable {
         if let caFile = configuration.amqp.caFile { amqp.tls.caFile = caFile }
         self.init(
             amqp: amqp, bundleIDs: configuration.bundles.map(\.bundleID), retryDelays: configuration.retry.delays, logger: logger,
-            pooledReads: pooledReads)
+            pooledReads: pooledReads, registryQueues: configuration.registry != nil)
     }
 
     // MARK: - Reading
 
     /// Ready messages and consumers of every configured queue: per bundle its work queue, retry
-    /// queues and dead queue, then `apns.unrouted`. Queues that do not exist are left out.
+    /// queues and dead queue, then `apns.unrouted`, then (with `registryQueues`) the registry's
+    /// and groups' dead queues. Queues that do not exist are left out.
     public func depths() async throws -> [QueueDepth] {
         try await withReadConnection("depths") { connection in
             var depths: [QueueDepth] = []
@@ -111,9 +117,18 @@ public final class QueueInspector: Sendable {
                     queue: TopologyNames.unrouted, bundleID: "", role: "unrouted",
                     messages: Int(info.messageCount), consumers: Int(info.consumerCount)))
             }
+            guard registryQueues else { return depths }
+            for (queue, role) in Self.registryDeadQueues {
+                guard let info = try await inspect(connection, queue) else { continue }
+                depths.append(QueueDepth(
+                    queue: queue, bundleID: "", role: role, messages: Int(info.messageCount), consumers: Int(info.consumerCount)))
+            }
             return depths
         }
     }
+
+    /// The device registry's dead queues and their roles in `QueueDepth` (contract §6).
+    public static let registryDeadQueues = [(TopologyNames.registryDead, "registry_dead"), (TopologyNames.groupsDead, "groups_dead")]
 
     /// The jobs of `kind` that `filter` selects, by bundle (configuration order), queue (retry
     /// delays in order) and position; at most `limit`. Nothing is consumed or reordered.

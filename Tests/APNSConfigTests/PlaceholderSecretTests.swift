@@ -8,8 +8,8 @@ import Testing
 /// metricsToken`, the read-only credential for /metrics, is validated like the admin token.
 @Suite("placeholder secrets and the metrics token")
 struct PlaceholderSecretTests {
-    /// The values deploy/kubernetes/secret.example.yaml and config/apns-worker.conf ship, and
-    /// the usual "change me" spellings.
+    /// The values the Kubernetes example Secret shipped (`REPLACE-ME-with-a-long-random-token`)
+    /// and config/apns-worker.conf shows, and the usual "change me" spellings.
     static let placeholderTokens = [
         "REPLACE-ME-with-a-long-random-token", "replace_me_0123456789abcdef", "changeme-changeme-changeme",
         "0123456789-CHANGE-ME", "a-long-random-string-from-your-secret-store",

@@ -196,6 +196,26 @@ import TestSupport
         Self.expectNothingHeld(broker)
     }
 
+    /// Issue 36: with a `[registry]`, depths read the registry's and groups' dead queues too
+    /// (what /metrics exports as roles `registry_dead` and `groups_dead`); without, not.
+    @Test func depthsReadTheRegistryDeadQueuesWhenAsked() async throws {
+        let broker = InMemoryBroker()
+        var plan = TopologyPlan(bundleIDs: [Self.bundle], retryDelays: Self.delays, queueType: .quorum)
+        plan.addRegistry(queueType: .quorum)
+        try await broker.declare(plan)
+        broker.enqueue(TopologyNames.registryDead, body: Array("not a registration".utf8))
+        for _ in 0..<3 { broker.enqueue(TopologyNames.groupsDead, body: Array("{}".utf8)) }
+        let asked = QueueInspector(
+            sessions: broker, bundleIDs: [Self.bundle], retryDelays: Self.delays, logger: testLogger(), registryQueues: true)
+        let depths = try await asked.depths()
+        #expect(depths.filter { $0.bundleID == "" }.map(\.role) == ["unrouted", "registry_dead", "groups_dead"])
+        #expect(depths.first { $0.role == "registry_dead" }?.messages == 1)
+        #expect(depths.first { $0.role == "groups_dead" }?.messages == 3)
+        #expect(depths.first { $0.role == "groups_dead" }?.queue == TopologyNames.groupsDead)
+        let plain = QueueInspector(sessions: broker, bundleIDs: [Self.bundle], retryDelays: Self.delays, logger: testLogger())
+        #expect(try await plain.depths().allSatisfy { !$0.role.hasSuffix("_dead") })
+    }
+
     /// Depths come from passive declares on one pooled session that the admin server closes
     /// when it stops; reads open no session per call.
     @Test func depthsUseOnePooledSession() async throws {
