@@ -32,11 +32,14 @@ struct AdminBrowserTests {
     /// Runs a second `AdminService` of the harness's worker on a free port for `body`.
     /// With `fleet`, that fleet service runs beside it (heartbeats on the harness's worker connection).
     static func serving(
-        _ harness: AdminHarness, fleet: FleetService<AMQPConnection>? = nil, token: String? = AdminHarness.token, _ body: (Int) async throws -> Void
+        _ harness: AdminHarness, fleet: FleetService<AMQPConnection>? = nil, token: String? = AdminHarness.token,
+        metricsToken: String? = nil, _ body: (Int) async throws -> Void
     ) async throws {
-        try await servingAdmin(extra: fleet.map { [$0] } ?? [], { onListening in
+        var settings = AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: token)
+        settings.metricsToken = metricsToken
+        try await servingAdmin(extra: fleet.map { [$0] } ?? [], { [settings] onListening in
             try AdminService(
-                settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: token),
+                settings: settings,
                 worker: harness.worker, queues: harness.queues, registry: TestMetrics.registry, logger: AdminHarness.logger, fleet: fleet,
                 onListening: onListening)
         }, body)

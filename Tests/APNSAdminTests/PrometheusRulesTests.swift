@@ -15,6 +15,8 @@ import TestSupport
 struct PrometheusRulesTests {
     static let prometheus = "/usr/bin/prometheus"
     static let rules = repositoryRoot + "/deploy/prometheus/apns-worker.rules.yml"
+    /// Prometheus scrapes with the read-only `[admin] metricsToken`, as deploy/ tells operators to.
+    static let metricsToken = "test-metrics-token-0123456789"
 
     /// A Prometheus on a free loopback port with a throwaway data directory, scraping the admin
     /// server on `adminPort` every second with the rules loaded; always stopped and removed.
@@ -22,7 +24,7 @@ struct PrometheusRulesTests {
         let directory = NSTemporaryDirectory() + "apnsw-prometheus-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory + "/data", withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        try AdminHarness.token.write(toFile: directory + "/token", atomically: true, encoding: .utf8)
+        try metricsToken.write(toFile: directory + "/token", atomically: true, encoding: .utf8)
         let configuration = """
             global:
               scrape_interval: 1s
@@ -88,11 +90,12 @@ struct PrometheusRulesTests {
         try await AdminHarness.with { harness in
             try await harness.publishJob(token: 1)
             try await waitUntil("the job to be delivered") { harness.jobs("delivered") == 1 }
-            try await AdminBrowserTests.serving(harness) { adminPort in
+            try await AdminBrowserTests.serving(harness, metricsToken: Self.metricsToken) { adminPort in
                 try await Self.withPrometheus(scraping: adminPort) { base in
                     let b = harness.bundle
+                    // Two successful scrapes with the metrics token (up is 0 for a refused one).
                     try await waitUntil("two scrapes of the worker", timeout: .seconds(60)) {
-                        try await Self.query(base, #"count_over_time(up{job="apns-worker"}[1m]) >= 2"#).count == 1
+                        try await Self.query(base, #"sum_over_time(up{job="apns-worker"}[1m]) >= 2"#).count == 1
                     }
                     try await harness.publishMalformedJob()
                     try await waitUntil("the malformed job to be dead") { harness.jobs("dead") == 1 }
