@@ -18,5 +18,10 @@ for alert in $alerts; do
   grep -q "^#### \`$alert\`" ../../README.md || { echo "check-prometheus: FAIL: no runbook entry (#### \`$alert\`) in README.md" >&2; missing=1; }
   grep -q "alertname: $alert\$" apns-worker.rules.test.yml || { echo "check-prometheus: FAIL: no unit test of $alert" >&2; missing=1; }
 done
+# Every metric the rules read is one the worker exports (a wrong name is no error to
+# Prometheus, only an alert that never fires): the names as the Sources create them.
+for metric in $(grep -v '^ *#' apns-worker.rules.yml | grep -oE '\bapns_(worker|transport)_[a-z_]+' | sed -E 's/_(bucket|count|sum)$//' | sort -u); do
+  grep -rqF "\"$metric\"" ../../Sources || { echo "check-prometheus: FAIL: the rules read $metric, which no Source exports" >&2; missing=1; }
+done
 [ "$missing" -eq 0 ]
 echo "check-prometheus: rules, the example configuration as shipped, rule unit tests and runbook entries ($(echo "$alerts" | wc -w) alerts) passed"
