@@ -2,9 +2,9 @@
 /// `/metrics` scrape so they are current when read: APNs connections by state, whether each
 /// bundle's consumer is paused by a provider fault (held) or by an operator, whether the device
 /// registry is available, and the broker's view of this instance's queues (messages and
-/// consumers per bundle and role, the registry's dead queues among them), with fixed label sets (bundle, state, role); and the
-/// Prometheus factory settings `apns-worker run` bootstraps swift-metrics with. The alerting
-/// rules in deploy/prometheus/ are written against these names.
+/// consumers per bundle and role, the registry's dead queues among them), with fixed label sets
+/// (bundle, state, role); and the Prometheus factory settings `apns-worker run` bootstraps
+/// swift-metrics with. The alerting rules in deploy/prometheus/ are written against these names.
 import APNSCore
 import APNSOperations
 import APNSWorker
