@@ -125,6 +125,28 @@ struct RegistryStoreTests {
         }
     }
 
+    /// Issue 35: one mark with a value PostgreSQL refuses (a NUL in Apple's reason) used to fail
+    /// the whole batch at every flush, so no device was marked again. Now it alone is dropped
+    /// (and logged), the others are applied, and nothing is left pending.
+    @Test func aMarkPostgreSQLRefusesDoesNotHoldBackTheOthers() async throws {
+        let settings = try await TestPostgres.freshDatabase()
+        try await TestPostgres.withStore(settings) { store in
+            try await store.migrate()
+            for token in ["01", "02", "03"] {
+                try await store.apply(.init(op: .register, bundleID: "com.a", token: token, group: "g", at: 1_000))
+            }
+            let recorder = RegistryRecorder(store: store, flushInterval: .seconds(3600), logger: TestPostgres.logger)
+            recorder.tokenInvalid(bundleID: "com.a", token: try #require(DeviceToken(hex: "01")), reason: "Unregistered", timestamp: 2_000)
+            recorder.tokenInvalid(bundleID: "com.a", token: try #require(DeviceToken(hex: "02")), reason: "Bad\u{0}Reason", timestamp: 2_000)
+            recorder.tokenInvalid(bundleID: "com.a", token: try #require(DeviceToken(hex: "03")), reason: "BadDeviceToken", timestamp: 2_000)
+            #expect(await recorder.flush())
+            #expect(recorder.pending.marks == 0, "the refused mark is not retried for ever")
+            #expect(try await store.device(bundleID: "com.a", token: "01")?.invalidReason == "Unregistered")
+            #expect(try await store.device(bundleID: "com.a", token: "02")?.state == .active)
+            #expect(try await store.device(bundleID: "com.a", token: "03")?.invalidReason == "BadDeviceToken")
+        }
+    }
+
     @Test func invalidMarksHonourLaterRegistrations() async throws {
         let settings = try await TestPostgres.freshDatabase()
         try await TestPostgres.withStore(settings) { store in
