@@ -117,7 +117,9 @@ struct TracingEndToEndTests {
         let tracer = try producer(receiver)
         let client = try await APNSWorkerClient.connect(urls: [try TestBroker.require().amqpURL], instrument: tracer)
         try await harness.withWorkers([]) { _ in
-            let worker = try startWorker(harness, tracing: "endpoint = \(receiver.endpoint)\nserviceName = apns-worker-e2e", name: "traced")
+            // A producer the operator trusts: its span is the parent (issue 35 made that opt-in).
+            let worker = try startWorker(
+                harness, tracing: "endpoint = \(receiver.endpoint)\nserviceName = apns-worker-e2e\nparentBased = true", name: "traced")
             defer { worker.kill9() }
             try await client.publish(Registration.register(bundleID: universal, token: tokens[0], group: group))
             try await client.publish(Registration.register(bundleID: iphone, token: tokens[1], group: group))
@@ -176,14 +178,15 @@ struct TracingEndToEndTests {
         await receiver.stop()
     }
 
-    @Test func sampleRatioZeroExportsNothingAndWithoutAnEndpointNothingIsExported() async throws {
+    @Test func sampleRatioZeroExportsNothingWhateverTheProducerSampledAndWithoutAnEndpointNothingIsExported() async throws {
         let harness = try await RegistryHarness.start()
         let receiver = try await Receiver.start(in: harness.directory)
         let bundle = harness.bundles[0]
         let tracer = try producer(receiver)
         let client = try await APNSWorkerClient.connect(urls: [try TestBroker.require().amqpURL], instrument: tracer)
         try await harness.withWorkers([]) { _ in
-            for (index, tracing) in ["endpoint = \(receiver.endpoint)\nsampleRatio = 0\nparentBased = false", nil].enumerated() {
+            // Issue 35: by default the producer's sampled flag does not force sampling.
+            for (index, tracing) in ["endpoint = \(receiver.endpoint)\nsampleRatio = 0", nil].enumerated() {
                 let worker = try startWorker(harness, tracing: tracing, name: "worker-\(index)")
                 defer { worker.kill9() }
                 _ = try await Self.publishInSpan(
