@@ -322,6 +322,7 @@ let package = Package(
                 "APNSRegistry", "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSSimulator", "TestSupport",
                 "APNSTracing", "APNSWorkerClient",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

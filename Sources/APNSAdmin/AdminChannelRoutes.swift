@@ -2,8 +2,11 @@
 /// other route: `GET` and `POST /api/bundles/{b}/channels`, `GET` and `DELETE
 /// /api/bundles/{b}/channels/{id}`. The work is Apple's channel management service, reached
 /// through whatever `BroadcastChannelManaging` the worker was given (`apns-worker run` builds one
-/// client per bundle from the configuration). Apple's refusals come back as they are: Apple's
-/// status with `{"status","reason"}`; a service that cannot be reached is 502 with the same shape.
+/// client per bundle from the configuration). Apple's refusals of the request come back as they
+/// are: Apple's 4xx status with `{"status","reason"}`. Apple refusing the worker's own
+/// credentials (401, 403, 407) or failing itself (5xx) is 502 with the same shape plus `error`:
+/// passed through, it would read as the admin's own authentication failing, or the admin being
+/// busy (issue 35). A service that cannot be reached is 502 as well.
 import APNSCore
 import Foundation
 import HTTPTypes
@@ -46,6 +49,27 @@ struct AdminChannelRoutes: Sendable {
     struct AppleError: Encodable {
         var status: Int
         var reason: String
+        /// Set when the admin's status is not Apple's: what went wrong upstream.
+        var error: String?
+    }
+
+    /// The admin's answer to Apple's refusal (or an unreachable service, status 0): Apple's
+    /// status for a 4xx about the request, 502 for anything about the worker's credentials,
+    /// Apple's own failures and no answer at all.
+    static func refusal(_ error: ChannelManagementError) -> (HTTPResponse.Status, AppleError) {
+        switch error.status {
+        case 401, 403, 407:
+            return (.badGateway, AppleError(
+                status: error.status, reason: error.reason,
+                error: "Apple's channel management service refused the worker's credentials for this bundle (\(error.status) \(error.reason))"))
+        case 400...499:
+            return (HTTPResponse.Status(code: error.status), AppleError(status: error.status, reason: error.reason, error: nil))
+        case 500...599:
+            return (.badGateway, AppleError(
+                status: error.status, reason: error.reason, error: "Apple's channel management service failed (\(error.status) \(error.reason))"))
+        default:
+            return (.badGateway, AppleError(status: error.status, reason: error.reason, error: "Apple's channel management service could not be reached"))
+        }
     }
 
     /// Larger create bodies are refused unread.
@@ -131,8 +155,8 @@ struct AdminChannelRoutes: Sendable {
             let result = try await channels.perform(operation, bundleID: bundleID, environment: environment)
             return success(result) ?? AdminRoutes.error(.badGateway, "the channel management service answered out of turn")
         } catch {
-            let status = (400...599).contains(error.status) ? HTTPResponse.Status(code: error.status) : .badGateway
-            return AdminRoutes.json(AppleError(status: error.status, reason: error.reason), status: status)
+            let (status, body) = Self.refusal(error)
+            return AdminRoutes.json(body, status: status)
         }
     }
 

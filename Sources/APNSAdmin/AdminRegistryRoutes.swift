@@ -2,6 +2,9 @@
 /// `GET /api/registry/groups/{group}`, `GET /api/registry/devices/{bundleId}/{token}`, and
 /// `GET /api/registry/summary` (devices per bundle and the last 48 hours of counts, for the page).
 /// Behind the admin token like every other route; tokens are shown whole here (never in logs).
+/// A group, bundle ID or token that contract §6 would refuse in a registration is a 400 before
+/// PostgreSQL is asked, and a value PostgreSQL refuses anyway is a 400 too: only a registry that
+/// cannot answer (lost or refused connection, timeout) is a 503 (issue 35).
 import APNSCore
 import APNSRegistry
 import Foundation
@@ -15,46 +18,59 @@ struct AdminRegistryRoutes: Sendable {
     func register(on router: Router<BasicRequestContext>) {
         router.get("/api/registry/groups/:group") { _, context -> Response in
             let group = try Self.parameter(context, "group")
+            if let problem = GroupJob.problem(group: group) { return AdminRoutes.error(.badRequest, "group \(problem)") }
             do {
                 let devices = try await store.devices(group: group)
                 return AdminRoutes.json(GroupDevices(group: group, count: devices.count, devices: devices))
             } catch {
-                return Self.unavailable(error)
+                return Self.failed(error)
             }
         }
         router.get("/api/registry/devices/:bundleId/:token") { _, context -> Response in
             let bundleID = try Self.parameter(context, "bundleId")
             let token = try Self.parameter(context, "token")
+            if let problem = Self.deviceProblem(bundleID: bundleID, token: token) { return AdminRoutes.error(.badRequest, problem) }
             do {
                 guard let device = try await store.device(bundleID: bundleID, token: token) else {
                     return AdminRoutes.error(.notFound, "no such device in the registry")
                 }
                 return AdminRoutes.json(device)
             } catch {
-                return Self.unavailable(error)
+                return Self.failed(error)
             }
         }
         router.get("/registry") { request, _ -> Response in
             let group = AdminQuery.nonEmpty("group", QueryOptions.pairs(request.uri.queryParameters))
             let page: RegistryPage
+            var status = HTTPResponse.Status.ok
             do {
                 var devices: [DeviceRecord] = []
-                if let group { devices = try await store.devices(group: group) }
-                page = RegistryPage(summary: try await summary(), group: group, devices: devices, error: nil)
+                var refused: String? = nil
+                if let group {
+                    if let problem = GroupJob.problem(group: group) {
+                        refused = "group \(problem)"
+                        status = .badRequest
+                    } else {
+                        devices = try await store.devices(group: group)
+                    }
+                }
+                page = RegistryPage(summary: try await summary(), group: group, devices: devices, error: refused)
             } catch {
+                let refused = RegistryStore.refusedValue(error)
+                status = refused == nil ? .ok : .badRequest
                 page = RegistryPage(
                     summary: RegistrySummary(devices: [], since: 0, counts: []), group: group, devices: [],
-                    error: "the registry (PostgreSQL) is unavailable")
+                    error: refused ?? Self.unavailableText)
             }
             var headers = HTTPFields()
             headers[.contentType] = "text/html; charset=utf-8"
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: page.render())))
+            return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: page.render())))
         }
         router.get("/api/registry/summary") { _, _ -> Response in
             do {
                 return AdminRoutes.json(try await summary())
             } catch {
-                return Self.unavailable(error)
+                return Self.failed(error)
             }
         }
     }
@@ -71,8 +87,25 @@ struct AdminRegistryRoutes: Sendable {
         return raw.removingPercentEncoding ?? raw
     }
 
-    static func unavailable(_ error: any Error) -> Response {
-        AdminRoutes.error(.serviceUnavailable, "the registry (PostgreSQL) is unavailable")
+    static let unavailableText = "the registry (PostgreSQL) is unavailable"
+
+    /// Why a bundle ID and token could not name a registered device (contract §6's rules for
+    /// registrations), or nil.
+    static func deviceProblem(bundleID: String, token: String) -> String? {
+        guard UntrustedText.isBundleID(bundleID) else {
+            return "bundleId must be 1 to \(UntrustedText.maxBundleIDBytes) bytes of letters, digits, '.' and '-'"
+        }
+        guard DeviceToken(hex: token) != nil, token.utf8.count <= RegistrationMessage.maxTokenHexDigits else {
+            return "token must be 2 to \(RegistrationMessage.maxTokenHexDigits) hex digits of whole bytes"
+        }
+        return nil
+    }
+
+    /// A failed registry query: 400 when PostgreSQL refused a value of the request, 503 when the
+    /// registry could not answer.
+    static func failed(_ error: any Error) -> Response {
+        if let refused = RegistryStore.refusedValue(error) { return AdminRoutes.error(.badRequest, refused) }
+        return AdminRoutes.error(.serviceUnavailable, unavailableText)
     }
 }
 

@@ -11,11 +11,13 @@ public struct TracingSettings: Sendable, Hashable {
     /// `sampleRatio`: the share of traces recorded, 0 to 1, decided on the trace id (so every
     /// instance keeps or drops the same trace). Default 1.
     public var sampleRatio: Double = 1
-    /// `parentBased`: a job whose producer sent a `traceparent` follows the producer's sampling
-    /// decision and `sampleRatio` decides only for jobs without one (OpenTelemetry's
-    /// `parentbased_traceidratio`); false: `sampleRatio` decides for every job
-    /// (`traceidratio`). Default true.
-    public var parentBased: Bool = true
+    /// `parentBased`: true for producers the operator trusts: a job's span continues the
+    /// producer's `traceparent` as its parent and follows its sampling decision, `sampleRatio`
+    /// deciding only for jobs without one (OpenTelemetry's `parentbased_traceidratio`). False
+    /// (the default, issue 35): anyone who may publish could force sampling with a sampled
+    /// `traceparent` (or a chosen trace id), so a job's span starts a trace of the worker's own,
+    /// linked to the producer's span, and `sampleRatio` decides for every job (`traceidratio`).
+    public var parentBased: Bool = false
     /// Where `endpoint` was set (file and line, or environment variable), for start-up errors.
     public var endpointLocation: ConfigLocation = .environment(variable: "APNS_WORKER_TRACING_ENDPOINT")
 

@@ -175,10 +175,8 @@ public enum JobParser {
                 throw .malformed("collapseId", "is \(c.utf8.count) bytes; at most 64")
             }
             // It goes out as the `apns-collapse-id` header value with NIOHTTP2's validation off
-            // (contract §2, §4): the parser is the only gate against CR, LF and NUL.
-            if let position = firstControlCharacter(c) {
-                throw .malformed("collapseId", "has a control character at byte \(position)")
-            }
+            // (contract §2, §4): the parser is the only gate against CR, LF, NUL and blank ends.
+            if let problem = UntrustedText.headerValueProblem(c) { throw .malformed("collapseId", problem) }
             collapseID = c.isEmpty ? nil : c
         }
 
@@ -282,12 +280,6 @@ public enum JobParser {
     /// The longest device token accepted, in bytes: today's tokens are 32, and Apple says not
     /// to assume that; 100 leaves room for longer ones while bounding `:path` (docs/decisions.md).
     public static let maxTokenBytes = 100
-
-    /// The byte offset of the first control character (U+0000–U+001F, U+007F), if any. In UTF-8
-    /// these are single bytes that occur in no other character, so bytes are checked.
-    static func firstControlCharacter(_ text: String) -> Int? {
-        text.utf8.firstIndex { $0 < 0x20 || $0 == 0x7F }.map { text.utf8.distance(from: text.utf8.startIndex, to: $0) }
-    }
 
     /// A UUID in the canonical 8-4-4-4-12 form, either case; nil for anything else (braces,
     /// missing hyphens, other lengths), whatever `UUID(uuidString:)` would tolerate.

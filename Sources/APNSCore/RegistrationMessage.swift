@@ -1,3 +1,5 @@
+import Foundation
+
 /// A registration change from the sync server (contract §6), parsed and validated with no IO
 /// (here rather than in APNSRegistry so that its fuzz target needs no PostgreSQL client).
 ///
@@ -7,7 +9,12 @@
 /// Decisions where the contract is silent: `null` means absent; unknown fields are ignored; a
 /// token is 2 to `maxTokenHexDigits` hex digits of whole bytes (stored lower case; Apple's tokens
 /// are 32 bytes, documented as variable, 100 bytes leaves room); `group` on an unregister is
-/// ignored; `at` must be 0 or more.
+/// ignored; `at` must be 0 or more and at most `maxFutureMilliseconds` ahead of the clock of
+/// whoever parses it (issue 35: a device's changes apply in `at` order, so an `at` of
+/// `Int64.max` would make every later change to the device lose, for ever). Only the future is
+/// bounded: a message waits in a queue, so it is read later than it was written, never earlier,
+/// and a registration valid when sent stays valid; one from a clock too far ahead is malformed
+/// (dead-lettered) and can be requeued from the dead queue once its time has come.
 public struct RegistrationMessage: Sendable, Hashable {
     public enum Operation: String, Sendable, Hashable {
         case register, unregister
@@ -25,6 +32,12 @@ public struct RegistrationMessage: Sendable, Hashable {
 
     public static let maxTokenHexDigits = 200
     public static let maxBodyBytes = 64 * 1024
+    /// How far ahead of the reader's clock `at` may be: 10 minutes, ample for clocks that NTP
+    /// keeps within milliseconds, and the longest a forged or broken `at` can hold a device.
+    public static let maxFutureMilliseconds: Int64 = 10 * 60 * 1000
+
+    /// Milliseconds since the epoch, now: the default reader's clock.
+    public static func currentMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
     public init(op: Operation, bundleID: String, token: String, group: String?, environment: APNSEnvironment = .production, at: Int64) {
         self.op = op
@@ -35,15 +48,16 @@ public struct RegistrationMessage: Sendable, Hashable {
         self.at = at
     }
 
-    public static func parse(body: [UInt8]) -> Result<RegistrationMessage, JobError> {
+    /// Parses and validates one body; `now` (ms since the epoch) bounds `at`.
+    public static func parse(body: [UInt8], now: Int64 = currentMilliseconds()) -> Result<RegistrationMessage, JobError> {
         do throws(JobError) {
-            return .success(try parseOrThrow(body))
+            return .success(try parseOrThrow(body, now: now))
         } catch {
             return .failure(error)
         }
     }
 
-    static func parseOrThrow(_ body: [UInt8]) throws(JobError) -> RegistrationMessage {
+    static func parseOrThrow(_ body: [UInt8], now: Int64) throws(JobError) -> RegistrationMessage {
         guard body.count <= maxBodyBytes else { throw malformed("body", "the body is \(body.count) bytes; at most \(maxBodyBytes) are accepted") }
         let value: JSONValue
         do {
@@ -84,6 +98,11 @@ public struct RegistrationMessage: Sendable, Hashable {
         guard let atValue = fields["at"], atValue != .null else { throw malformed("at", "is required") }
         guard case .integer(let at) = atValue, at >= 0 else {
             throw malformed("at", "must be an integer (ms since the epoch), got \(atValue.typeName)")
+        }
+        let latest = now.addingReportingOverflow(maxFutureMilliseconds)
+        guard latest.overflow || at <= latest.partialValue else {
+            throw malformed(
+                "at", "is \(at &- now) ms ahead of this worker's clock; at most \(maxFutureMilliseconds) ms (a sync server's clock, or ms mistaken for another unit?)")
         }
         return RegistrationMessage(op: op, bundleID: bundleID, token: token, group: group, environment: environment, at: at)
     }

@@ -15,6 +15,23 @@ public enum UntrustedText {
         scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
     }
 
+    /// Why `text` cannot be sent as an HTTP/2 field value, in one line that never echoes it; nil
+    /// when it can. The one rule for every job field that becomes a header value (contract §4):
+    /// no control character (U+0000–U+001F, U+007F: in UTF-8 single bytes that occur in no other
+    /// character) and no space or tab at either end (RFC 9110 §5.5 field-value, RFC 9113
+    /// §8.2.1), since NIOHTTP2's own validation is off and a peer resets the stream on either.
+    /// Trimming is not done: the value is the sender's, and Apple compares collapse ids exactly.
+    public static func headerValueProblem(_ text: String) -> String? {
+        let bytes = text.utf8
+        if let position = bytes.firstIndex(where: { $0 < 0x20 || $0 == 0x7F }) {
+            return "has a control character at byte \(bytes.distance(from: bytes.startIndex, to: position))"
+        }
+        if bytes.first == UInt8(ascii: " ") || bytes.last == UInt8(ascii: " ") {
+            return "begins or ends with a space, which an HTTP/2 header value may not (RFC 9110 §5.5)"
+        }
+        return nil
+    }
+
     /// The longest bundle ID §6 accepts.
     public static let maxBundleIDBytes = 155
 

@@ -15,14 +15,18 @@ enum DatabaseFault: Sendable, Hashable {
 
     /// The decision, from what the server said (pure: tests give it any SQLSTATE).
     static func classify(sqlState: String?, serverMessage: String?, column: String?) -> DatabaseFault {
-        guard let sqlState, sqlState.utf8.count == 5, messageClasses.contains(String(sqlState.prefix(2))) else {
-            return .unavailable
-        }
+        guard let refusal = refusal(sqlState: sqlState, serverMessage: serverMessage, of: "message") else { return .unavailable }
+        return .message(JobError(kind: .malformedJob, field: column ?? "body", message: refusal))
+    }
+
+    /// "PostgreSQL refused a value of this `what` (SQLSTATE …): …" when `sqlState` is one a
+    /// value causes; nil otherwise.
+    static func refusal(sqlState: String?, serverMessage: String?, of what: String) -> String? {
+        guard let sqlState, sqlState.utf8.count == 5, messageClasses.contains(String(sqlState.prefix(2))) else { return nil }
         // PostgreSQL's primary message names the problem, not the values (those are in `detail`,
-        // which may hold a token): safe for a log line and `x-apns-error`.
+        // which may hold a token): safe for a log line, `x-apns-error` and an admin's answer.
         let text = (serverMessage ?? "").split(whereSeparator: \.isNewline).joined(separator: " ").prefix(200)
-        return .message(
-            JobError(kind: .malformedJob, field: column ?? "body", message: "PostgreSQL refused a value of this message (SQLSTATE \(sqlState)): \(text)"))
+        return "PostgreSQL refused a value of this \(what) (SQLSTATE \(sqlState)): \(text)"
     }
 
     static func classify(_ error: any Error) -> DatabaseFault {
@@ -36,5 +40,15 @@ enum DatabaseFault: Sendable, Hashable {
         case .message(let malformed): .dead(malformed)
         case .unavailable: .registryFailed(error)
         }
+    }
+}
+
+extension RegistryStore {
+    /// Why PostgreSQL refused a value of a request (the admin's registry routes answer 400 with
+    /// it), or nil when the failure is the registry being unavailable (503): the same SQLSTATE
+    /// classes that make a message malformed.
+    public static func refusedValue(_ error: any Error) -> String? {
+        guard let error = error as? PSQLError, error.code == .server, let info = error.serverInfo else { return nil }
+        return DatabaseFault.refusal(sqlState: info[.sqlState], serverMessage: info[.message], of: "request")
     }
 }

@@ -2,27 +2,36 @@ import AMQPClient
 import APNSCore
 import APNSTopology
 import Foundation
+import Synchronization
 import Tracing
 
-/// `[tracing]` for group jobs (`apns.groups`): the group job's span continues its producer's W3C
-/// trace context, and every section-2 job its fan-out publishes carries the context of a short
-/// `create` span of its own (OpenTelemetry's messaging conventions: one creation context per
-/// message), to which the group job's span links. The worker's span for that job is a child of
-/// its `create` span, so a group job's span leads, link by link, to the job spans of its fan-out.
+/// `[tracing]` for group jobs (`apns.groups`): the group job's span links to its producer's W3C
+/// trace context (or continues it, `parentBased = true`: `ConsumerSpan`), and every section-2 job
+/// its fan-out publishes carries the context of a short `create` span of its own
+/// (OpenTelemetry's messaging conventions: one creation context per message), to which the group
+/// job's span links, up to `maximumLinks`. The worker's span for that job is a child of its
+/// `create` span, so a group job's span leads, link by link, to the job spans of its fan-out.
 /// Off (nil), none of this runs.
 public struct GroupFanOutTracing: Sendable {
     let tracer: any Tracer
+    let continuesProducerTrace: Bool
 
-    public init(tracer: any Tracer) {
+    /// Links on one group job's span: OpenTelemetry's default span link limit
+    /// (`OTEL_SPAN_LINK_COUNT_LIMIT`). A group of 100,000 devices would otherwise hold 100,000
+    /// links in memory until its span ends, and export them in one span (issue 35); the span
+    /// says how many were left out (`apns.links_omitted`), and each job span still has its
+    /// `create` span, a child of the group job's span, as parent.
+    public static let maximumLinks = 128
+
+    public init(tracer: any Tracer, continuesProducerTrace: Bool = false) {
         self.tracer = tracer
+        self.continuesProducerTrace = continuesProducerTrace
     }
 
     func begin(_ delivery: AMQPDelivery) -> GroupTrace {
-        var parent = ServiceContext.topLevel
-        if let producer = JobEnvelope(delivery.message).traceContext {
-            tracer.extract(producer, into: &parent, using: TraceContextExtractor())
-        }
-        let span = tracer.startSpan("process \(TopologyNames.groups)", context: parent, ofKind: .consumer)
+        let span = ConsumerSpan.start(
+            "process \(TopologyNames.groups)", tracer: tracer, producer: JobEnvelope(delivery.message).traceContext,
+            continuesProducerTrace: continuesProducerTrace)
         span.updateAttributes { attributes in
             attributes["messaging.system"] = "rabbitmq"
             attributes["messaging.operation.type"] = "process"
@@ -34,9 +43,16 @@ public struct GroupFanOutTracing: Sendable {
 }
 
 /// The span of one group job and the creation spans of the jobs it publishes.
-struct GroupTrace: Sendable {
+final class GroupTrace: Sendable {
     let tracer: any Tracer
     let span: any Span
+    /// Jobs stamped so far: the first `maximumLinks` are linked.
+    private let stamped = Atomic<Int>(0)
+
+    init(tracer: any Tracer, span: any Span) {
+        self.tracer = tracer
+        self.span = span
+    }
 
     /// Gives `message` (one job of the fan-out) a creation span of its own, under the group
     /// job's span and linked from it, and puts that span's context on the message.
@@ -53,11 +69,18 @@ struct GroupTrace: Sendable {
         tracer.inject(create.context, into: &envelope, using: JobEnvelopeTraceInjector())
         message.properties.headers = envelope.amqpHeaders
         create.end()
+        let count = stamped.add(1, ordering: .relaxed).newValue
+        guard count <= GroupFanOutTracing.maximumLinks else { return }
         span.addLink(SpanLink(context: create.context, attributes: ["apns.bundle": SpanAttribute.string(message.routingKey)]))
     }
 
     /// The group job's disposition ends its span.
     func end(_ disposition: RegistryDisposition) {
+        let count = stamped.load(ordering: .relaxed)
+        span.attributes["apns.jobs_stamped"] = SpanAttribute.int64(Int64(count))
+        if count > GroupFanOutTracing.maximumLinks {
+            span.attributes["apns.links_omitted"] = SpanAttribute.int64(Int64(count - GroupFanOutTracing.maximumLinks))
+        }
         switch disposition {
         case .ack:
             span.attributes["apns.outcome"] = "fanned_out"

@@ -8,7 +8,8 @@ import Synchronization
 /// The pipeline's `JobEndObserver` when a registry is configured: counts and invalid-token marks
 /// go into bounded in-memory buffers (never blocking the caller), and `run()` writes them to
 /// PostgreSQL every `flushInterval`. While the registry is down they wait; a batch whose write
-/// failed is kept for the next flush. Marks beyond `maxPendingMarks` are dropped (oldest first)
+/// failed is kept for the next flush, except a mark PostgreSQL refuses a value of, which is
+/// dropped and logged so it cannot hold back the others. Marks beyond `maxPendingMarks` are dropped (oldest first)
 /// and the drop is logged: Apple reports the token again on its next job.
 public final class RegistryRecorder: JobEndObserver, Service {
     struct Buffers {
@@ -93,20 +94,17 @@ public final class RegistryRecorder: JobEndObserver, Service {
             logger.error("invalid-token marks dropped: the registry was down too long", metadata: ["registry.dropped_marks": "\(dropped)"])
         }
         var ok = true
-        do {
-            try await store.markInvalid(marks)
-            if !marks.isEmpty { logger.info("devices marked invalid", metadata: ["registry.marks": "\(marks.count)"]) }
-        } catch {
+        let unwritten = await write(marks)
+        if !unwritten.isEmpty {
             ok = false
             buffers.withLock { buffers in
-                buffers.marks.insert(contentsOf: marks, at: 0)
+                buffers.marks.insert(contentsOf: unwritten, at: 0)
                 let excess = buffers.marks.count - maxPendingMarks
                 if excess > 0 {
                     buffers.marks.removeFirst(excess)
                     buffers.droppedMarks += excess
                 }
             }
-            logger.debug("invalid marks kept for the next flush", metadata: ["error": "\(error)"])
         }
         do {
             try await store.addCounts(counts)
@@ -116,5 +114,42 @@ public final class RegistryRecorder: JobEndObserver, Service {
             logger.debug("counts kept for the next flush", metadata: ["error": "\(error)"])
         }
         return ok
+    }
+
+    /// Writes `marks`; returns those to keep for the next flush (the registry could not answer).
+    /// A value PostgreSQL refuses in one mark must not hold back the others for ever (issue 35):
+    /// the batch is then written mark by mark, each refused mark is dropped and logged with
+    /// PostgreSQL's reason, and the rest are applied.
+    private func write(_ marks: [InvalidMark]) async -> [InvalidMark] {
+        do {
+            try await store.markInvalid(marks)
+            if !marks.isEmpty { logger.info("devices marked invalid", metadata: ["registry.marks": "\(marks.count)"]) }
+            return []
+        } catch {
+            guard RegistryStore.refusedValue(error) != nil else {
+                logger.debug("invalid marks kept for the next flush", metadata: ["error": "\(error)"])
+                return marks
+            }
+        }
+        var written = 0
+        for (index, mark) in marks.enumerated() {
+            do {
+                try await store.markInvalid([mark])
+                written += 1
+            } catch {
+                guard let refused = RegistryStore.refusedValue(error) else {
+                    logger.debug("invalid marks kept for the next flush", metadata: ["error": "\(error)"])
+                    return Array(marks[index...])
+                }
+                logger.error(
+                    "invalid-token mark dropped: PostgreSQL refused a value of it",
+                    metadata: [
+                        "apns.bundle": "\(mark.bundleID)", "apns.token": "\(DeviceToken(hex: mark.token)?.redacted ?? "-")",
+                        "registry.reason": "\(String(mark.reason.prefix(100)).debugDescription)", "error": "\(refused)",
+                    ])
+            }
+        }
+        if written > 0 { logger.info("devices marked invalid", metadata: ["registry.marks": "\(written)"]) }
+        return []
     }
 }

@@ -75,3 +75,25 @@ public struct JobEnvelopeTraceInjector: Injector {
         }
     }
 }
+
+/// The span of a received message (a job, a group job) and what it makes of the producer's
+/// context (issue 35). Anyone with publish rights on the vhost can put a sampled `traceparent`
+/// on a message, so by default the producer's context is not the span's parent: the span starts
+/// a trace of the worker's own, which the worker's sampler keeps or drops (`[tracing]
+/// sampleRatio` on a trace id the worker chose), with a link to the producer's span so the two
+/// traces stay connected. `continuesProducerTrace` (`[tracing] parentBased = true`, for
+/// producers the operator trusts) makes the producer's span the parent instead, its sampled
+/// flag honoured.
+public enum ConsumerSpan {
+    public static func start(
+        _ name: String, tracer: any Tracer, producer: TraceContext?, continuesProducerTrace: Bool
+    ) -> any Span {
+        guard let producer else { return tracer.startSpan(name, context: .topLevel, ofKind: .consumer) }
+        var remote = ServiceContext.topLevel
+        tracer.extract(producer, into: &remote, using: TraceContextExtractor())
+        if continuesProducerTrace { return tracer.startSpan(name, context: remote, ofKind: .consumer) }
+        let span = tracer.startSpan(name, context: .topLevel, ofKind: .consumer)
+        span.addLink(SpanLink(context: remote, attributes: [:]))
+        return span
+    }
+}

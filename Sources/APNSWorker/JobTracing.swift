@@ -5,8 +5,9 @@ import APNSTopology
 import Synchronization
 import Tracing
 
-/// `[tracing]` in a bundle's pipeline: one span per job that continues the producer's W3C trace
-/// context (`traceparent` on the job, read through `JobEnvelope`), with a child span per stage:
+/// `[tracing]` in a bundle's pipeline: one span per job, linked to the producer's W3C trace
+/// context (`traceparent` on the job, read through `JobEnvelope`), or its child with
+/// `parentBased = true` (`ConsumerSpan`), with a child span per stage:
 ///
 ///     process <work queue>      (consumer)  messaging.*, apns.bundle, apns.transport, apns.outcome
 ///       ├─ parse                            apns.job.id, apns.push_type, apns.target.kind, or the reason it is malformed
@@ -20,18 +21,19 @@ import Tracing
 /// token never becomes an attribute (only the kind of target).
 public struct PipelineTracing: Sendable {
     let tracer: any Tracer
+    /// `[tracing] parentBased`: the producer's span is the job span's parent (its sampled flag
+    /// honoured) rather than a link of a trace of the worker's own (`ConsumerSpan`).
+    let continuesProducerTrace: Bool
 
-    public init(tracer: any Tracer) {
+    public init(tracer: any Tracer, continuesProducerTrace: Bool = false) {
         self.tracer = tracer
+        self.continuesProducerTrace = continuesProducerTrace
     }
 
     /// Starts the span of one delivered job.
     func begin(_ message: AMQPDeliveredMessage, queue: String, bundleID: String, transport: TransportKind) -> JobTrace {
-        var parent = ServiceContext.topLevel
-        if let producer = JobEnvelope(message).traceContext {
-            tracer.extract(producer, into: &parent, using: TraceContextExtractor())
-        }
-        let span = tracer.startSpan("process \(queue)", context: parent, ofKind: .consumer)
+        let span = ConsumerSpan.start(
+            "process \(queue)", tracer: tracer, producer: JobEnvelope(message).traceContext, continuesProducerTrace: continuesProducerTrace)
         span.updateAttributes { attributes in
             attributes["messaging.system"] = "rabbitmq"
             attributes["messaging.operation.type"] = "process"

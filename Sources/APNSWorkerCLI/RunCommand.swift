@@ -55,7 +55,9 @@ struct RunCommand: AsyncParsableCommand {
             var registrySettings = RegistryServiceSettings(
                 probeInterval: configuration.worker.probeInterval, queueType: configuration.amqp.queueType,
                 syncWindow: settings.syncWindow)
-            registrySettings.tracing = tracing.map { GroupFanOutTracing(tracer: $0.tracer) }
+            registrySettings.tracing = tracing.map {
+                GroupFanOutTracing(tracer: $0.tracer, continuesProducerTrace: configuration.tracing?.parentBased ?? false)
+            }
             return RegistryService(
                 store: try RegistryStore(settings: settings, logger: logger), broker: broker,
                 flushInterval: settings.countsFlushInterval, settings: registrySettings, logger: logger)
@@ -86,7 +88,7 @@ struct RunCommand: AsyncParsableCommand {
                 BundlePipeline(
                     settings: settings, broker: broker, transport: EnvironmentRouter(transports),
                     rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger, observer: registry?.recorder,
-                    tracing: tracing.map { PipelineTracing(tracer: $0.tracer) }))
+                    tracing: tracing.map { PipelineTracing(tracer: $0.tracer, continuesProducerTrace: configuration.tracing?.parentBased ?? false) }))
         }
         services += try makeFeedbackPollers(configuration.bundles, broker: broker, logger: logger).map { poller in
             var poller = poller

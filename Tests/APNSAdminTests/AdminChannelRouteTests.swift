@@ -1,6 +1,6 @@
 /// The admin API's broadcast channel routes (contract §7) through Hummingbird's router test
 /// client, against the simulator's channel management service over TLS + HTTP/2.
-import APNSAdmin
+@testable import APNSAdmin
 import APNSConfig
 import APNSCore
 import APNSSimulator
@@ -106,6 +106,38 @@ struct SimulatorChannels: BroadcastChannelManaging {
                 #expect(try Self.json(gone)["status"] as? Int == 404)
             }
         }
+    }
+
+    /// Issue 35: Apple refusing the worker's provider token is an upstream failure (502 with
+    /// Apple's status and reason), never the admin's own 403, which would send the operator
+    /// looking at the admin token.
+    @Test func applesRefusalOfTheWorkersCredentialsIsABadGatewayNotTheAdminsOwn403() async throws {
+        try await Self.with { simulator, admin in
+            simulator.setFaults(SimulatorFaults(rejectAllTokens: .invalidProviderToken))
+            try await admin.makeApplication().test(.router) { client in
+                let base = "/api/bundles/com.example.app/channels"
+                for (uri, method) in [(base, HTTPRequest.Method.get), (base, .post), (base + "/dHN0LXNyY2gtY2hubA==", .delete)] {
+                    let response = try await client.execute(uri: uri, method: method, headers: Self.bearer)
+                    #expect(response.status == .badGateway, "\(method) \(uri)")
+                    let json = try Self.json(response)
+                    #expect(json["status"] as? Int == 403)
+                    #expect(json["reason"] as? String == "InvalidProviderToken")
+                    #expect((json["error"] as? String)?.contains("refused the worker's credentials") == true)
+                }
+                #expect(simulator.counters().channelRequests > 0, "Apple was asked")
+            }
+        }
+    }
+
+    @Test(arguments: [
+        (401, HTTPResponse.Status.badGateway), (403, .badGateway), (407, .badGateway), (500, .badGateway), (503, .badGateway),
+        (0, .badGateway), (400, .badRequest), (404, .notFound), (410, .gone), (429, .tooManyRequests),
+    ])
+    func whichOfApplesStatusesTheAdminPassesOn(_ apple: Int, _ admin: HTTPResponse.Status) {
+        let (status, body) = AdminChannelRoutes.refusal(ChannelManagementError(status: apple, reason: "Reason"))
+        #expect(status == admin)
+        #expect(body.status == apple && body.reason == "Reason")
+        #expect((body.error == nil) == (status.code == apple))
     }
 
     @Test func badRequestsAreRefusedWithoutCallingApple() async throws {

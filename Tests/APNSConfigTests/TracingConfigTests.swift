@@ -11,15 +11,15 @@ struct TracingConfigTests {
     }
 
     @Test func everyKey() throws {
-        let text = minimalConfig + "\n[tracing]\nendpoint = https://otel.example:4318\nserviceName = push-eu\nsampleRatio = 0.25\nparentBased = false\n"
+        let text = minimalConfig + "\n[tracing]\nendpoint = https://otel.example:4318\nserviceName = push-eu\nsampleRatio = 0.25\nparentBased = true\n"
         let configuration = try loadConfig(text, in: try TempDirectory())
         let tracing = try #require(configuration.tracing)
-        #expect(configuration.summaryLines.contains("tracing: OTLP/HTTP to https://otel.example:4318/v1/traces as push-eu, sampleRatio 0.25"))
+        #expect(configuration.summaryLines.contains("tracing: OTLP/HTTP to https://otel.example:4318/v1/traces as push-eu, sampleRatio 0.25, parent-based"))
         #expect(tracing.endpoint == "https://otel.example:4318")
         #expect(tracing.tracesURL == "https://otel.example:4318/v1/traces")
         #expect(tracing.serviceName == "push-eu")
         #expect(tracing.sampleRatio == 0.25)
-        #expect(!tracing.parentBased)
+        #expect(tracing.parentBased)
     }
 
     @Test func defaultsAndEnvironmentAlone() throws {
@@ -32,7 +32,7 @@ struct TracingConfigTests {
         #expect(tracing.tracesURL == "http://collector:4318/v1/traces")
         #expect(tracing.serviceName == "apns-worker")
         #expect(tracing.sampleRatio == 0)
-        #expect(tracing.parentBased)
+        #expect(!tracing.parentBased, "issue 35: a producer's sampled flag is not followed unless the operator says so")
     }
 
     @Test func aURLWithAPathIsTakenAsTheTracesURL() {

@@ -358,6 +358,11 @@ import Testing
         Bad("collapseId with DEL", body(#""collapseId":"ab\u007f""#), field: "collapseId", mentions: "control character at byte 2"),
         Bad("collapseId with a tab", body(#""collapseId":"a\tb""#), field: "collapseId", mentions: "control character"),
         Bad("collapseId with U+001F", body(#""collapseId":"\u001f""#), field: "collapseId", mentions: "control character"),
+        // Issue 35: a blank at either end is an invalid HTTP/2 field value (RFC 9110 §5.5); Apple
+        // resets the stream, so it must end as malformed, not as a retried transport failure.
+        Bad("collapseId with a leading space", body(#""collapseId":" c1""#), field: "collapseId", mentions: "begins or ends with a space"),
+        Bad("collapseId with a trailing space", body(#""collapseId":"c1 ""#), field: "collapseId", mentions: "begins or ends with a space"),
+        Bad("collapseId of one space", body(#""collapseId":" ""#), field: "collapseId", mentions: "begins or ends with a space"),
 
         Bad("id is not a UUID", body(#""id":"job-42""#), field: "id", mentions: "not a canonical UUID"),
         Bad("id with braces", body(#""id":"{6f1d2c1e-6b1a-4e8c-9d6f-0123456789ab}""#), field: "id", mentions: "canonical"),
@@ -497,8 +502,43 @@ import Testing
         #expect(error.message.contains("nesting deeper than 64 levels"))
     }
 
+    /// The shared header-value rule holds for every header a parsed job becomes, whatever its
+    /// text fields held (issue 35): each value passes `UntrustedText.headerValueProblem`.
+    @Test(arguments: [
+        body(#""collapseId":"a b é\u0080","pushType":"voip","priority":5,"expiration":0"#),
+        body(#""collapseId":"ééé","environment":"sandbox","pushType":"location""#),
+        #"{"channel":"dHN0LXNyY2gtY2hubA==","payload":{"aps":{"event":"update"}}}"#,
+    ])
+    func everyHeaderValueOfAParsedJobIsAValidFieldValue(_ body: String) throws {
+        let job = try Self.parse(body).get()
+        let request = HTTP2Request(notification: job.notification, authority: "api.push.apple.com", authorization: "bearer x.y.z")
+        for field in request.headers {
+            #expect(UntrustedText.headerValueProblem(field.value) == nil, "\(field.name): \(field.value)")
+        }
+    }
+
+    @Test(arguments: [(" x", "begins or ends"), ("x\t", "control character at byte 1"), ("a\r\nb", "control character at byte 1"), ("x ", "begins or ends")])
+    func theHeaderValueRuleRefusesBlankEndsAndControlCharacters(_ value: String, _ reason: String) {
+        #expect(UntrustedText.headerValueProblem(value)?.contains(reason) == true)
+    }
+
+    @Test(arguments: ["", "a b", "é", "c1"])
+    func theHeaderValueRuleAcceptsInnerSpacesAndNonASCII(_ value: String) {
+        #expect(UntrustedText.headerValueProblem(value) == nil)
+    }
+
     /// A group job is validated by a probe through `JobParser` (contract §6), so it inherits the
     /// header-injection check: a control character in its `collapseId` makes it malformed.
+    @Test(arguments: [#"" x""#, #""x ""#])
+    func aGroupJobWithABlankAtAnEndOfItsCollapseIdIsMalformed(collapseID: String) {
+        let body = #"{"group":"g","payload":{"aps":{"alert":"x"}},"collapseId":\#(collapseID)}"#
+        guard case .failure(let error) = GroupJobParser.parse(body: Array(body.utf8), messageID: nil) else {
+            Issue.record("accepted \(body)")
+            return
+        }
+        #expect(error.field == "collapseId")
+    }
+
     @Test(arguments: [#""a\r\nb""#, #""\u0000""#, #""x\u007f""#])
     func aGroupJobWithAControlCharacterInItsCollapseIdIsMalformed(collapseID: String) {
         let body = #"{"group":"g","payload":{"aps":{"alert":"x"}},"collapseId":\#(collapseID)}"#

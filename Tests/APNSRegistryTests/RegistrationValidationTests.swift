@@ -67,6 +67,25 @@ import Testing
         }
     }
 
+    /// Issue 35: `at` orders a device's changes, so one from far in the future would make every
+    /// later change lose. At most `maxFutureMilliseconds` ahead of the reader's clock.
+    @Test func anAtFarAheadOfTheClockIsMalformed() throws {
+        let now: Int64 = 1_790_000_000_000
+        func body(_ at: Int64) -> [UInt8] { Array(#"{"op":"unregister","bundleId":"b","token":"ab","at":\#(at)}"#.utf8) }
+        let latest = now + RegistrationMessage.maxFutureMilliseconds
+        #expect(try RegistrationMessage.parse(body: body(latest), now: now).get().at == latest)
+        #expect(try RegistrationMessage.parse(body: body(0), now: now).get().at == 0, "the past is not bounded: messages wait in queues")
+        for at in [latest + 1, Int64.max, now * 1000] {
+            guard case .failure(let error) = RegistrationMessage.parse(body: body(at), now: now) else {
+                Issue.record("accepted at \(at)")
+                continue
+            }
+            #expect(error.field == "at" && error.message.contains("ahead of this worker's clock"), "\(error.message)")
+        }
+        // A clock near the end of time does not overflow.
+        #expect(try RegistrationMessage.parse(body: body(Int64.max), now: Int64.max - 1).get().at == Int64.max)
+    }
+
     @Test func bodiesUpTo64KiBAreReadAndLargerOnesAreMalformed() throws {
         let head = #"{"op":"unregister","bundleId":"b","token":"ab","at":1,"pad":""#
         let fill = { (size: Int) in Array(head.utf8) + [UInt8](repeating: UInt8(ascii: "x"), count: size - head.utf8.count - 2) + Array(#""}"#.utf8) }

@@ -1,7 +1,9 @@
+import AMQPClient
 import APNSConfig
 import APNSCore
 import Foundation
 import Testing
+import TestSupport
 
 @testable import APNSRegistry
 
@@ -92,6 +94,56 @@ struct RegistryStoreTests {
             #expect(try await store.activeDevices(group: "g", after: nil, limit: 10).isEmpty)
             #expect(try await store.apply(.init(op: .register, bundleID: "com.a", token: "aa", group: "g", at: 51)))
             #expect(try await store.activeDevices(group: "g", after: nil, limit: 10).map(\.token) == ["aa"])
+        }
+    }
+
+    /// Issue 35: a registration with `at` = Int64.max, once stored, made every later change to
+    /// the device lose (last writer wins by `at`). It is malformed now, dead-lettered unapplied,
+    /// and the device's next real change applies.
+    @Test func aRegistrationFromTheFarFutureIsDeadAndDoesNotFreezeTheDevice() async throws {
+        let settings = try await TestPostgres.freshDatabase()
+        try await TestPostgres.withStore(settings) { store in
+            try await store.migrate()
+            let handler = RegistrationHandler(store: store, logger: TestPostgres.logger)
+            let broker = InMemoryBroker()
+            try await broker.declareQueue(QueueDeclaration(name: "registry.frozen"))
+            func handle(group: String, at: Int64) async throws -> RegistryDisposition {
+                let body = #"{"op":"register","bundleId":"com.a","token":"aa","group":"\#(group)","at":\#(at)}"#
+                broker.enqueue("registry.frozen", body: Array(body.utf8))
+                return await handler.handle(try #require(try await broker.get(queue: "registry.frozen")))
+            }
+            let now = RegistrationMessage.currentMilliseconds()
+            guard case .ack = try await handle(group: "first", at: now) else { throw TestSupportError("the first registration failed") }
+            guard case .dead(let error) = try await handle(group: "forged", at: Int64.max) else {
+                Issue.record("a registration at Int64.max was not dead-lettered")
+                return
+            }
+            #expect(error.kind == .malformedJob && error.field == "at")
+            #expect(try await store.device(bundleID: "com.a", token: "aa")?.group == "first")
+            guard case .ack = try await handle(group: "second", at: now + 1) else { throw TestSupportError("the later registration failed") }
+            #expect(try await store.device(bundleID: "com.a", token: "aa")?.group == "second", "the device still takes changes")
+        }
+    }
+
+    /// Issue 35: one mark with a value PostgreSQL refuses (a NUL in Apple's reason) used to fail
+    /// the whole batch at every flush, so no device was marked again. Now it alone is dropped
+    /// (and logged), the others are applied, and nothing is left pending.
+    @Test func aMarkPostgreSQLRefusesDoesNotHoldBackTheOthers() async throws {
+        let settings = try await TestPostgres.freshDatabase()
+        try await TestPostgres.withStore(settings) { store in
+            try await store.migrate()
+            for token in ["01", "02", "03"] {
+                try await store.apply(.init(op: .register, bundleID: "com.a", token: token, group: "g", at: 1_000))
+            }
+            let recorder = RegistryRecorder(store: store, flushInterval: .seconds(3600), logger: TestPostgres.logger)
+            recorder.tokenInvalid(bundleID: "com.a", token: try #require(DeviceToken(hex: "01")), reason: "Unregistered", timestamp: 2_000)
+            recorder.tokenInvalid(bundleID: "com.a", token: try #require(DeviceToken(hex: "02")), reason: "Bad\u{0}Reason", timestamp: 2_000)
+            recorder.tokenInvalid(bundleID: "com.a", token: try #require(DeviceToken(hex: "03")), reason: "BadDeviceToken", timestamp: 2_000)
+            #expect(await recorder.flush())
+            #expect(recorder.pending.marks == 0, "the refused mark is not retried for ever")
+            #expect(try await store.device(bundleID: "com.a", token: "01")?.invalidReason == "Unregistered")
+            #expect(try await store.device(bundleID: "com.a", token: "02")?.state == .active)
+            #expect(try await store.device(bundleID: "com.a", token: "03")?.invalidReason == "BadDeviceToken")
         }
     }
 

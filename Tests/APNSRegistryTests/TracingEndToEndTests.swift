@@ -117,7 +117,9 @@ struct TracingEndToEndTests {
         let tracer = try producer(receiver)
         let client = try await APNSWorkerClient.connect(urls: [try TestBroker.require().amqpURL], instrument: tracer)
         try await harness.withWorkers([]) { _ in
-            let worker = try startWorker(harness, tracing: "endpoint = \(receiver.endpoint)\nserviceName = apns-worker-e2e", name: "traced")
+            // A producer the operator trusts: its span is the parent (issue 35 made that opt-in).
+            let worker = try startWorker(
+                harness, tracing: "endpoint = \(receiver.endpoint)\nserviceName = apns-worker-e2e\nparentBased = true", name: "traced")
             defer { worker.kill9() }
             try await client.publish(Registration.register(bundleID: universal, token: tokens[0], group: group))
             try await client.publish(Registration.register(bundleID: iphone, token: tokens[1], group: group))
@@ -176,14 +178,42 @@ struct TracingEndToEndTests {
         await receiver.stop()
     }
 
-    @Test func sampleRatioZeroExportsNothingAndWithoutAnEndpointNothingIsExported() async throws {
+    /// Issue 35, the default (`parentBased = false`): the job's span is the root of a trace of
+    /// the worker's own, with a link to the producer's span, so the trace stays reachable while
+    /// the producer's sampled flag decides nothing.
+    @Test func byDefaultAJobSpanStartsItsOwnTraceLinkedToTheProducers() async throws {
         let harness = try await RegistryHarness.start()
         let receiver = try await Receiver.start(in: harness.directory)
         let bundle = harness.bundles[0]
         let tracer = try producer(receiver)
         let client = try await APNSWorkerClient.connect(urls: [try TestBroker.require().amqpURL], instrument: tracer)
         try await harness.withWorkers([]) { _ in
-            for (index, tracing) in ["endpoint = \(receiver.endpoint)\nsampleRatio = 0\nparentBased = false", nil].enumerated() {
+            let worker = try startWorker(harness, tracing: "endpoint = \(receiver.endpoint)", name: "linked")
+            defer { worker.kill9() }
+            let producer = try await Self.publishInSpan(
+                tracer, client, [NotificationJob(bundleID: bundle, token: RegistryHarness.token(30), payload: .alert("Hi"))])
+            try await waitUntil("the job delivered", timeout: .seconds(120)) { harness.accepted(bundle).count == 1 }
+            await harness.stop(worker)
+            let spans = try receiver.spans()
+            let job = try #require(spans.first { $0.name == "process \(TopologyNames.workQueue(bundle))" }, "\(spans.map(\.name))")
+            #expect(job.traceId != producer.traceID)
+            #expect(job.parentSpanId.isEmpty || job.parentSpanId == String(repeating: "0", count: 16), "a root: \(job.parentSpanId)")
+            #expect(job.links.contains { $0.traceId == producer.traceID && $0.spanId == producer.spanID }, "\(job.links)")
+            #expect(Set(spans.filter { $0.parentSpanId == job.spanId }.map(\.name)) == ["parse", "send", "settle"])
+        }
+        await client.close()
+        await receiver.stop()
+    }
+
+    @Test func sampleRatioZeroExportsNothingWhateverTheProducerSampledAndWithoutAnEndpointNothingIsExported() async throws {
+        let harness = try await RegistryHarness.start()
+        let receiver = try await Receiver.start(in: harness.directory)
+        let bundle = harness.bundles[0]
+        let tracer = try producer(receiver)
+        let client = try await APNSWorkerClient.connect(urls: [try TestBroker.require().amqpURL], instrument: tracer)
+        try await harness.withWorkers([]) { _ in
+            // Issue 35: by default the producer's sampled flag does not force sampling.
+            for (index, tracing) in ["endpoint = \(receiver.endpoint)\nsampleRatio = 0", nil].enumerated() {
                 let worker = try startWorker(harness, tracing: tracing, name: "worker-\(index)")
                 defer { worker.kill9() }
                 _ = try await Self.publishInSpan(

@@ -17,8 +17,10 @@ public func fuzzRegistrationMain(_ argc: CInt, _ argv: UnsafeMutablePointer<Unsa
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzRegistration(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let body = Array(UnsafeBufferPointer(start: data, count: size))
-    let result = RegistrationMessage.parse(body: body)
-    guard RegistrationMessage.parse(body: body) == result else { fatalError("RegistrationMessage.parse gave two answers for one body") }
+    // A fixed clock, so the two answers compare (`at` is bounded by the reader's clock).
+    let now: Int64 = 1_790_000_000_000
+    let result = RegistrationMessage.parse(body: body, now: now)
+    guard RegistrationMessage.parse(body: body, now: now) == result else { fatalError("RegistrationMessage.parse gave two answers for one body") }
     switch result {
     case .failure(let error):
         guard error.reason == "MalformedJob" else { fatalError("a refusal that is not MalformedJob: \(error)") }
@@ -35,6 +37,7 @@ public func fuzzRegistration(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt 
             guard message.group == nil else { fatalError("an unregister kept a group") }
         }
         guard message.at >= 0 else { fatalError("accepted a negative at") }
+        guard message.at <= now + RegistrationMessage.maxFutureMilliseconds else { fatalError("accepted an at too far ahead of the clock") }
     }
     return 0
 }
