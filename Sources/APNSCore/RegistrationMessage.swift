@@ -7,7 +7,7 @@
 /// Decisions where the contract is silent: `null` means absent; unknown fields are ignored; a
 /// token is 2 to `maxTokenHexDigits` hex digits of whole bytes (stored lower case; Apple's tokens
 /// are 32 bytes, documented as variable, 100 bytes leaves room); `group` on an unregister is
-/// ignored; `at` must be 0 or more.
+/// ignored; `at` must be a whole number (`1e3` counts, as in JSON Schema) of 0 or more.
 public struct RegistrationMessage: Sendable, Hashable {
     public enum Operation: String, Sendable, Hashable {
         case register, unregister
@@ -82,7 +82,7 @@ public struct RegistrationMessage: Sendable, Hashable {
             environment = env
         }
         guard let atValue = fields["at"], atValue != .null else { throw malformed("at", "is required") }
-        guard case .integer(let at) = atValue, at >= 0 else {
+        guard let at = atValue.wholeNumberValue, at >= 0 else {
             throw malformed("at", "must be an integer (ms since the epoch), got \(atValue.typeName)")
         }
         return RegistrationMessage(op: op, bundleID: bundleID, token: token, group: group, environment: environment, at: at)

@@ -17,7 +17,7 @@ struct ContractCorpusTests {
     /// (an empty string when the parser names none).
     typealias Parser = @Sendable ([UInt8]) -> String??
 
-    /// The kinds the worker reads, each with its parser. Feedback events and dead-letter headers
+    /// The kinds the worker reads, each with its parser. Feedback events, dead-letter headers and retry headers
     /// are what the worker writes: their examples are checked against the schemas only.
     static let parsers: [String: Parser] = [
         "job": { body in
@@ -31,7 +31,7 @@ struct ContractCorpusTests {
         "registration": { body in verdict(RegistrationMessage.parse(body: body)) },
         "fleet-message": { body in FleetMessage.decode(body) == nil ? .some("") : .some(nil) },
     ]
-    static let schemaOnly: Set<String> = ["feedback-event", "dead-letter-headers"]
+    static let schemaOnly: Set<String> = ["feedback-event", "dead-letter-headers", "retry-headers"]
 
     static func verdict<T>(_ result: Result<T, JobError>) -> String?? {
         switch result {
