@@ -7,7 +7,9 @@ would be such a schema).
 
     python check-asyncapi.py SCHEMA_DIR CORPUS_DIR
         every `<kind>/valid-*.json` of the corpus must validate against `<kind>.schema.json`
-        and every `<kind>/invalid-<field>--<rule>.json` must not. The worker's own parsers read
+        and every `<kind>/invalid-<field>--<rule>.json` must not; nor must a
+        `schema-stricter-<field>--<why>.json`, which the worker accepts: a UTF-8 byte limit
+        JSON Schema can only approximate from below (it counts characters). The worker's own parsers read
         the same corpus in ContractCorpusTests (swift test): schema and parser cannot drift apart.
     python check-asyncapi.py SCHEMA_DIR --captured DIR
         every `<kind>/*.json` under DIR, messages the worker itself wrote during the tests
@@ -89,8 +91,8 @@ def check_corpus(schemas, corpus):
             cases += 1
             errors = judge.errors(load(os.path.join(folder, name)), f"{kind}/{name}")
             expected_valid = name.startswith("valid-")
-            if not expected_valid and not name.startswith("invalid-"):
-                print(f"check-asyncapi: FAIL: {kind}/{name}: name neither valid-… nor invalid-…", file=sys.stderr)
+            if not expected_valid and not name.startswith(("invalid-", "schema-stricter-")):
+                print(f"check-asyncapi: FAIL: {kind}/{name}: name neither valid-…, invalid-… nor schema-stricter-…", file=sys.stderr)
                 failures += 1
             elif expected_valid and errors:
                 print(f"check-asyncapi: FAIL: {kind}/{name} should validate: {errors[0].json_path}: {errors[0].message}", file=sys.stderr)

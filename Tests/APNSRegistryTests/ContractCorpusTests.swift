@@ -1,9 +1,12 @@
 // The examples of docs/asyncapi-examples/ through the worker's own parsers: every `valid-*.json`
 // must parse, every `invalid-<field>--<rule>.json` must be refused for <field>. The same files
 // go through the JSON Schemas of docs/schemas/ in scripts/check-asyncapi.sh, so a schema and a
-// parser that disagree fail one side or the other. Cases for contract rules the parsers do not
-// enforce yet are listed, with the rule, in docs/asyncapi-examples/pending-parser-rules.txt; a
-// listed case the parser now gets right fails until it is taken off the list.
+// parser that disagree fail one side or the other. A `schema-stricter-*.json` is text within a
+// UTF-8 byte limit that the schema, counting characters, refuses: the parser must accept it
+// (scripts/check-asyncapi.py checks that the schema refuses it). Cases for contract rules the
+// parsers do not enforce yet are listed, with the rule, in
+// docs/asyncapi-examples/pending-parser-rules.txt; a listed case the parser now gets right fails
+// until it is taken off the list.
 import APNSCore
 import APNSRegistry
 import Foundation
@@ -62,8 +65,8 @@ struct ContractCorpusTests {
                     let rest = name.dropFirst("invalid-".count)
                     guard let separator = rest.range(of: "--") else { throw TestSupportError("\(kind)/\(file): name it invalid-<field>--<rule>") }
                     field = String(rest[..<separator.lowerBound])
-                } else if !name.hasPrefix("valid-") {
-                    throw TestSupportError("\(kind)/\(file): name it valid-… or invalid-<field>--<rule>")
+                } else if !name.hasPrefix("valid-") && !name.hasPrefix("schema-stricter-") {
+                    throw TestSupportError("\(kind)/\(file): name it valid-…, invalid-<field>--<rule> or schema-stricter-<field>--<why>")
                 }
                 cases.append(Case(kind: kind, name: name, body: body, faultyField: field))
             }
