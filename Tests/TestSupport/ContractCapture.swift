@@ -1,7 +1,8 @@
-/// Keeps the messages the worker really wrote during the tests (dead letters' headers, retries'
-/// headers, feedback events, fan-out jobs: from the end-to-end suites, and from `OutcomeRouter`
-/// in OutcomeRouterTests for the routes no end-to-end test reads back) in `APNS_TEST_CAPTURE_DIR`, one JSON file per
-/// message under `<kind>/`, named after docs/schemas/<kind>.schema.json. `scripts/test` sets the
+/// Keeps the messages the worker really wrote during the tests in `APNS_TEST_CAPTURE_DIR`, one
+/// JSON file per message under `<kind>/`, named after docs/schemas/<kind>.schema.json: dead
+/// letters' and retries' headers, feedback events, fan-out jobs and heartbeats, from the
+/// end-to-end suites, from `OutcomeRouter` in OutcomeRouterTests (the routes no end-to-end test
+/// reads back) and from `FleetService` in FleetAndFeedbackSeamTests. `scripts/test` sets the
 /// directory and then runs `scripts/check-asyncapi.sh --captured` on it, so a schema that refuses
 /// something the worker writes fails the run (issue 36). Unset, nothing is written.
 import AMQPClient
@@ -20,6 +21,8 @@ public enum ContractCapture {
     public static let retryHeaders = "retry-headers"
     public static let feedbackEvent = "feedback-event"
     public static let job = "job"
+    /// A heartbeat, pause or resume on `apns.fleet`.
+    public static let fleetMessage = "fleet-message"
 
     /// Records what `queue` held, when it is a queue the worker writes to: a dead or retry queue
     /// (the headers), or a feedback queue (the body).
