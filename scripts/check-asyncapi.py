@@ -108,7 +108,7 @@ def check_corpus(schemas, corpus):
 
 def check_captured(schemas, captured, expected_kinds):
     failures = cases = 0
-    seen = set()
+    seen = {}
     for kind in sorted(os.listdir(captured)):
         folder = os.path.join(captured, kind)
         if not os.path.isdir(folder):
@@ -118,12 +118,13 @@ def check_captured(schemas, captured, expected_kinds):
             if not name.endswith(".json"):
                 continue
             cases += 1
-            seen.add(kind)
+            seen[kind] = seen.get(kind, 0) + 1
             errors = judge.errors(load(os.path.join(folder, name)), f"{kind}/{name}")
             if errors:
                 print(f"check-asyncapi: FAIL: the worker wrote {kind}/{name}, which its schema refuses: {errors[0].json_path}: {errors[0].message}", file=sys.stderr)
                 failures += 1
-    for kind in sorted(set(expected_kinds) - seen):
+    print("check-asyncapi: captured: " + (", ".join(f"{n} {kind}" for kind, n in sorted(seen.items())) or "nothing"))
+    for kind in sorted(set(expected_kinds) - set(seen)):
         print(f"check-asyncapi: FAIL: no captured {kind}: the tests that write it did not run or wrote nothing", file=sys.stderr)
         failures += 1
     return failures, cases
