@@ -27,6 +27,18 @@ public enum JSONValue: Sendable, Hashable {
         return nil
     }
 
+    /// The value as a whole number that fits `Int64`, however it is written: `10`, `10.0` and
+    /// `1e1` alike. The contract's integer fields follow JSON Schema's "integer" (any number
+    /// whose fraction is zero), so that what docs/schemas/ accepts the parsers accept too;
+    /// nil for a fraction, a value beyond `Int64` or anything but a number.
+    public var wholeNumberValue: Int64? {
+        switch self {
+        case .integer(let i): return i
+        case .number(let d): return Int64(exactly: d)
+        default: return nil
+        }
+    }
+
     /// The JSON type name, for error messages ("expected an integer, got a string").
     public var typeName: String {
         switch self {

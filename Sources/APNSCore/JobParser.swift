@@ -5,6 +5,8 @@ import Foundation
 ///
 /// Decisions where the contract is silent:
 /// - `null` for an optional field means the field is absent; `collapseId: ""` means no collapse id.
+/// - `priority` and `expiration` are integers as JSON Schema counts them: `10.0` and `1e3` are
+///   whole numbers and accepted (docs/schemas/ can only say "integer", not how it is written).
 /// - Duplicate keys anywhere in the body make it malformed: what we validate must be what Apple sees.
 /// - The payload is sent with its original key order, escapes and number lexemes; only the
 ///   whitespace between tokens is removed, and the size limit applies to those compact bytes.
@@ -136,7 +138,7 @@ public enum JobParser {
         // priority
         let priority: Int
         if let value = present("priority")?.value {
-            guard case .integer(let p) = value else {
+            guard let p = value.wholeNumberValue else {
                 throw .malformed("priority", "must be an integer, got \(value.typeName)")
             }
             switch transport {
@@ -155,7 +157,7 @@ public enum JobParser {
         // expiration
         var expiration: Int? = nil
         if let value = present("expiration")?.value {
-            guard case .integer(let e) = value else {
+            guard let e = value.wholeNumberValue else {
                 throw .malformed("expiration", "must be an integer (UNIX seconds), got \(value.typeName)")
             }
             guard e >= 0 else { throw .malformed("expiration", "must be 0 or more, got \(e)") }

@@ -9,7 +9,7 @@ import Foundation
 /// Decisions where the contract is silent: `null` means absent; unknown fields are ignored; a
 /// token is 2 to `maxTokenHexDigits` hex digits of whole bytes (stored lower case; Apple's tokens
 /// are 32 bytes, documented as variable, 100 bytes leaves room); `group` on an unregister is
-/// ignored; `at` must be 0 or more and at most `maxFutureMilliseconds` ahead of the clock of
+/// ignored; `at` must be a whole number (`1e3` counts, as in JSON Schema) of 0 or more and at most `maxFutureMilliseconds` ahead of the clock of
 /// whoever parses it (issue 35: a device's changes apply in `at` order, so an `at` of
 /// `Int64.max` would make every later change to the device lose, for ever). Only the future is
 /// bounded: a message waits in a queue, so it is read later than it was written, never earlier,
@@ -96,7 +96,7 @@ public struct RegistrationMessage: Sendable, Hashable {
             environment = env
         }
         guard let atValue = fields["at"], atValue != .null else { throw malformed("at", "is required") }
-        guard case .integer(let at) = atValue, at >= 0 else {
+        guard let at = atValue.wholeNumberValue, at >= 0 else {
             throw malformed("at", "must be an integer (ms since the epoch), got \(atValue.typeName)")
         }
         let latest = now.addingReportingOverflow(maxFutureMilliseconds)

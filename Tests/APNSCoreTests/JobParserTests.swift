@@ -341,7 +341,8 @@ import Testing
         Bad("priority 7", body(#""priority":7"#), field: "priority", mentions: "must be 10, 5 or 1, got 7"),
         Bad("priority 0", body(#""priority":0"#), field: "priority", mentions: "got 0"),
         Bad("priority as a string", body(#""priority":"10""#), field: "priority", mentions: "must be an integer, got a string"),
-        Bad("priority as a fraction", body(#""priority":10.0"#), field: "priority", mentions: "got a number"),
+        Bad("priority as a fraction", body(#""priority":10.5"#), field: "priority", mentions: "got a number"),
+        Bad("priority beyond Int64", body(#""priority":1e300"#), field: "priority", mentions: "got a number"),
         Bad("priority 1 on binary", body(#""priority":1"#), transport: .binary, field: "priority", mentions: "10 or 5 on the binary transport"),
 
         Bad("negative expiration", body(#""expiration":-1"#), field: "expiration", mentions: "must be 0 or more"),
@@ -377,6 +378,17 @@ import Testing
         Bad("userInfo is an array", body(#""userInfo":[1]"#), field: "userInfo", mentions: "must be an object"),
         Bad("userInfo is a string", body(#""userInfo":"x""#), field: "userInfo", mentions: "got a string"),
     ]
+
+    /// JSON Schema's "integer" (docs/schemas/) is any number without a fraction, however it is
+    /// written: the parser agrees, so `10.0` and `1e3` are the integers 10 and 1000.
+    @Test func integerFieldsAcceptWholeNumbersWrittenWithAFractionOrExponent() throws {
+        let job = try Self.parse(Self.body(#""priority":10.0,"expiration":1e3"#)).get()
+        #expect(job.priority == 10)
+        #expect(job.expiration == 1000)
+        let low = try Self.parse(Self.body(#""priority":5E0,"expiration":0.0"#)).get()
+        #expect(low.priority == 5)
+        #expect(low.expiration == 0)
+    }
 
     @Test(arguments: badBodies)
     func rejectsBadBody(_ bad: Bad) {

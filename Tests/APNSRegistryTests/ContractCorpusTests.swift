@@ -1,9 +1,12 @@
 // The examples of docs/asyncapi-examples/ through the worker's own parsers: every `valid-*.json`
 // must parse, every `invalid-<field>--<rule>.json` must be refused for <field>. The same files
 // go through the JSON Schemas of docs/schemas/ in scripts/check-asyncapi.sh, so a schema and a
-// parser that disagree fail one side or the other. Cases for contract rules the parsers do not
-// enforce yet are listed, with the rule, in docs/asyncapi-examples/pending-parser-rules.txt; a
-// listed case the parser now gets right fails until it is taken off the list.
+// parser that disagree fail one side or the other. A `schema-stricter-*.json` is text within a
+// UTF-8 byte limit that the schema, counting characters, refuses: the parser must accept it
+// (scripts/check-asyncapi.py checks that the schema refuses it). Cases for contract rules the
+// parsers do not enforce yet are listed, with the rule, in
+// docs/asyncapi-examples/pending-parser-rules.txt; a listed case the parser now gets right fails
+// until it is taken off the list.
 import APNSCore
 import APNSRegistry
 import Foundation
@@ -17,7 +20,7 @@ struct ContractCorpusTests {
     /// (an empty string when the parser names none).
     typealias Parser = @Sendable ([UInt8]) -> String??
 
-    /// The kinds the worker reads, each with its parser. Feedback events and dead-letter headers
+    /// The kinds the worker reads, each with its parser. Feedback events, dead-letter headers and retry headers
     /// are what the worker writes: their examples are checked against the schemas only.
     static let parsers: [String: Parser] = [
         "job": { body in
@@ -31,7 +34,7 @@ struct ContractCorpusTests {
         "registration": { body in verdict(RegistrationMessage.parse(body: body)) },
         "fleet-message": { body in FleetMessage.decode(body) == nil ? .some("") : .some(nil) },
     ]
-    static let schemaOnly: Set<String> = ["feedback-event", "dead-letter-headers"]
+    static let schemaOnly: Set<String> = ["feedback-event", "dead-letter-headers", "retry-headers"]
 
     static func verdict<T>(_ result: Result<T, JobError>) -> String?? {
         switch result {
@@ -62,8 +65,8 @@ struct ContractCorpusTests {
                     let rest = name.dropFirst("invalid-".count)
                     guard let separator = rest.range(of: "--") else { throw TestSupportError("\(kind)/\(file): name it invalid-<field>--<rule>") }
                     field = String(rest[..<separator.lowerBound])
-                } else if !name.hasPrefix("valid-") {
-                    throw TestSupportError("\(kind)/\(file): name it valid-… or invalid-<field>--<rule>")
+                } else if !name.hasPrefix("valid-") && !name.hasPrefix("schema-stricter-") {
+                    throw TestSupportError("\(kind)/\(file): name it valid-…, invalid-<field>--<rule> or schema-stricter-<field>--<why>")
                 }
                 cases.append(Case(kind: kind, name: name, body: body, faultyField: field))
             }

@@ -77,6 +77,7 @@ struct RegistryEndToEndTests {
         for (queue, body, field) in [(TopologyNames.registryDead, badRegistration, "token"), (TopologyNames.groupsDead, badGroupJob, "priority")] {
             let dead = try #require(try await harness.connection.get(queue: queue))
             await harness.connection.ack(dead)
+            ContractCapture.record(dead, from: queue)
             #expect(dead.message.body == Array(body.utf8))
             let headers = dead.message.properties.headers ?? [:]
             #expect(headers[JobHeaders.reason]?.stringValue == "MalformedJob")
@@ -183,6 +184,7 @@ struct RegistryEndToEndTests {
         func drainSink() async throws {
             while let delivery = try await harness.connection.get(queue: sink) {
                 ids.append(delivery.message.properties.messageID ?? "")
+                ContractCapture.record(kind: ContractCapture.job, json: delivery.message.body)
                 await harness.connection.ack(delivery)
             }
         }

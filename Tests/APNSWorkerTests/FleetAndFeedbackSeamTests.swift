@@ -68,6 +68,7 @@ struct FleetServiceSeamTests {
         try await Self.fleet(broker, member).publishHeartbeat()
 
         let message = try #require(broker.published.first)
+        ContractCapture.record(kind: ContractCapture.fleetMessage, json: message.body)
         #expect(message.exchange == TopologyNames.fleetExchange)
         #expect(message.properties.expiration == "300")
         guard case .heartbeat(let instance) = FleetMessage.decode(message.body) else {
@@ -152,6 +153,7 @@ struct FleetServiceSeamTests {
         #expect(member.pausedBundles == ["com.example.a"])
         #expect(broker.queueNames().contains(TopologyNames.pauseMarker("com.example.a")))
         let control = try #require(broker.published.last)
+        ContractCapture.record(kind: ContractCapture.fleetMessage, json: control.body)
         guard case .pause(let bundle) = FleetMessage.decode(control.body) else {
             Issue.record("not a pause message")
             return

@@ -2,6 +2,7 @@ import AMQPClient
 import APNSCore
 import Foundation
 import Testing
+import TestSupport
 
 @testable import APNSWorker
 
@@ -30,6 +31,7 @@ import Testing
     @Test func invalidTokenPublishesFeedbackWithApplesTimestamp() throws {
         let route = router.route(.invalidToken(reason: "Unregistered", timestamp: 1_699_999_999_123), job: job(), now: now)
         guard case .publishThenAck(let message, let end) = route else { Issue.record("expected a publish"); return }
+        ContractCapture.record(message)
         #expect(end == .invalidToken)
         #expect(message.exchange == "apns.feedback")
         #expect(message.routingKey == bundle)
@@ -44,6 +46,7 @@ import Testing
     @Test func feedbackServiceTupleIsUnregisteredWithItsTimeInMillisecondsAndNoJob() throws {
         let tuple = FeedbackTuple(timestamp: 1_700_000_000, deviceToken: Array(repeating: 0xAB, count: 32))
         let message = OutcomeRouter.feedbackServiceEvent(bundleID: bundle, tuple)
+        ContractCapture.record(message)
         #expect(message.exchange == "apns.feedback")
         #expect(message.routingKey == bundle)
         #expect(message.mandatory)
@@ -58,6 +61,7 @@ import Testing
     @Test func binaryInvalidTokenHasNullTimestamp() throws {
         let route = router.route(.invalidToken(reason: "InvalidToken", timestamp: nil), job: job(), now: now)
         guard case .publishThenAck(let message, _) = route else { Issue.record("expected a publish"); return }
+        ContractCapture.record(message)
         let text = String(decoding: message.body, as: UTF8.self)
         #expect(text.contains(#""timestamp":null"#))
     }
@@ -72,6 +76,7 @@ import Testing
     func retryGoesToTheQueueOfTheNextDelay(previous: Int32?, queue: String, attempt: Int32) {
         let route = router.route(.retry(reason: "ServiceUnavailable", status: 503), job: job(attempt: previous), now: now)
         guard case .publishThenAck(let message, let end) = route else { Issue.record("expected a publish"); return }
+        ContractCapture.record(message)
         #expect(end == .retry)
         #expect(message.exchange == "")
         #expect(message.routingKey == queue)
@@ -86,6 +91,7 @@ import Testing
     @Test func retriesExhaustedAfterMaxAttempts() {
         let route = router.route(.retry(reason: "InternalServerError", status: 500), job: job(attempt: 5), now: now)
         guard case .publishThenAck(let message, let end) = route else { Issue.record("expected a publish"); return }
+        ContractCapture.record(message)
         #expect(end == .dead)
         #expect(message.routingKey == "apns.com.example.app.dead")
         let headers = message.properties.headers ?? [:]
@@ -100,6 +106,7 @@ import Testing
         let original = job(extraHeaders: ["trace": .string("t-1")])
         let route = router.route(.dead(reason: "PayloadTooLarge", status: 413, detail: "payload\nis 5000 bytes"), job: original, now: now)
         guard case .publishThenAck(let message, _) = route else { Issue.record("expected a publish"); return }
+        ContractCapture.record(message)
         #expect(message.body == original.message.body)
         var expected = original.message.properties
         expected.headers = message.properties.headers
@@ -116,6 +123,7 @@ import Testing
     @Test func malformedIsDeadWithStatusZero() {
         let route = router.routeMalformed(job: job(), reason: "MalformedJob", detail: "token: not hexadecimal", now: now)
         guard case .publishThenAck(let message, _) = route else { Issue.record("expected a publish"); return }
+        ContractCapture.record(message)
         #expect(message.properties.headers?[JobHeaders.status] == .int32(0))
         #expect(message.properties.headers?[JobHeaders.attempts] == .int32(0))
         #expect(message.properties.headers?[JobHeaders.reason] == .string("MalformedJob"))
@@ -129,6 +137,7 @@ import Testing
         let original = job(attempt: 2, extraHeaders: [JobHeaders.deliveryCount: .int64(3), "trace": .string("t-1")])
         let route = router.route(.held(reason: reason, status: 403), job: original, now: now)
         guard case .publishThenAck(let message, let end) = route else { Issue.record("expected a publish"); return }
+        ContractCapture.record(message)
         #expect(end == .held)
         #expect(message.exchange == "" && message.routingKey == "apns.com.example.app")
         #expect(message.body == original.message.body)
@@ -142,6 +151,7 @@ import Testing
             guard case .publishThenAck(let message, _) = router.route(outcome, job: original, now: now) else {
                 Issue.record("expected a publish"); return
             }
+            ContractCapture.record(message)
             #expect(message.properties.headers?[JobHeaders.deliveryCount] == nil)
         }
     }
@@ -149,6 +159,7 @@ import Testing
     @Test func deliveryLimitExceededIsDeadUnread() {
         let route = router.routeDeliveryLimitExceeded(job: job(attempt: 1), deliveries: 21, maxDeliveries: 20, now: now)
         guard case .publishThenAck(let message, let end) = route else { Issue.record("expected a publish"); return }
+        ContractCapture.record(message)
         #expect(end == .dead)
         #expect(message.routingKey == "apns.com.example.app.dead")
         let headers = message.properties.headers ?? [:]
@@ -163,9 +174,31 @@ import Testing
         guard case .publishThenAck(let message, let end) = router.routeGated(job: job(attempt: 2)) else {
             Issue.record("expected a publish"); return
         }
+        ContractCapture.record(message)
         #expect(end == .gated)
         #expect(message.routingKey == "apns.com.example.app.retry.10s")
         #expect(message.properties.headers?[JobHeaders.attempt] == .int32(2))
+    }
+
+    /// What docs/schemas/ once refused (issue 36): a job dead before any attempt says 0 attempts,
+    /// and a job the gate sends back before its first attempt carries `x-apns-attempt` 0.
+    @Test func messagesAboutAJobNeverSentCountNoAttempt() {
+        let fresh = job()
+        let deadRoutes = [
+            router.routeMalformed(job: fresh, reason: "MalformedJob", detail: "collapseId: is 80 bytes; at most 64", now: now),
+            router.routeDeliveryLimitExceeded(job: fresh, deliveries: 21, maxDeliveries: 20, now: now),
+        ]
+        for route in deadRoutes {
+            guard case .publishThenAck(let message, let end) = route else { Issue.record("expected a publish"); return }
+            ContractCapture.record(message)
+            #expect(end == .dead)
+            #expect(message.properties.headers?[JobHeaders.attempts] == .int32(0))
+            #expect(message.properties.headers?[JobHeaders.status] == .int32(0))
+        }
+        guard case .publishThenAck(let gated, let end) = router.routeGated(job: fresh) else { Issue.record("expected a publish"); return }
+        ContractCapture.record(gated)
+        #expect(end == .gated)
+        #expect(gated.properties.headers?[JobHeaders.attempt] == .int32(0))
     }
 
     @Test func attemptHeaderToleratesOtherEncodings() {
@@ -184,6 +217,7 @@ import Testing
         for outcome in [Outcome.retry(reason: "InternalServerError", status: 500), .dead(reason: "BadPriority", status: 400, detail: "x"), .delivered] {
             let route = router.route(outcome, job: hostile, now: now)
             guard case .publishThenAck(let message, _) = route else { continue }
+            ContractCapture.record(message)
             let headers = message.properties.headers ?? [:]
             #expect(headers[JobHeaders.attempt] == .int32(1) || headers[JobHeaders.attempts] == .int32(1))
         }
@@ -196,6 +230,7 @@ import Testing
         guard case .publishThenAck(let message, let end) = router.route(.retry(reason: "x", status: 500), job: context, now: now) else {
             Issue.record("expected a publish"); return
         }
+        ContractCapture.record(message)
         #expect(end == .dead)
         #expect(message.properties.headers?[JobHeaders.attempts] == .int32(Int32.max))
     }

@@ -215,11 +215,13 @@ final class WorkerHarness: Sendable {
 
     // MARK: - Looking at the outcome
 
-    /// Takes every message now in `queue` (acked: the test owns these queues).
+    /// Takes every message now in `queue` (acked: the test owns these queues), keeping what the
+    /// worker wrote for the schema check (`ContractCapture`).
     func drain(_ queue: String) async throws -> [AMQPDelivery] {
         var out: [AMQPDelivery] = []
         while let delivery = try await connection.get(queue: queue) {
             out.append(delivery)
+            ContractCapture.record(delivery, from: queue, isFeedback: queue == feedbackQueue)
             await connection.ack(delivery)
         }
         return out
