@@ -34,10 +34,18 @@ struct FleetGraph {
     var plotWidth: Double { width - left - right }
     var plotHeight: Double { height - top - bottom }
 
-    /// The y axis's top: the highest rate rounded up to 1, 2 or 5 × a power of ten (at least 1 job/s).
+    /// The y axis's top: the highest rate rounded up to 1, 2 or 5 × a power of ten (at least 1
+    /// job/s, at most the round number above `FleetRates.maxPerSecond`). Points may be built by
+    /// hand, so a rate that is not finite or is beyond the cap is taken as the cap.
     var yMax: Double {
-        let highest = points.flatMap(\.perSecond.values).max() ?? 0
+        let highest = points.flatMap(\.perSecond.values).map(Self.bounded).max() ?? 0
         return Self.niceCeiling(max(highest, 1))
+    }
+
+    /// A rate as drawn: 0 when not a number or negative, at most `FleetRates.maxPerSecond`.
+    static func bounded(_ rate: Double) -> Double {
+        guard !rate.isNaN else { return 0 }
+        return min(max(rate, 0), FleetRates.maxPerSecond)
     }
 
     static func niceCeiling(_ value: Double) -> Double {
@@ -51,7 +59,7 @@ struct FleetGraph {
         return left + plotWidth * Double(index) / Double(points.count - 1)
     }
 
-    func y(_ rate: Double) -> Double { top + plotHeight * (1 - min(rate, yMax) / yMax) }
+    func y(_ rate: Double) -> Double { top + plotHeight * (1 - min(Self.bounded(rate), yMax) / yMax) }
 
     /// SVG `points` of one end's polyline.
     func polyline(_ end: FleetEnd) -> String {
@@ -98,8 +106,12 @@ struct FleetGraph {
         return placed
     }
 
+    /// `0/s`, `2.5/s`, `120/s`. Whole numbers go through `Int`, so the value is bounded first
+    /// (`Int(_:)` traps beyond `Int.max`: issue 35's forged heartbeats killed the process here).
     static func rateLabel(_ value: Double) -> String {
-        value >= 10 || value == value.rounded() ? "\(Int(value.rounded()))/s" : String(format: "%.1f/s", value)
+        // Above the cap, not at it: the axis's top (1e16 for the cap of 2^53) keeps its label.
+        let value = value.isNaN ? 0 : min(max(value, 0), 1e18)
+        return value >= 10 || value == value.rounded() ? "\(Int(value.rounded()))/s" : String(format: "%.1f/s", value)
     }
 
     static func format(_ value: Double) -> String { String(format: "%.1f", value) }

@@ -162,7 +162,9 @@ struct StatusPage {
             "publishedAt": job.publishedAt.map(Self.timestamp) ?? "-",
             "token": job.tokenRedacted ?? "-",
             "error": job.error ?? "",
-            "body": JobInspection.redactingToken(job.body),
+            // The listing read at most 64 KiB of the body (contract §5): only that part is redacted and shown.
+            "body": JobInspection.redactingToken(job.body)
+                + (job.bodySize.map { " … [cut: the first \(QueueInspector.listedBodyBytes) of \($0) bytes; `dead show` or `retry show` gives it whole]" } ?? ""),
         ]
         // A job without an id cannot be selected for a requeue or purge: no buttons.
         if let jobID = job.jobID, let encoded = jobID.addingPercentEncoding(withAllowedCharacters: .urlPathSegmentAllowed) {
