@@ -34,25 +34,11 @@ struct FleetGraph {
     var plotWidth: Double { width - left - right }
     var plotHeight: Double { height - top - bottom }
 
-    /// The y axis's top: the highest rate rounded up to 1, 2 or 5 × a power of ten (at least 1
-    /// job/s, at most the round number above `FleetRates.maxPerSecond`). Points may be built by
-    /// hand, so a rate that is not finite or is beyond the cap is taken as the cap.
-    var yMax: Double {
-        let highest = points.flatMap(\.perSecond.values).map(Self.bounded).max() ?? 0
-        return Self.niceCeiling(max(highest, 1))
-    }
+    /// The y axis's top (`FleetGraphScale.top`: at least 1 job/s, at most 10^16, whatever the points hold).
+    var yMax: Double { FleetGraphScale.top(points) }
 
-    /// A rate as drawn: 0 when not a number or negative, at most `FleetRates.maxPerSecond`.
-    static func bounded(_ rate: Double) -> Double {
-        guard !rate.isNaN else { return 0 }
-        return min(max(rate, 0), FleetRates.maxPerSecond)
-    }
-
-    static func niceCeiling(_ value: Double) -> Double {
-        let magnitude = pow(10, floor(log10(value)))
-        for step in [1.0, 2.0, 5.0, 10.0] where step * magnitude >= value - 1e-9 { return step * magnitude }
-        return 10 * magnitude
-    }
+    static func bounded(_ rate: Double) -> Double { FleetGraphScale.bounded(rate) }
+    static func niceCeiling(_ value: Double) -> Double { FleetGraphScale.niceCeiling(value) }
 
     func x(_ index: Int) -> Double {
         guard points.count > 1 else { return left }
@@ -68,15 +54,9 @@ struct FleetGraph {
         }.joined(separator: " ")
     }
 
-    /// Horizontal grid lines with their labels, at round steps: a top of 1, 2 or 5 (× 10ⁿ) is
-    /// cut in 5, 4 or 5 parts (steps of 0.2, 0.5 or 1 × 10ⁿ).
+    /// Horizontal grid lines with their labels, at round steps (`FleetGraphScale.ticks`).
     var yTicks: [(y: Double, label: String)] {
-        let leading = (yMax / pow(10, floor(log10(yMax)))).rounded()
-        let parts = leading == 2 ? 4 : 5
-        return (0...parts).map { step in
-            let value = yMax * Double(step) / Double(parts)
-            return (y(value), Self.rateLabel(value))
-        }
+        FleetGraphScale.ticks(top: yMax).map { (y($0), Self.rateLabel($0)) }
     }
 
     /// Minutes before now along the bottom: -15, -10, -5 and now.
@@ -106,13 +86,7 @@ struct FleetGraph {
         return placed
     }
 
-    /// `0/s`, `2.5/s`, `120/s`. Whole numbers go through `Int`, so the value is bounded first
-    /// (`Int(_:)` traps beyond `Int.max`: issue 35's forged heartbeats killed the process here).
-    static func rateLabel(_ value: Double) -> String {
-        // Above the cap, not at it: the axis's top (1e16 for the cap of 2^53) keeps its label.
-        let value = value.isNaN ? 0 : min(max(value, 0), 1e18)
-        return value >= 10 || value == value.rounded() ? "\(Int(value.rounded()))/s" : String(format: "%.1f/s", value)
-    }
+    static func rateLabel(_ value: Double) -> String { FleetGraphScale.label(value) }
 
     static func format(_ value: Double) -> String { String(format: "%.1f", value) }
 
