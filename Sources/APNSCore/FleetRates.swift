@@ -122,7 +122,7 @@ public struct FleetRates: Sendable {
             // Summed as saturating integers, then capped: a Double sum of 1,001 slots each near
             // `Int.max` is finite but no longer an `Int`, and the graph converts it (issue 35).
             var jobs: [FleetEnd: Int] = [:]
-            for (bundle, ends) in buckets[index] ?? [:] where bundleID == nil || bundle == bundleID {
+            for ends in Self.slots(buckets[index] ?? [:], bundleID) {
                 for (end, count) in ends { jobs[end] = jobs[end, default: 0].saturatingAdd(count) }
             }
             var perSecond: [FleetEnd: Double] = [:]
@@ -140,10 +140,18 @@ public struct FleetRates: Sendable {
         var total: [FleetEnd: Int] = [:]
         for end in FleetEnd.allCases { total[end] = 0 }
         for (index, bundles) in buckets where index > last - span && index <= last {
-            for (bundle, ends) in bundles where bundleID == nil || bundle == bundleID {
+            for ends in Self.slots(bundles, bundleID) {
                 for (end, count) in ends { total[end] = total[end, default: 0].saturatingAdd(count) }
             }
         }
         return total
     }
+
+    /// A bucket's counts of one bundle (looked up, not searched: the page asks for every bundle
+    /// of the fleet), or of every bundle.
+    private static func slots(_ bucket: [String: [FleetEnd: Int]], _ bundleID: String?) -> [[FleetEnd: Int]] {
+        guard let bundleID else { return Array(bucket.values) }
+        return bucket[bundleID].map { [$0] } ?? []
+    }
 }
+

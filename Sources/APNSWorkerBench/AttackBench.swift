@@ -80,6 +80,9 @@ struct AttackBench: AsyncParsableCommand {
         } else {
             try await dead(connection, probe, process, bundle: bundle)
         }
+        // The worker first: its consumers would see their queues deleted.
+        process.terminate()
+        process.waitUntilExit()
         for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
             _ = try? await connection.deleteQueue(name)
         }
@@ -105,9 +108,8 @@ struct AttackBench: AsyncParsableCommand {
                     AMQPOutboundMessage(
                         exchange: TopologyNames.fleetExchange, routingKey: "", body: body,
                         properties: AMQPProperties(contentType: "application/json", deliveryMode: 1), mandatory: false))
-                if n % 100 == 99 { _ = (get("/fleet/graph"), get("/api/fleet")) }
             }
-            for _ in 0..<3 { _ = (get("/fleet/graph"), get("/api/fleet"), get("/")) }
+            for _ in 0..<2 { _ = (get("/fleet/graph"), get("/api/fleet"), get("/")) }
             print("round \(round + 1): \(instances) heartbeats of \(bundles) bundles (\(largest / 1024) KiB each); peak RSS \(String(format: "%.1f", probe.peakRSS())) MiB, now \(String(format: "%.1f", probe.rss())) MiB; alive: \(process.isRunning)")
         }
         print("""
@@ -153,7 +155,7 @@ struct AttackBench: AsyncParsableCommand {
     func get(_ path: String) -> Int {
         let curl = Process()
         curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        curl.arguments = ["-s", "-o", "/dev/null", "-m", "300", "-w", "%{http_code}", "http://127.0.0.1:\(adminPort)\(path)"]
+        curl.arguments = ["-s", "-o", "/dev/null", "-m", "120", "-w", "%{http_code}", "http://127.0.0.1:\(adminPort)\(path)"]
         let out = Pipe()
         curl.standardOutput = out
         guard (try? curl.run()) != nil else { return 0 }
