@@ -27,7 +27,7 @@ public struct FleetRates: Sendable {
     public static let otherBundles = "\u{0}other"
     /// The history's share of `FleetView.maxBytes`: 90 buckets of 1,000 bundles with 255-byte
     /// keys would be about 50 MB. Past it, a bundle new to a bucket counts under `otherBundles`.
-    public static let maxBytes = 4 << 20
+    public static let maxBytes = 3 << 20
     /// A bucket's own dictionary, and one bundle's slot in it (key and the four ends), from above.
     static let bucketCost = FleetMemory.dictionary(count: 1, String.self, [FleetEnd: Int].self)
         + (MemoryLayout<Int64>.stride + MemoryLayout<[String: [FleetEnd: Int]]>.stride) * 8 / 3

@@ -16,7 +16,7 @@ struct AttackBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "attack", abstract: "Peak RSS of a worker under forged heartbeats (fleet) or large dead jobs (dead).")
 
-    @Argument(help: "fleet or dead.")
+    @Argument(help: "fleet, dead, or view (in this process: what a FleetView holds, measured by malloc, against its own estimate).")
     var scenario: String
 
     @Option(help: "AMQP URL of a running broker (scripts/broker.sh start).")
@@ -47,7 +47,8 @@ struct AttackBench: AsyncParsableCommand {
     var fetches: Int = 3
 
     func run() async throws {
-        guard ["fleet", "dead"].contains(scenario) else { throw ValidationError("scenario: fleet or dead") }
+        guard ["fleet", "dead", "view"].contains(scenario) else { throw ValidationError("scenario: fleet, dead or view") }
+        if scenario == "view" { return measureView() }
         var logger = Logger(label: "bench")
         logger.logLevel = .warning
         let bundle = "com.example.attack.\(UUID().uuidString.prefix(6).lowercased())"
@@ -135,6 +136,36 @@ struct AttackBench: AsyncParsableCommand {
             print("fetch \(fetch + 1): page \(page), /api/dead?limit=500 \(api); peak RSS \(String(format: "%.1f", probe.peakRSS())) MiB; alive: \(process.isRunning)")
         }
         _ = try? await connection.purgeQueue(queue)
+    }
+
+    /// The forged fleet applied to a `FleetView` here, the resident memory it adds beside
+    /// `FleetView.bytes`: how honest the view's own account is.
+    func measureView() {
+        let probe = ProcessProbe(pid: getpid())
+        let before = probe.rss()
+        var view = FleetView()
+        let now = Date()
+        for round in 0..<rounds {
+            for n in 0..<instances {
+                let keys = (0..<bundles).map { index -> String in
+                    let head = "forged.\(n).\(index)."
+                    return head + String(repeating: "x", count: FleetInstance.maxBundleKeyBytes - head.utf8.count)
+                }
+                // Decoded from its wire form, as a listener gets it (dictionaries grown as JSON is read).
+                let instance = FleetInstance(
+                    id: "forged-\(n)", host: "forger", pid: 1, version: "6.6.6", startedAt: now, rssBytes: 1, cpuSeconds: 0,
+                    broker: "connected", heartbeatInterval: 60,
+                    bundles: Dictionary(uniqueKeysWithValues: keys.map { ($0, FleetInstance.Bundle(delivered: round)) }))
+                if case .heartbeat(let heard) = FleetMessage.decode(FleetMessage.heartbeat(instance).encoded()) {
+                    view.received(heard, at: now.addingTimeInterval(Double(round)))
+                }
+            }
+        }
+        let held = Int((probe.rss() - before) * 1024 * 1024)
+        print("""
+            view: \(view.live(now: now.addingTimeInterval(Double(rounds))).count) instances, \(view.live(now: now.addingTimeInterval(Double(rounds))).reduce(0) { $0 + $1.bundles.count }) bundles kept; \
+            its estimate \(view.bytes / 1024) KiB (instances \(view.instanceBytes / 1024), rates \(view.rates.bytes / 1024)); resident memory grew \(held / 1024) KiB; dropped \(view.dropped)
+            """)
     }
 
     func startWorker(configPath: String) throws -> Process {
