@@ -34,6 +34,9 @@ struct AttackBench: AsyncParsableCommand {
     @Option(help: "fleet: bundles per heartbeat (255-byte keys; about 170 fit in 64 KiB).")
     var bundles: Int = 170
 
+    @Option(help: "fleet: admin paths fetched after each round (comma-separated).")
+    var poll: String = "/fleet/graph,/api/fleet,/"
+
     @Option(help: "fleet: rounds of heartbeats (every instance beats once a round).")
     var rounds: Int = 3
 
@@ -110,11 +113,11 @@ struct AttackBench: AsyncParsableCommand {
                         exchange: TopologyNames.fleetExchange, routingKey: "", body: body,
                         properties: AMQPProperties(contentType: "application/json", deliveryMode: 1), mandatory: false))
             }
-            for _ in 0..<2 { _ = (get("/fleet/graph"), get("/api/fleet"), get("/")) }
+            for _ in 0..<2 { for path in poll.split(separator: ",") { _ = get(String(path)) } }
             print("round \(round + 1): \(instances) heartbeats of \(bundles) bundles (\(largest / 1024) KiB each); peak RSS \(String(format: "%.1f", probe.peakRSS())) MiB, now \(String(format: "%.1f", probe.rss())) MiB; alive: \(process.isRunning)")
         }
         print("""
-            fleet: peak RSS \(String(format: "%.1f", probe.peakRSS())) MiB; /fleet/graph \(get("/fleet/graph")), /api/fleet \(get("/api/fleet")); worker alive: \(process.isRunning)
+            fleet: peak RSS \(String(format: "%.1f", probe.peakRSS())) MiB (fetched after each round: \(poll)); worker alive: \(process.isRunning)
             """)
     }
 
