@@ -244,12 +244,24 @@ public final class AMQPConnection: Service, Sendable {
     /// read and dropped as they arrive), marked with `oversizedBodySize`: memory per consumer
     /// stays within `prefetch` × `maxBodySize` whatever size a publisher sends.
     public func consume(queue: String, prefetch: UInt16 = 500, maxBodySize: Int = .max) async throws -> AMQPConsumer {
+        try await consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, cutsBodies: false)
+    }
+
+    /// `consume`, except that a body larger than `limit` is delivered cut to its first `limit`
+    /// bytes (the rest read and dropped as it arrives), marked with `oversizedBodySize`: the
+    /// operator listings show the start of every body and hold at most `limit` bytes of each.
+    public func consume(queue: String, prefetch: UInt16, cuttingBodiesAt limit: Int) async throws -> AMQPConsumer {
+        try await consume(queue: queue, prefetch: prefetch, maxBodySize: limit, cutsBodies: true)
+    }
+
+    private func consume(queue: String, prefetch: UInt16, maxBodySize: Int, cutsBodies: Bool) async throws -> AMQPConsumer {
         let buffer = DeliveryBuffer()
         let (id, tag) = shared.withLock { state -> (Int, String) in
             state.nextConsumerID += 1
             return (state.nextConsumerID, "apnsw-\(UUID().uuidString.prefix(8).lowercased())-\(state.nextConsumerID)")
         }
-        let request = ConsumerRequest(id: id, queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, tag: tag, buffer: buffer)
+        let request = ConsumerRequest(
+            id: id, queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, tag: tag, buffer: buffer, cutsBodies: cutsBodies)
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             submit(.consume(request, continuation), orElse: { continuation.resume(throwing: AMQPError(.closed, "the connection is closed")) })
         }
@@ -360,6 +372,8 @@ struct ConsumerRequest: Sendable {
     var maxBodySize: Int
     var tag: String
     var buffer: DeliveryBuffer
+    /// A body over `maxBodySize` keeps its first `maxBodySize` bytes instead of none.
+    var cutsBodies = false
 }
 
 enum RPCRequest: Sendable {

@@ -10,6 +10,10 @@ import Logging
 /// `close()` ends it, and the broker hands every delivery it did not settle back to its queue.
 public protocol BrokerSession: MessageConsuming, ConfirmedPublishing, TopologyDeclaring
 where Consumer.AsyncIterator: Sendable {
+    /// Like `consume(queue:prefetch:maxBodySize:)`, but a body larger than `limit` is delivered
+    /// with its first `limit` bytes (and `oversizedBodySize`), never held whole: the listings.
+    func consume(queue: String, prefetch: UInt16, cuttingBodiesAt limit: Int) async throws -> Consumer
+
     func close() async
 }
 

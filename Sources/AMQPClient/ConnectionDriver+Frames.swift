@@ -46,7 +46,8 @@ extension ConnectionDriver {
                     consumerTag: repeatedStrings.string(m.consumer_tag, .consumerTag, channel: channel)),
                 exchange: repeatedStrings.string(m.exchange, .exchange, channel: channel),
                 routingKey: repeatedStrings.string(m.routing_key, .routingKey, channel: channel),
-                bodyLimit: consumers.consumer(on: channel)?.entry.request.maxBodySize ?? 0, on: channel)
+                bodyLimit: consumers.consumer(on: channel)?.entry.request.maxBodySize ?? 0,
+                keepsPrefix: consumers.consumer(on: channel)?.entry.request.cutsBodies ?? false, on: channel)
         case AMQPMethod.basicReturn:
             let m = decoded.assumingMemoryBound(to: amqp_basic_return_t.self).pointee
             assembler.begin(

@@ -7,7 +7,9 @@
 /// with the receiver's body limit, and a body the header announces as larger is read and
 /// dropped frame by frame (no byte kept, no capacity reserved), then handed over empty and
 /// marked with the size the header claimed (`oversizedBodySize`). Memory per channel therefore
-/// stays within the limit whatever the broker's `max_message_size`.
+/// stays within the limit whatever the broker's `max_message_size`. A message begun with
+/// `keepsPrefix` (the operator listings) keeps the first `bodyLimit` bytes of such a body
+/// instead of none: a listing shows the start of a large body and never holds the rest.
 struct ContentAssembler {
     struct Message {
         enum Kind: Equatable {
@@ -25,6 +27,8 @@ struct ContentAssembler {
         var oversized = false
         /// The largest body kept (from `begin`).
         fileprivate var bodyLimit: Int = 0
+        /// An oversized body keeps its first `bodyLimit` bytes (from `begin`).
+        fileprivate var keepsPrefix = false
         /// Body bytes seen so far, kept or not.
         fileprivate var received: UInt64 = 0
     }
@@ -40,9 +44,19 @@ struct ContentAssembler {
     /// belong to nothing we asked for and are ignored).
     func isAssembling(on channel: UInt16) -> Bool { pending[channel] != nil }
 
-    /// The method that starts a message; its body is kept only up to `bodyLimit` bytes.
-    mutating func begin(_ kind: Message.Kind, exchange: String, routingKey: String, bodyLimit: Int = .max, on channel: UInt16) {
-        pending[channel] = Message(kind: kind, exchange: exchange, routingKey: routingKey, bodyLimit: max(bodyLimit, 0))
+    /// The method that starts a message; its body is kept only up to `bodyLimit` bytes: a
+    /// larger one not at all, or its first `bodyLimit` bytes with `keepsPrefix`.
+    mutating func begin(
+        _ kind: Message.Kind, exchange: String, routingKey: String, bodyLimit: Int = .max, keepsPrefix: Bool = false, on channel: UInt16
+    ) {
+        pending[channel] = Message(
+            kind: kind, exchange: exchange, routingKey: routingKey, bodyLimit: max(bodyLimit, 0), keepsPrefix: keepsPrefix)
+    }
+
+    /// How many body bytes `message` keeps: all of them within the limit, else its prefix or none.
+    private static func kept(_ message: Message) -> Int {
+        guard message.oversized else { return Int(message.bodySize) }  // within the limit, so within Int
+        return message.keepsPrefix ? message.bodyLimit : 0
     }
 
     /// The header frame: the finished message when it has no body, else nil (body frames follow).
@@ -55,13 +69,9 @@ struct ContentAssembler {
         message.oversized = bodySize > UInt64(message.bodyLimit)
         // A second header (a broker's bug, found by FuzzContentAssembler: it trapped the owner
         // thread) must leave no more bytes kept than it announces, none when over the limit.
-        if message.oversized {
-            message.body = []
-        } else {
-            // Within the limit, so within Int.
-            if message.body.count > Int(bodySize) { message.body.removeSubrange(Int(bodySize)...) }
-            message.body.reserveCapacity(min(Int(bodySize), Self.maximumReservation))
-        }
+        let kept = Self.kept(message)
+        if message.body.count > kept { message.body.removeSubrange(kept...) }
+        message.body.reserveCapacity(min(kept, Self.maximumReservation))
         if bodySize == 0 { return message }
         pending[channel] = message
         return nil
@@ -78,10 +88,11 @@ struct ContentAssembler {
         // Taken out while appending, so the body is not copied on write.
         guard var message = pending.removeValue(forKey: channel) else { return nil }
         message.received += UInt64(fragment.count)
-        if !message.oversized {
-            // Within the limit, so within Int. Bytes beyond the announced size (a broker's bug)
-            // are not kept: the limit was checked against that size.
-            message.body.append(contentsOf: UnsafeRawBufferPointer(rebasing: fragment.prefix(Int(message.bodySize) - message.body.count)))
+        // Bytes beyond the announced size (a broker's bug) are not kept: the limit was checked
+        // against that size. Past the limit, only a prefix the message keeps is appended.
+        let room = Self.kept(message) - message.body.count
+        if room > 0 {
+            message.body.append(contentsOf: UnsafeRawBufferPointer(rebasing: fragment.prefix(room)))
         }
         if message.received >= message.bodySize { return message }
         pending[channel] = message

@@ -34,24 +34,18 @@ struct FleetGraph {
     var plotWidth: Double { width - left - right }
     var plotHeight: Double { height - top - bottom }
 
-    /// The y axis's top: the highest rate rounded up to 1, 2 or 5 × a power of ten (at least 1 job/s).
-    var yMax: Double {
-        let highest = points.flatMap(\.perSecond.values).max() ?? 0
-        return Self.niceCeiling(max(highest, 1))
-    }
+    /// The y axis's top (`FleetGraphScale.top`: at least 1 job/s, at most 10^16, whatever the points hold).
+    var yMax: Double { FleetGraphScale.top(points) }
 
-    static func niceCeiling(_ value: Double) -> Double {
-        let magnitude = pow(10, floor(log10(value)))
-        for step in [1.0, 2.0, 5.0, 10.0] where step * magnitude >= value - 1e-9 { return step * magnitude }
-        return 10 * magnitude
-    }
+    static func bounded(_ rate: Double) -> Double { FleetGraphScale.bounded(rate) }
+    static func niceCeiling(_ value: Double) -> Double { FleetGraphScale.niceCeiling(value) }
 
     func x(_ index: Int) -> Double {
         guard points.count > 1 else { return left }
         return left + plotWidth * Double(index) / Double(points.count - 1)
     }
 
-    func y(_ rate: Double) -> Double { top + plotHeight * (1 - min(rate, yMax) / yMax) }
+    func y(_ rate: Double) -> Double { top + plotHeight * (1 - min(Self.bounded(rate), yMax) / yMax) }
 
     /// SVG `points` of one end's polyline.
     func polyline(_ end: FleetEnd) -> String {
@@ -60,15 +54,9 @@ struct FleetGraph {
         }.joined(separator: " ")
     }
 
-    /// Horizontal grid lines with their labels, at round steps: a top of 1, 2 or 5 (× 10ⁿ) is
-    /// cut in 5, 4 or 5 parts (steps of 0.2, 0.5 or 1 × 10ⁿ).
+    /// Horizontal grid lines with their labels, at round steps (`FleetGraphScale.ticks`).
     var yTicks: [(y: Double, label: String)] {
-        let leading = (yMax / pow(10, floor(log10(yMax)))).rounded()
-        let parts = leading == 2 ? 4 : 5
-        return (0...parts).map { step in
-            let value = yMax * Double(step) / Double(parts)
-            return (y(value), Self.rateLabel(value))
-        }
+        FleetGraphScale.ticks(top: yMax).map { (y($0), Self.rateLabel($0)) }
     }
 
     /// Minutes before now along the bottom: -15, -10, -5 and now.
@@ -98,9 +86,7 @@ struct FleetGraph {
         return placed
     }
 
-    static func rateLabel(_ value: Double) -> String {
-        value >= 10 || value == value.rounded() ? "\(Int(value.rounded()))/s" : String(format: "%.1f/s", value)
-    }
+    static func rateLabel(_ value: Double) -> String { FleetGraphScale.label(value) }
 
     static func format(_ value: Double) -> String { String(format: "%.1f", value) }
 

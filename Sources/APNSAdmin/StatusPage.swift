@@ -33,7 +33,10 @@ struct StatusPage {
     var context: [String: Any] {
         let shownDead = Array(deadJobs.prefix(limit))
         let shownRetry = Array(retryJobs.prefix(limit))
-        let bundles = bundleIDs
+        // Summed once for the whole page: every bundle row and queue row reads them, and a
+        // forged fleet can bring thousands of bundles (summing per row made "/" quadratic).
+        let totals = fleetTotals
+        let bundles = bundleIDs(totals)
         var context: [String: Any] = [
             "broker": status.broker,
             "ready": status.isReady ? "yes" : "no",
@@ -41,8 +44,8 @@ struct StatusPage {
             "generatedAt": Self.timestamp(now),
             "instances": (fleet?.instances ?? []).map(instanceRow),
             "instanceCount": fleet?.instances.count ?? 1,
-            "bundles": bundles.map(bundleRow),
-            "queues": (depths ?? []).map(queueRow),
+            "bundles": bundles.map { bundleRow($0, totals: totals) },
+            "queues": (depths ?? []).map { queueRow($0, totals: totals) },
             "retryJobs": shownRetry.map { jobRow($0, kind: .retry) },
             "retryJobsTruncated": retryJobs.count > limit,
             "retryJobsShown": shownRetry.count,
@@ -59,7 +62,7 @@ struct StatusPage {
             "bulkRequeuePath": Self.path("/dead/confirm", ["action": "requeue", "bundle": deadFilter.bundleID, "reason": deadFilter.reason]),
             "bulkPurgePath": Self.path("/dead/confirm", ["action": "purge", "bundle": deadFilter.bundleID, "reason": deadFilter.reason]),
         ]
-        let held = Set(status.heldBundles).union(fleetTotals.filter(\.value.held).keys).sorted()
+        let held = Set(status.heldBundles).union(totals.filter(\.value.held).keys).sorted()
         if !held.isEmpty { context["heldBundles"] = held.joined(separator: ", ") }
         if let paused = fleet?.paused, !paused.isEmpty { context["pausedBundles"] = paused.joined(separator: ", ") }
         if let queueError { context["queueError"] = queueError }
@@ -70,10 +73,10 @@ struct StatusPage {
     var fleetTotals: [String: FleetInstance.Bundle] { fleetView?.totals(now: now) ?? [:] }
 
     /// This instance's bundles first, then those only other instances run.
-    var bundleIDs: [String] {
-        var ids = status.bundles.map(\.bundleID)
-        for id in fleetTotals.keys.sorted() where !ids.contains(id) { ids.append(id) }
-        return ids
+    func bundleIDs(_ totals: [String: FleetInstance.Bundle]) -> [String] {
+        let own = status.bundles.map(\.bundleID)
+        let ownSet = Set(own)
+        return own + totals.keys.sorted().filter { !ownSet.contains($0) }
     }
 
     func instanceRow(_ instance: FleetInstance) -> [String: Any] {
@@ -89,7 +92,9 @@ struct StatusPage {
         ]
     }
 
-    func bundleRow(_ bundleID: String) -> [String: Any] {
+    func bundleRow(_ bundleID: String) -> [String: Any] { bundleRow(bundleID, totals: fleetTotals) }
+
+    func bundleRow(_ bundleID: String, totals fleetTotals: [String: FleetInstance.Bundle]) -> [String: Any] {
         let local = status.bundles.first { $0.bundleID == bundleID }
         // The fleet's sums when heartbeats were heard, else this instance's own counts.
         let counts: FleetInstance.Bundle
@@ -131,7 +136,9 @@ struct StatusPage {
         return row
     }
 
-    func queueRow(_ depth: QueueDepth) -> [String: Any] {
+    func queueRow(_ depth: QueueDepth) -> [String: Any] { queueRow(depth, totals: fleetTotals) }
+
+    func queueRow(_ depth: QueueDepth, totals fleetTotals: [String: FleetInstance.Bundle]) -> [String: Any] {
         var row: [String: Any] = [
             "queue": depth.queue, "role": depth.role, "messages": depth.messages, "consumers": depth.consumers, "delay": "", "latency": "",
         ]
@@ -162,7 +169,9 @@ struct StatusPage {
             "publishedAt": job.publishedAt.map(Self.timestamp) ?? "-",
             "token": job.tokenRedacted ?? "-",
             "error": job.error ?? "",
-            "body": JobInspection.redactingToken(job.body),
+            // The listing read at most 64 KiB of the body (contract §5): only that part is redacted and shown.
+            "body": JobInspection.redactingToken(job.body)
+                + (job.bodySize.map { " … [cut: the first \(QueueInspector.listedBodyBytes) of \($0) bytes; `dead show` or `retry show` gives it whole]" } ?? ""),
         ]
         // A job without an id cannot be selected for a requeue or purge: no buttons.
         if let jobID = job.jobID, let encoded = jobID.addingPercentEncoding(withAllowedCharacters: .urlPathSegmentAllowed) {

@@ -25,9 +25,32 @@ public enum FleetMessage: Sendable, Hashable {
         return Array((try? FleetJSON.encoder.encode(envelope)) ?? Data())
     }
 
-    /// The largest fleet message read: a heartbeat of 1,000 bundles with long names is about
-    /// 400 KiB. Anything larger is not decoded at all.
-    public static let maxBodyBytes = 1 << 20
+    /// Contract §5: the largest fleet message read (about 300 bundles of a heartbeat with their
+    /// longest names, or 500 with ordinary ones). Anything larger is not decoded at all (the
+    /// consumer does not even keep its bytes), so a forged one costs a listener nothing.
+    public static let maxBodyBytes = 64 << 10
+
+    /// The wire form of this instance's heartbeat within `maxBodyBytes`, which every listener
+    /// would otherwise ignore whole: an instance with more bundles than fit sends its first ones
+    /// by bundle ID, and says how many it left out.
+    public static func heartbeatBody(_ instance: FleetInstance) -> (body: [UInt8], leftOut: Int) {
+        let whole = FleetMessage.heartbeat(instance).encoded()
+        guard whole.count > maxBodyBytes else { return (whole, 0) }
+        let keys = instance.bundles.keys.sorted()
+        func body(keeping count: Int) -> [UInt8] {
+            var trimmed = instance
+            trimmed.bundles = Dictionary(uniqueKeysWithValues: keys.prefix(count).map { ($0, instance.bundles[$0]!) })
+            return FleetMessage.heartbeat(trimmed).encoded()
+        }
+        // The most bundles that fit, by bisection: (fits, does not fit].
+        var fits = 0
+        var tooMany = keys.count
+        while tooMany - fits > 1 {
+            let middle = (fits + tooMany) / 2
+            if body(keeping: middle).count <= maxBodyBytes { fits = middle } else { tooMany = middle }
+        }
+        return (body(keeping: fits), keys.count - fits)
+    }
 
     /// Nil for anything that is not one of ours (another version's kind, garbage) or not well
     /// formed (contract §5: bounded strings, counts from 0 to 2^53): the fleet exchange is open to
@@ -167,7 +190,8 @@ public struct FleetInstance: Sendable, Hashable, Codable {
     }
 
     public static func isBundleKey(_ key: String) -> Bool { UntrustedText.isPlain(key, maxBytes: maxBundleKeyBytes) }
-    public var inFlight: Int { bundles.values.reduce(0) { $0 + $1.inFlight } }
+    /// Saturating: a heartbeat may carry more than 1,000 bundles of 2^53 each before a view trims it.
+    public var inFlight: Int { bundles.values.reduce(0) { $0.saturatingAdd($1.inFlight) } }
 }
 
 /// The four ends the fleet view counts and graphs (gated and held jobs go back to the broker).

@@ -10,8 +10,20 @@ public struct FleetView: Sendable {
     /// Contract §5: the view keeps at most this many instances, and this many bundles of each.
     public static let maxInstances = 1000
     public static let maxBundlesPerInstance = 1000
+    /// Contract §5: at most 16 MiB in all.
+    public static let maxBytes = 16 << 20
+    /// What the view's own estimate (`bytes`) may reach: three quarters of `maxBytes`, the rest
+    /// left for what the estimate does not see (malloc's rounding, the heap's fragmentation):
+    /// measured with `apns-worker-bench attack view`, resident memory grew 16.4 MiB for an
+    /// estimate of 12.0. The instances with their bundles and rates baselines get
+    /// `maxInstanceBytes`, the graph's history (`FleetRates.maxBytes`) the rest.
+    public static let accountedBytes = maxBytes / 4 * 3
+    public static let maxInstanceBytes = accountedBytes - FleetRates.maxBytes
 
     private var instances: [String: FleetInstance] = [:]
+    /// What each kept instance costs (`FleetMemory`), and their sum.
+    private var costs: [String: Int] = [:]
+    public private(set) var instanceBytes = 0
     public private(set) var rates: FleetRates
     /// What the view did not keep since it was made (shown in `GET /api/fleet`).
     public private(set) var dropped = FleetDrops()
@@ -20,13 +32,18 @@ public struct FleetView: Sendable {
         self.rates = rates
     }
 
+    /// The view's memory as `FleetMemory` estimates it: at most `accountedBytes`.
+    public var bytes: Int { instanceBytes + rates.bytes }
+
     /// What became of one heartbeat.
     public enum Admission: Sendable, Hashable {
         /// Kept whole.
         case kept
-        /// Kept, without its bundles beyond the first 1,000 (by bundle ID).
+        /// Kept, without this many of its bundles: those beyond the first 1,000 (by bundle ID),
+        /// or beyond what fits in the view's bytes.
         case keptDroppingBundles(Int)
-        /// A new instance while 1,000 are kept: not kept (the instances already known stay).
+        /// A new instance while 1,000 are kept, or while the view's bytes leave no room for it:
+        /// not kept (the instances already known stay).
         case droppedInstance
         /// Not well formed (`FleetInstance.isWellFormed`): ignored.
         case ignored
@@ -36,32 +53,68 @@ public struct FleetView: Sendable {
     /// A new instance is turned away while the view is full rather than pushing out one it
     /// knows: a forger can make up ids faster than real instances beat, so eviction would let
     /// forged instances push the real ones out; a full view of forged ones empties itself within
-    /// three of their intervals (at most 15 minutes).
+    /// three of their intervals (at most 15 minutes). Full means 1,000 instances, or bytes: an
+    /// instance's first bundles (by bundle ID) are kept as far as they fit in `maxInstanceBytes`
+    /// (with what it cost before given back), the rest counted as dropped.
     @discardableResult
     public mutating func received(_ heartbeat: FleetInstance, at now: Date) -> Admission {
         guard heartbeat.isWellFormed else {
             dropped.ignored = dropped.ignored.saturatingAdd(1)
             return .ignored
         }
-        guard instances[heartbeat.id] != nil || instances.count < Self.maxInstances else {
+        let previousCost = costs[heartbeat.id]
+        guard previousCost != nil || instances.count < Self.maxInstances else {
+            dropped.instances = dropped.instances.saturatingAdd(1)
+            return .droppedInstance
+        }
+        let room = Self.maxInstanceBytes - (instanceBytes - (previousCost ?? 0))
+        guard FleetMemory.instance(heartbeat, bundles: 0, bundleBytes: 0) <= room else {
+            // Only a new instance can meet this: a known one's previous cost is room enough.
             dropped.instances = dropped.instances.saturatingAdd(1)
             return .droppedInstance
         }
         var instance = heartbeat
         instance.lastSeen = now
+        for (bundleID, bundle) in instance.bundles where bundle.lastTakenPublishedAt != nil {
+            instance.bundles[bundleID]?.lastTakenPublishedAt = QueueLatency.believable(bundle.lastTakenPublishedAt, now: now)
+        }
+        let (kept, cost) = Self.bundlesThatFit(heartbeat, room: room)
+        let excess = heartbeat.bundles.count - kept.count
         var admission = Admission.kept
-        let excess = instance.bundles.count - Self.maxBundlesPerInstance
         if excess > 0 {
-            let kept = instance.bundles.keys.sorted().prefix(Self.maxBundlesPerInstance)
-            instance.bundles = Dictionary(uniqueKeysWithValues: kept.map { ($0, instance.bundles[$0]!) })
+            instance.bundles = Dictionary(uniqueKeysWithValues: kept.map { ($0, heartbeat.bundles[$0]!) })
             dropped.bundles = dropped.bundles.saturatingAdd(excess)
             admission = .keptDroppingBundles(excess)
         }
         instances[instance.id] = instance
+        costs[instance.id] = cost
+        instanceBytes += cost - (previousCost ?? 0)
         rates.record(instance: instance.id, counts: instance.bundles.mapValues { bundle in
             Dictionary(uniqueKeysWithValues: FleetEnd.allCases.map { ($0, bundle.count($0)) })
         }, at: now)
         return admission
+    }
+
+    /// The bundles of `heartbeat` the view keeps, all of them when they fit, else its first
+    /// ones by bundle ID: at most `maxBundlesPerInstance`, and the instance within `room` bytes.
+    static func bundlesThatFit(_ heartbeat: FleetInstance, room: Int) -> (keys: [String], cost: Int) {
+        if heartbeat.bundles.count <= maxBundlesPerInstance {
+            let bytes = heartbeat.bundles.reduce(0) { $0 + FleetMemory.bundle(key: $1.key, $1.value) }
+            let cost = FleetMemory.instance(heartbeat, bundles: heartbeat.bundles.count, bundleBytes: bytes)
+            if cost <= room { return (Array(heartbeat.bundles.keys), cost) }
+        }
+        var keys: [String] = []
+        var bytes = 0
+        var cost = FleetMemory.instance(heartbeat, bundles: 0, bundleBytes: 0)
+        for key in heartbeat.bundles.keys.sorted().prefix(maxBundlesPerInstance) {
+            let more = bytes + FleetMemory.bundle(key: key, heartbeat.bundles[key]!)
+            let next = FleetMemory.instance(heartbeat, bundles: keys.count + 1, bundleBytes: more)
+            guard next <= room else { break }
+            keys.append(key)
+            bytes = more
+            cost = next
+        }
+        return (keys, cost)
     }
 
     /// Counts a message on the fleet exchange that did not decode (not one of ours, or not well formed).
@@ -75,6 +128,7 @@ public struct FleetView: Sendable {
         let gone = instances.values.filter { Self.isSilent($0, now: now) }.map(\.id).sorted()
         for id in gone {
             instances[id] = nil
+            instanceBytes -= costs.removeValue(forKey: id) ?? 0
             rates.forget(instance: id)
         }
         return gone
@@ -159,6 +213,17 @@ public enum QueueLatency: Sendable, Hashable {
     case atMost(Duration)
     /// Jobs are ready, but no taken job carried a timestamp.
     case unknown
+
+    /// How far past the reader's clock a publish time is still believed (publishers' clocks
+    /// drift). The newest publish time taken is kept, so a later one would stick: a job stamped
+    /// `UInt64.max` seconds (or a forged heartbeat) made every estimate read 0 s for good.
+    public static let futureTolerance: TimeInterval = 300
+
+    /// `publishedAt` when it is no later than `now` + `futureTolerance`, else nil (unknown).
+    public static func believable(_ publishedAt: Date?, now: Date) -> Date? {
+        guard let publishedAt, publishedAt.timeIntervalSince(now) <= futureTolerance else { return nil }
+        return publishedAt
+    }
 
     public static func estimate(ready: Int, consumers: Int, lastTakenPublishedAt: Date?, now: Date) -> QueueLatency {
         guard ready > 0 else { return .empty }

@@ -51,9 +51,12 @@ public enum JobInspection {
     public static var headersClearedOnRequeue: Set<String> { JobEnvelope.clearedOnRequeue }
 
     /// Decodes a message of `queue` (a dead or retry queue of `bundleID`).
+    /// A body cut by a listing (`oversizedBodySize` set) is not parsed: the job's id is then its
+    /// `message_id`, and its size is kept in `bodySize`.
     public static func queuedJob(_ message: AMQPDeliveredMessage, queue: String, bundleID: String, position: Int) -> QueuedJob {
         let envelope = JobEnvelope(message)
-        let body = try? JSONValue(parsing: message.body)
+        let cutSize = message.oversizedBodySize.map { Int(clamping: $0) }
+        let body = cutSize == nil ? try? JSONValue(parsing: message.body) : nil
         let bodyID = body?["id"]?.stringValue
         let token = body?["token"]?.stringValue.flatMap(DeviceToken.init(hex:))
         return QueuedJob(
@@ -68,7 +71,7 @@ public enum JobInspection {
             lastReason: envelope.lastReason,
             headers: envelope.headers.mapValues(render),
             body: String(decoding: message.body, as: UTF8.self),
-            tokenRedacted: token?.redacted)
+            tokenRedacted: token?.redacted, bodySize: cutSize)
     }
 
     /// Whether `filter` selects `job` at time `now`. A job without any date matches no age filter.

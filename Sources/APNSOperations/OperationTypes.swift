@@ -60,11 +60,14 @@ public struct QueuedJob: Sendable, Codable, Hashable {
     public var body: String
     /// The device token's first and last four hex digits; never the full token.
     public var tokenRedacted: String?
+    /// Set when `body` is cut (contract §5: a listing reads and holds at most
+    /// `QueueInspector.listedBodyBytes` of each body): the whole body's size in bytes.
+    public var bodySize: Int?
 
     public init(
         queue: String, bundleID: String, position: Int, jobID: String?, reason: String?, status: Int?,
         attempts: Int?, failedAt: Date?, publishedAt: Date?, error: String?, lastReason: String?,
-        headers: [String: String], body: String, tokenRedacted: String?
+        headers: [String: String], body: String, tokenRedacted: String?, bodySize: Int? = nil
     ) {
         self.queue = queue
         self.bundleID = bundleID
@@ -80,6 +83,7 @@ public struct QueuedJob: Sendable, Codable, Hashable {
         self.headers = headers
         self.body = body
         self.tokenRedacted = tokenRedacted
+        self.bodySize = bodySize
     }
 
     /// When the job last failed, else when it was published: what age filters measure.

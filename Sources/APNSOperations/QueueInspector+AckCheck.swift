@@ -28,7 +28,7 @@ extension QueueInspector {
                     for queue in pending.queues {
                         // Only the handed-back messages are kept; the rest are looked at and dropped.
                         var handedBack: [AMQPDelivery] = []
-                        let ready = try await scan(connection, queue, cap: nil) { delivery, _ in
+                        let ready = try await scan(connection, queue, cap: nil, cutBodies: false) { delivery, _ in
                             if pending.takeIfHandedBack(delivery.message, from: queue) { handedBack.append(delivery) }
                             return true
                         }

@@ -52,6 +52,10 @@ public final class QueueInspector: Sendable {
     /// The most messages one consumer can hold unacked (AMQP prefetch is 16 bits): a listing
     /// sees at most this many messages of each queue.
     public static let maximumMessagesPerQueue = Int(UInt16.max)
+    /// Contract §5: the most of each body a listing reads and holds. A longer body is cut as it
+    /// arrives (`QueuedJob.bodySize` gives its size), so a dead queue of large messages costs a
+    /// listing no more than one of small ones; `show` reads the whole of the one job it finds.
+    public static let listedBodyBytes = 64 << 10
     /// Confirmed publishes in flight at once while moving jobs.
     static let movesInFlight = 256
 
@@ -162,7 +166,7 @@ public final class QueueInspector: Sendable {
                         cap = min(cap ?? .max, scanLimit - listing.scanned)
                     }
                     let scannedBefore = listing.scanned
-                    readyBefore[queue] = try await scan(connection, queue, cap: cap) { delivery, position in
+                    readyBefore[queue] = try await scan(connection, queue, cap: cap, cutBodies: true) { delivery, position in
                         listing.scanned += 1
                         listing.scannedBytes += delivery.message.body.count
                         let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
@@ -205,7 +209,7 @@ public final class QueueInspector: Sendable {
             var given = 0
             for (bundle, queue) in scope(kind, bundleID: filter.bundleID) {
                 if let limit, given >= limit { break }
-                readyBefore[queue] = try await scan(connection, queue, cap: nil) { delivery, position in
+                readyBefore[queue] = try await scan(connection, queue, cap: nil, cutBodies: true) { delivery, position in
                     let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
                     guard JobInspection.matches(job, filter, now: now) else { return true }
                     matched += 1
@@ -242,7 +246,7 @@ public final class QueueInspector: Sendable {
             var scanned = 0
             for (bundle, queue) in scope(kind, bundleID: bundleID) {
                 if let scanLimit, scanned >= scanLimit { break }
-                readyBefore[queue] = try await scan(connection, queue, cap: scanLimit.map { $0 - scanned }) { delivery, position in
+                readyBefore[queue] = try await scan(connection, queue, cap: scanLimit.map { $0 - scanned }, cutBodies: false) { delivery, position in
                     scanned += 1
                     let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
                     guard job.jobID == jobID else { return true }
@@ -381,13 +385,16 @@ public final class QueueInspector: Sendable {
     /// One consumer with prefetch = the messages wanted: RabbitMQ sends a consumer no more
     /// unacked messages than its prefetch, so the cap bounds what crosses the network. (Several
     /// consumers in windows would bound it further, but their channels' closes may put the
-    /// messages back out of order; see docs/decisions.md.)
-    func scan(_ connection: any BrokerSession, _ queue: String, cap: Int?, _ visit: (AMQPDelivery, Int) throws -> Bool) async throws -> Int {
+    /// messages back out of order; see docs/decisions.md.) With `cutBodies` each body is cut to
+    /// `listedBodyBytes` as it arrives.
+    func scan(
+        _ connection: any BrokerSession, _ queue: String, cap: Int?, cutBodies: Bool, _ visit: (AMQPDelivery, Int) throws -> Bool
+    ) async throws -> Int {
         guard let info = try await inspect(connection, queue) else { return 0 }
         var want = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
         if let cap { want = min(want, max(0, cap)) }
         guard want > 0 else { return Int(info.messageCount) }
-        let nextDelivery = try await consume(connection, queue, prefetch: UInt16(want))
+        let nextDelivery = try await consume(connection, queue, prefetch: UInt16(want), cutBodies: cutBodies)
         var seen = 0
         while seen < want, let delivery = try await nextDelivery() {
             seen += 1
@@ -429,12 +436,17 @@ public final class QueueInspector: Sendable {
         }
     }
 
-    /// Consumes `queue` (manual acks, whole bodies: an operator reads even the messages too
-    /// large for the worker) and returns its next delivery, one per call.
+    /// Consumes `queue` (manual acks; whole bodies, as an operator reads even the messages too
+    /// large for the worker, or with `cutBodies` each cut to `listedBodyBytes`) and returns its
+    /// next delivery, one per call.
     private func consume<Session: BrokerSession>(
-        _ session: Session, _ queue: String, prefetch: UInt16
+        _ session: Session, _ queue: String, prefetch: UInt16, cutBodies: Bool = false
     ) async throws -> @Sendable () async throws -> AMQPDelivery? {
-        let iterator = try await session.consume(queue: queue, prefetch: prefetch, maxBodySize: .max).makeAsyncIterator()
+        let consumer =
+            cutBodies
+            ? try await session.consume(queue: queue, prefetch: prefetch, cuttingBodiesAt: Self.listedBodyBytes)
+            : try await session.consume(queue: queue, prefetch: prefetch, maxBodySize: .max)
+        let iterator = consumer.makeAsyncIterator()
         let wait = deliveryWait
         return { try await Self.nextDelivery(iterator, within: wait) }
     }

@@ -205,7 +205,9 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     }
 
     private func take(_ delivery: AMQPDelivery) async {
-        var intake = machine.withLock { $0.delivered(publishedAt: delivery.message.properties.timestamp) }
+        // A publish time far ahead of this clock is not kept: as the newest it would stick.
+        let publishedAt = QueueLatency.believable(delivery.message.properties.timestamp, now: Date())
+        var intake = machine.withLock { $0.delivered(publishedAt: publishedAt) }
         if intake == .waitForRoom {
             let admitted = await withCancellableWait(
                 register: { waiter in machine.withLock { $0.parkForRoom(waiter) }.map { $0 == .compose } },
@@ -225,7 +227,8 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     private func probe() async throws {
         let delivery = try await broker.get(queue: queue)
         let intake = event {
-            $0.probeTaken(found: delivery != nil, publishedAt: delivery?.message.properties.timestamp, now: clock.now)
+            $0.probeTaken(
+                found: delivery != nil, publishedAt: QueueLatency.believable(delivery?.message.properties.timestamp, now: Date()), now: clock.now)
         }
         guard let delivery else { return }
         if intake == .compose {

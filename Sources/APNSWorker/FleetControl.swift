@@ -38,9 +38,11 @@ public enum FleetControl {
 
     /// Listens on the fleet exchange for `duration` (at least one heartbeat interval, so every
     /// live instance speaks once) and returns what was heard, with the paused bundles among
-    /// `bundleIDs` and the bundles the instances reported.
+    /// `bundleIDs` and the bundles the instances reported. With `until`, it stops as soon as the
+    /// view heard so far satisfies it (`duration` is then a deadline).
     public static func listen(
-        on broker: some MessageConsuming & TopologyDeclaring, for duration: Duration, bundleIDs: [String]
+        on broker: some MessageConsuming & TopologyDeclaring, for duration: Duration, bundleIDs: [String],
+        until: (@Sendable (FleetView) -> Bool)? = nil
     ) async throws -> FleetReport {
         let id = "cli-\(UUID().uuidString.prefix(8).lowercased())"
         try await broker.declare(FleetTopology.plan(instanceID: id, messageTTL: .seconds(60)))
@@ -49,7 +51,7 @@ public enum FleetControl {
         var view = FleetView()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                try await Task.sleep(for: duration)
+                do { try await Task.sleep(for: duration) } catch { return }  // ended early (`until`)
                 await consumer.cancel()
             }
             for try await delivery in consumer {
@@ -59,7 +61,10 @@ public enum FleetControl {
                 case nil: view.ignoredMessage()
                 }
                 await broker.ack(delivery)
+                if let until, until(view) { break }
             }
+            group.cancelAll()
+            await consumer.cancel()
             try await group.waitForAll()
         }
         let now = Date()

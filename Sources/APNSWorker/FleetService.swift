@@ -161,9 +161,11 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         case .droppedInstance:
             line = "fleet: view full, a new instance was not kept (counted in GET /api/fleet dropped.instances; logged once)"
             metadata["fleet.max_instances"] = "\(FleetView.maxInstances)"
+            metadata["fleet.max_bytes"] = "\(FleetView.maxBytes)"
         case .keptDroppingBundles(let count):
-            line = "fleet: a heartbeat carried too many bundles, the rest were not kept (counted in GET /api/fleet dropped.bundles; logged once)"
+            line = "fleet: a heartbeat carried more bundles than the view keeps, the rest were not kept (counted in GET /api/fleet dropped.bundles; logged once)"
             metadata["fleet.max_bundles"] = "\(FleetView.maxBundlesPerInstance)"
+            metadata["fleet.max_bytes"] = "\(FleetView.maxBytes)"
             metadata["fleet.dropped"] = "\(count)"
         }
         guard droppedLogged.withLock({ $0.insert(line).inserted }) else { return }
@@ -202,6 +204,13 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
             startedAt: identity.startedAt, rssBytes: ProcessUsage.residentBytes(), cpuSeconds: ProcessUsage.cpuSeconds(),
             broker: status.broker, heartbeatInterval: Double(interval.milliseconds) / 1000, bundles: bundles)
         var message = FleetControl.control(.heartbeat(instance))
+        let (body, leftOut) = FleetMessage.heartbeatBody(instance)
+        message.body = body
+        if leftOut > 0, droppedLogged.withLock({ $0.insert("heartbeat too large").inserted }) {
+            logger.warning(
+                "fleet: this instance's heartbeat would pass 64 KiB; it leaves out its last bundles by ID (logged once)",
+                metadata: ["fleet.left_out": "\(leftOut)", "fleet.max_bytes": "\(FleetMessage.maxBodyBytes)"])
+        }
         // Nobody wants a heartbeat older than the listeners' patience.
         message.properties.expiration = "\((interval * 3).milliseconds)"
         try await broker.publish(message)

@@ -80,4 +80,43 @@ struct FleetGraphTests {
         #expect(bottom.allSatisfy { $0 <= zeros.height - 2 })
         #expect(bottom.sorted() == bottom.sorted().enumerated().map { bottom.max()! - Double(3 - $0.offset) * 13 })
     }
+
+    /// Issue 35 item 3, the attack as it was: 13 forged heartbeats of one instance alternating
+    /// every count between 0 and 2^53 over 1,000 bundles, in one bucket. Each rise adds 2^53 per
+    /// bundle and end; the bucket's sum passed `Int.max` as a Double, and the axis label's
+    /// `Int(_:)` trapped on every `/fleet/graph`.
+    @Test func theForgedAlternationOverAThousandBundlesDrawsInsteadOfTrapping() throws {
+        var view = FleetView()
+        let top = UntrustedText.maxCount
+        for beat in 0..<13 {
+            let count = beat.isMultiple(of: 2) ? 0 : top
+            let bundle = FleetInstance.Bundle(delivered: count, invalidToken: count, retry: count, dead: count)
+            let forged = FleetInstance(
+                id: "forger", host: "forger", pid: 1, version: "6.6.6", startedAt: Self.t0, rssBytes: 1, cpuSeconds: 0,
+                broker: "connected", heartbeatInterval: 5,
+                bundles: Dictionary(uniqueKeysWithValues: (0..<1000).map { (String(format: "forged.%04d", $0), bundle) }))
+            #expect(view.received(forged, at: Self.t0.addingTimeInterval(Double(beat) / 10)) == .kept)
+        }
+        let points = view.rates.series(now: Self.t0.addingTimeInterval(10))
+        let rates = points.flatMap(\.perSecond.values)
+        #expect(rates.allSatisfy { $0.isFinite && $0 >= 0 && $0 <= FleetRates.maxPerSecond })
+        #expect(try #require(points.last?.perSecond[.dead]) == FleetRates.maxPerSecond)
+        #expect(view.rates.recent(now: Self.t0.addingTimeInterval(1))[.delivered] == Int.max)
+        let graph = FleetGraph(points: points)
+        #expect(graph.yMax == 1e16)
+        #expect(graph.yTicks.last?.label == "10000000000000000/s")
+        let document = graph.document(refresh: 5)
+        #expect(document.contains(">dead 9007199254740992/s</text>"))
+    }
+
+    /// Points may be built by hand: whatever they hold, the geometry and labels stay numbers.
+    @Test func ratesThatAreNotNumbersOrBeyondTheCapAreDrawnAtTheirBounds() {
+        for rate in [Double.nan, -.infinity, -1, .infinity, .greatestFiniteMagnitude, 1e300, Double(Int.max), 2 * Double(Int.max)] {
+            let graph = FleetGraph(points: Self.points([rate, 1]))
+            #expect(graph.yMax.isFinite && graph.yMax <= 1e16, "\(rate)")
+            #expect(graph.polyline(.delivered).allSatisfy { $0 != "n" && $0 != "i" }, "\(rate): \(graph.polyline(.delivered))")
+            #expect(!graph.svg().isEmpty)
+            #expect(!FleetGraph.rateLabel(rate).isEmpty)
+        }
+    }
 }

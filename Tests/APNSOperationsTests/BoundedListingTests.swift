@@ -77,4 +77,32 @@ struct BoundedListingTests {
         _ = try await inspector.purge(.dead, .all(scope))
         #expect(try await bundle.depth(bundle.dead) == 0)
     }
+
+    /// Issue 35 item 5 on the real broker: dead jobs of several MiB are read cut to 64 KiB as
+    /// they arrive (the bytes a listing holds), not whole; `show` still reads one whole.
+    @Test func aListingOfMultiMiBDeadJobsHolds64KiBOfEach() async throws {
+        let bundle = try await TestBundle.make(.quorum)
+        let count = 12
+        let sizes = (0..<count).map { (1 + $0 % 4) << 20 }
+        try await bundle.withConnection { connection in
+            for (index, size) in sizes.enumerated() {
+                var message = deadJob(id: "huge-\(index)", to: bundle.dead, reason: "BadDeviceToken", failedAt: Date())
+                message.body = Array(#"{"id":"huge-\#(index)","token":"\#(testToken)","pad":""#.utf8)
+                message.body += [UInt8](repeating: 0x78, count: size - message.body.count - 2) + Array(#""}"#.utf8)
+                try await connection.publish(message)
+            }
+        }
+        let inspector = try bundle.inspector()
+        let scope = JobFilter(bundleID: bundle.bundleID)
+        let listing = try await inspector.list([ListingRequest(kind: .dead, filter: scope, limit: 500)])[0]
+        #expect(listing.jobs.map(\.jobID) == (0..<count).map { "huge-\($0)" })
+        #expect(listing.jobs.map(\.bodySize) == sizes)
+        #expect(listing.jobs.allSatisfy { $0.body.utf8.count == QueueInspector.listedBodyBytes })
+        #expect(listing.scannedBytes == count * QueueInspector.listedBodyBytes, "read \(listing.scannedBytes) bytes")
+        let shown = try #require(try await inspector.show(.dead, jobID: "huge-3", bundleID: bundle.bundleID))
+        #expect(shown.body.utf8.count == sizes[3] && shown.bodySize == nil)
+        #expect(try await bundle.depth(bundle.dead) == count)
+        _ = try await inspector.purge(.dead, .all(scope))
+    }
 }
+

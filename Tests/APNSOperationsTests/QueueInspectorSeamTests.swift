@@ -150,7 +150,8 @@ import TestSupport
         let jobs = try await inspector.list(.dead)
         #expect(jobs.map(\.jobID) == ["ordinary", "too-large"])
         #expect(jobs[1].reason == JobEnvelope.messageTooLarge)
-        #expect(jobs[1].body.utf8.count == body.count)
+        // Listed cut (contract §5), with its size; the requeue below moves it whole.
+        #expect(jobs[1].body.utf8.count == QueueInspector.listedBodyBytes && jobs[1].bodySize == body.count)
         #expect(try await inspector.list(.dead, filter: JobFilter(reason: "MessageTooLarge")).map(\.jobID) == ["too-large"])
 
         let report = try await inspector.requeue(.dead, .all(JobFilter(reason: JobEnvelope.messageTooLarge)))
@@ -159,6 +160,38 @@ import TestSupport
         #expect(moved.body == body)
         #expect(moved.properties.headers?[JobHeaders.lastReason] == .string(JobEnvelope.messageTooLarge))
         #expect(broker.readyMessages(Self.dead)?.map(\.jobID) == ["ordinary"])
+        Self.expectNothingHeld(broker)
+    }
+
+    /// Issue 35 item 5: listings held every body whole (101 dead jobs of 1-16 MiB on the admin
+    /// page). A listing holds at most 64 KiB of each, says the size of the rest, and redaction
+    /// sees only that part; `show` gives the one job whole.
+    @Test func listingsHoldAtMost64KiBOfEachBodyAndShowGivesItWhole() async throws {
+        let (broker, inspector) = try await Self.make()
+        Self.seedDead(broker, ["small"])
+        let big = Array(#"{"id":"big","token":"\#(testToken)","payload":{"aps":{"alert":""#.utf8)
+            + [UInt8](repeating: 0x61, count: 1 << 20) + Array(#""}},"tail":"\#(testToken)"}"#.utf8)
+        var message = deadJob(id: "big", to: Self.dead, reason: "BadDeviceToken", failedAt: Date())
+        message.body = big
+        broker.enqueue(Self.dead, body: message.body, properties: message.properties)
+
+        let jobs = try await inspector.list(.dead)
+        #expect(jobs.map(\.jobID) == ["small", "big"])
+        #expect(jobs[0].bodySize == nil && Array(jobs[0].body.utf8) == jobBody("small"))
+        #expect(jobs[1].bodySize == big.count)
+        #expect(Array(jobs[1].body.utf8) == Array(big.prefix(QueueInspector.listedBodyBytes)))
+        let redacted = JobInspection.redactingToken(jobs[1].body)
+        #expect(!redacted.contains(testToken) && redacted.utf8.count <= QueueInspector.listedBodyBytes)
+        // The CLI's listing reads them the same way.
+        var listed: [QueuedJob] = []
+        try await inspector.forEachJob(.dead) { listed.append($0) }
+        #expect(listed.map(\.bodySize) == [nil, big.count])
+        #expect(listed.allSatisfy { $0.body.utf8.count <= QueueInspector.listedBodyBytes })
+        let page = try await inspector.list([ListingRequest(kind: .dead, filter: JobFilter(), limit: 10)])[0]
+        #expect(page.scannedBytes == jobBody("small").count + QueueInspector.listedBodyBytes)
+
+        let shown = try #require(try await inspector.show(.dead, jobID: "big"))
+        #expect(shown.bodySize == nil && Array(shown.body.utf8) == big)
         Self.expectNothingHeld(broker)
     }
 

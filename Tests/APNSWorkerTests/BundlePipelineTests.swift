@@ -38,11 +38,11 @@ import Testing
                 clock: clock)
         }
 
-        func enqueueJob(syncServer: String? = nil, headers: AMQPTable? = nil, redelivered: Bool = false) {
+        func enqueueJob(syncServer: String? = nil, headers: AMQPTable? = nil, redelivered: Bool = false, timestamp: Date? = nil) {
             let userInfo = syncServer.map { #","userInfo":{"syncServer":"\#($0)"}"# } ?? ""
             broker.enqueue(
                 body: Array(#"{"token":"\#(BundlePipelineTests.token)","payload":{"aps":{"alert":"hi"}},"id":"\#(UUID().uuidString)"\#(userInfo)}"#.utf8),
-                redelivered: redelivered, headers: headers)
+                redelivered: redelivered, headers: headers, timestamp: timestamp)
         }
 
         func jobs(_ end: OutcomeRouter.End) -> Int {
@@ -226,6 +226,21 @@ import Testing
         #expect(rig.transport.sends == 1)
         #expect(rig.jobs(.dead) == 1)
         #expect(rig.jobs(.delivered) == 1)
+    }
+
+    /// Issue 35 item 7: a job stamped `UInt64.max` seconds became the newest publish time for
+    /// good (every later queue-latency estimate read 0 s). It is not believed; the next job's is kept.
+    @Test func aPublishTimeFarAheadDoesNotStick() async throws {
+        let rig = Rig(answer: ScriptedTransport.accepted)
+        let real = Date().addingTimeInterval(-30)
+        try await rig.running { _ in
+            rig.enqueueJob(timestamp: Date(timeIntervalSince1970: TimeInterval(UInt64.max)))
+            try await waitUntil("the first ack") { rig.broker.snapshot.acked.count == 1 }
+            #expect(rig.pipeline.lastTakenPublishedAt == nil)
+            rig.enqueueJob(timestamp: real)
+            try await waitUntil("the second ack") { rig.broker.snapshot.acked.count == 2 }
+        }
+        #expect(rig.pipeline.lastTakenPublishedAt == real)
     }
 
     @Test func aJobDeliveredTooOftenIsDeadLetteredUnsent() async throws {

@@ -169,18 +169,29 @@ struct FleetServiceSeamTests {
         let member = StubFleetMember(bundleIDs: ["com.example.a"])
         let fleet = Self.fleet(broker, member)
         try await FleetControl.pause("com.example.p", on: broker)
+        // The listen ends once it heard the instance (a generous deadline otherwise): on a loaded
+        // machine a fixed 800 ms window heard nothing (issue 35).
         let report = try await withThrowingTaskGroup(of: FleetReport?.self) { group in
-            group.addTask { try await FleetControl.listen(on: broker, for: .milliseconds(800), bundleIDs: ["com.example.p", "com.example.q"]) }
+            group.addTask {
+                try await FleetControl.listen(on: broker, for: .seconds(60), bundleIDs: ["com.example.p", "com.example.q"]) {
+                    !$0.live(now: Date()).isEmpty
+                }
+            }
             group.addTask {
                 // Heartbeats only reach listeners whose queue exists: publish until the listen ends.
-                for _ in 0..<6 {
-                    try await Task.sleep(for: .milliseconds(100))
+                while !Task.isCancelled {
                     try await fleet.publishHeartbeat()
+                    try? await Task.sleep(for: .milliseconds(100))
                 }
                 return nil
             }
             var report: FleetReport?
-            for try await result in group { if let result { report = result } }
+            while let result = try await group.next() {
+                if let result {
+                    report = result
+                    group.cancelAll()
+                }
+            }
             return report
         }
         let heard = try #require(report)

@@ -19,11 +19,12 @@ extension FleetEndToEndTests {
     }
 
     static func forged(_ id: String, delivered: Int, bundle: String = "forged.bundle") -> FleetInstance {
-        // A five-second interval: the forged instances leave every view within 15 s, long
-        // enough for the flood to fill it on a slow machine.
+        // A ten-second interval: the forged instances leave every view within 30 s. The flood
+        // beats in rounds until a view turned one away, so this bounds only how slow a listener
+        // may be (1,100 heartbeats in 30 s), not how long the test waits.
         FleetInstance(
             id: id, host: "forger", pid: 1, version: "6.6.6", startedAt: Date(), rssBytes: 1, cpuSeconds: 0, broker: "connected",
-            heartbeatInterval: 5, bundles: [bundle: FleetInstance.Bundle(delivered: delivered)])
+            heartbeatInterval: 10, bundles: [bundle: FleetInstance.Bundle(delivered: delivered)])
     }
 
     @Test func forgedHeartbeatsNeitherStopAWorkerNorCorruptItsView() async throws {
@@ -47,9 +48,15 @@ extension FleetEndToEndTests {
         try await Self.forge(h, Array("not json at all".utf8))
         try await Self.forge(h, [UInt8](repeating: 0xFF, count: 2 << 20))
         try await Self.forge(h, FleetMessage.pause(bundleID: "\(h.bundle)\u{0}").encoded())
-        // More instances than a view keeps.
-        for n in 0..<(FleetView.maxInstances + 100) {
-            try await Self.forge(h, FleetMessage.heartbeat(Self.forged("flood-\(n)", delivered: n)).encoded())
+        // More instances than a view keeps, in rounds until the worker's view turned one away: a
+        // single round on a loaded machine was heard so slowly that its first forgeries were
+        // forgotten before its last arrived, and nothing was turned away (issue 35).
+        try await waitUntil("the full view to turn a forged instance away", timeout: .seconds(180)) {
+            for n in 0..<(FleetView.maxInstances + 100) {
+                try await Self.forge(h, FleetMessage.heartbeat(Self.forged("flood-\(n)", delivered: n)).encoded())
+            }
+            let answer = try await Self.http("GET", port, "/api/fleet")
+            return try (FleetJSON.decoder.decode(FleetReport.self, from: Data(answer.body.utf8)).dropped?.instances ?? 0) >= 1
         }
 
         // The worker lives and keeps delivering, and its view counts only its own real work.
@@ -81,4 +88,45 @@ extension FleetEndToEndTests {
         #expect(await worker.waitForExit(timeout: .seconds(30)) == 0)
         await h.shutdown()
     }
+
+    /// Issue 35 item 3 on the real broker: forged heartbeats alternating every count between 0
+    /// and 2^53 over 1,000 bundles (four forgers of 250, each heartbeat within 64 KiB) made one
+    /// bucket's sum pass `Int.max`, and `/fleet/graph` (the page reloads it every 5 s) trapped
+    /// the worker. The graph draws the capped rate and the worker lives.
+    @Test func forgedRatesAtTheirBoundsDrawTheGraphInsteadOfKillingTheWorker() async throws {
+        let h = try await Self.harness()
+        let worker = try h.startWorker("worker")
+        defer { worker.kill9() }
+        let port = try await Self.adminPort(worker)
+        try await waitUntil("the worker in its own fleet view") { try await Self.fleet(port, bundle: h.bundle).instances.count == 1 }
+        // 25 beats of each forger: 12 rises, so that one bucket holds at least 6 even when the
+        // beats straddle two (6 rises × 1,000 bundles × 2^53 / 10 s is past what `Int` holds).
+        for beat in 0..<25 {
+            let count = beat.isMultiple(of: 2) ? 0 : UntrustedText.maxCount
+            let bundle = FleetInstance.Bundle(delivered: count, invalidToken: count, retry: count, dead: count)
+            for forger in 0..<4 {
+                let instance = FleetInstance(
+                    id: "rate-forger-\(forger)", host: "forger", pid: 1, version: "6.6.6", startedAt: Date(), rssBytes: 1, cpuSeconds: 0,
+                    broker: "connected", heartbeatInterval: 10,
+                    bundles: Dictionary(uniqueKeysWithValues: (0..<250).map { (String(format: "f%d.%03d", forger, $0), bundle) }))
+                let body = FleetMessage.heartbeat(instance).encoded()
+                #expect(body.count <= FleetMessage.maxBodyBytes)
+                try await Self.forge(h, body)
+            }
+        }
+        // The forgeries' bucket is drawn once it is complete (within 10 s): the capped rate,
+        // 2^53 jobs/s, under an axis topped at 10^16.
+        try await waitUntil("the capped rate on /fleet/graph", timeout: .seconds(60)) {
+            let answer = try await Self.http("GET", port, "/fleet/graph")
+            return answer.status == 200 && answer.body.contains(">10000000000000000/s</text>")
+        }
+        #expect(worker.isRunning)
+        #expect(try await Self.http("GET", port, "/fleet/graph.svg").status == 200)
+        #expect(try await Self.http("GET", port, "/").status == 200)
+        #expect(try await Self.http("GET", port, "/health").status == 200)
+        worker.signal(SIGTERM)
+        #expect(await worker.waitForExit(timeout: .seconds(30)) == 0)
+        await h.shutdown()
+    }
 }
+

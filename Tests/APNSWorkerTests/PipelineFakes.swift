@@ -40,11 +40,13 @@ final class FakeBroker: MessageBroker {
 
     /// A job arrives from the sync server.
     func enqueue(
-        body: [UInt8], messageID: String? = nil, redelivered: Bool = false, headers: AMQPTable? = nil, oversizedBodySize: UInt64? = nil
+        body: [UInt8], messageID: String? = nil, redelivered: Bool = false, headers: AMQPTable? = nil, oversizedBodySize: UInt64? = nil,
+        timestamp: Date? = nil
     ) {
         state.withLock { state in
             var delivery = Self.delivery(&state, body: body, messageID: messageID, redelivered: redelivered)
             delivery.message.properties.headers = headers
+            delivery.message.properties.timestamp = timestamp
             delivery.message.oversizedBodySize = oversizedBodySize
             if let consumer = state.consumer {
                 consumer.yield(delivery)

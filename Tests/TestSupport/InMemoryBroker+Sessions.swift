@@ -14,6 +14,10 @@ extension InMemoryBroker {
             try broker.consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, session: id)
         }
 
+        public func consume(queue: String, prefetch: UInt16, cuttingBodiesAt limit: Int) async throws -> Consumer {
+            try broker.consume(queue: queue, prefetch: prefetch, maxBodySize: limit, cutsBodies: true, session: id)
+        }
+
         public func get(queue: String) async throws -> AMQPDelivery? {
             try broker.get(queue: queue, session: id)
         }

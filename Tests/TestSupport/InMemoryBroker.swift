@@ -39,6 +39,8 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
         var prefetch: Int
         /// As on the real connection: a larger body is handed out empty, marked with its size.
         var maxBodySize: Int
+        /// A larger body is handed out cut to `maxBodySize` bytes instead of empty.
+        var cutsBodies = false
         var unacked = 0
         var deliveries: DeliveryBuffer
         /// The session that started it; nil for the broker's own calls.
@@ -186,7 +188,7 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
         try consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, session: nil)
     }
 
-    func consume(queue: String, prefetch: UInt16, maxBodySize: Int, session: Int?) throws -> Consumer {
+    func consume(queue: String, prefetch: UInt16, maxBodySize: Int, cutsBodies: Bool = false, session: Int?) throws -> Consumer {
         let deliveries = DeliveryBuffer()
         let id = try store.withLock { state in
             guard state.queues[queue] != nil else {
@@ -194,7 +196,7 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
             }
             state.nextConsumer += 1
             state.consumers[state.nextConsumer] = ConsumerEntry(
-                queue: queue, prefetch: prefetch == 0 ? .max : Int(prefetch), maxBodySize: maxBodySize,
+                queue: queue, prefetch: prefetch == 0 ? .max : Int(prefetch), maxBodySize: maxBodySize, cutsBodies: cutsBodies,
                 deliveries: deliveries, session: session)
             Self.dispatch(&state, queue)
             return state.nextConsumer
@@ -347,7 +349,7 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
         state.unacked[state.nextTag] = Unacked(queue: queue, message: message, consumer: consumer, session: session)
         var handed = message
         if let consumer, let limit = state.consumers[consumer]?.maxBodySize, message.body.count > limit {
-            handed.body = []
+            handed.body = state.consumers[consumer]!.cutsBodies ? Array(message.body.prefix(limit)) : []
             handed.oversizedBodySize = UInt64(message.body.count)
         }
         return AMQPDelivery(

@@ -3,7 +3,9 @@
 // `length` bytes: op bits 0-1 = what to do with the bytes (decode them as a fleet message and
 // apply a heartbeat; or read them as raw counts for FleetRates; or as the counts of the last
 // heartbeat seen, applied to the view unchecked by the decoder), bits 2-7 = seconds the clock
-// moves first. Whatever the sequence, nothing traps and the view stays within its bounds.
+// moves first. Whatever the sequence, nothing traps, the view stays within its bounds (count
+// and bytes), and the graph's axis and labels drawn from the rates (`FleetGraphScale`, what
+// `/fleet/graph` shows) stay numbers: issue 35's trap was there, in the sum over bundles.
 import APNSCore
 import Foundation
 import FuzzDriver
@@ -52,7 +54,8 @@ public func fuzzFleet(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         case 1:
             let counts = integers(bytes)
             for (index, count) in counts.enumerated() {
-                rates.record(instance: "i\(index % 3)", counts: ["b\(index % 5)": [FleetEnd.allCases[index % 4]: count]], at: now)
+                // Seven bundles: enough slots of `Int.max` in one bucket to pass `Int` once summed.
+                rates.record(instance: "i\(index % 3)", counts: ["b\(index % 7)": [FleetEnd.allCases[index % 4]: count]], at: now)
             }
         default:
             guard var instance = last else { break }
@@ -70,11 +73,29 @@ public func fuzzFleet(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         guard live.count <= FleetView.maxInstances, live.allSatisfy({ $0.bundles.count <= FleetView.maxBundlesPerInstance }) else {
             fatalError("the view outgrew its bounds")
         }
+        guard view.bytes <= FleetView.maxBytes, view.rates.bytes <= FleetRates.maxBytes, rates.bytes <= FleetRates.maxBytes else {
+            fatalError("the view outgrew its bytes")
+        }
         _ = view.totals(now: now)
-        _ = view.rates.series(now: now)
         _ = view.rates.recent(now: now)
-        _ = rates.series(now: now, bundleID: "b1")
         _ = rates.recent(now: now, seconds: 60)
+        for series in [view.rates.series(now: now), rates.series(now: now), rates.series(now: now, bundleID: "b1")] {
+            draw(series)
+        }
     }
     return 0
+}
+
+/// What `/fleet/graph` computes of a series: every rate within its cap, the axis's top and
+/// ticks, and every label (an `Int` conversion each).
+func draw(_ series: [FleetRates.Point]) {
+    for point in series {
+        for rate in point.perSecond.values {
+            guard rate.isFinite, rate >= 0, rate <= FleetRates.maxPerSecond else { fatalError("a rate beyond its cap: \(rate)") }
+            _ = FleetGraphScale.label(rate)
+        }
+    }
+    let top = FleetGraphScale.top(series)
+    guard top.isFinite, top >= 1, top <= 1e16 else { fatalError("an axis top out of range: \(top)") }
+    for tick in FleetGraphScale.ticks(top: top) { _ = FleetGraphScale.label(tick) }
 }

@@ -1,0 +1,199 @@
+/// `apns-worker-bench attack`: the worker's peak memory (`VmHWM`) while hostile input arrives
+/// (issue 35; docs/benchmarks.md "Memory under attack"). `fleet`: forged heartbeats of
+/// `--instances` instances with `--bundles` bundles of 255-byte keys each flood `apns.fleet`
+/// while `/fleet/graph` and `/api/fleet` are polled. `dead`: `--jobs` dead jobs of `--mib` MiB sit
+/// in the bundle's dead queue while the admin page and `/api/dead?limit=500` are fetched.
+/// Figures only, no asserts; `--worker` runs another build (main's) for the before figure.
+import AMQPClient
+import APNSCore
+import APNSSimulator
+import APNSTopology
+import ArgumentParser
+import Foundation
+import Logging
+
+struct AttackBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "attack", abstract: "Peak RSS of a worker under forged heartbeats (fleet) or large dead jobs (dead).")
+
+    @Argument(help: "fleet, dead, or view (in this process: what a FleetView holds, measured by malloc, against its own estimate).")
+    var scenario: String
+
+    @Option(help: "AMQP URL of a running broker (scripts/broker.sh start).")
+    var url: String = ProcessInfo.processInfo.environment["APNS_TEST_AMQP_URL"] ?? "amqp://guest:guest@127.0.0.1:5682/%2f"
+
+    @Option(help: "The apns-worker binary (default: the one beside this benchmark).")
+    var worker: String?
+
+    @Option(help: "The worker's admin port.")
+    var adminPort: Int = 18_710
+
+    @Option(help: "fleet: forged instances.")
+    var instances: Int = 1000
+
+    @Option(help: "fleet: bundles per heartbeat (255-byte keys; about 170 fit in 64 KiB).")
+    var bundles: Int = 170
+
+    @Option(help: "fleet: admin paths fetched after each round (comma-separated).")
+    var poll: String = "/fleet/graph,/api/fleet,/"
+
+    @Option(help: "fleet: rounds of heartbeats (every instance beats once a round).")
+    var rounds: Int = 3
+
+    @Option(help: "dead: dead jobs.")
+    var jobs: Int = 100
+
+    @Option(help: "dead: MiB per dead job.")
+    var mib: Int = 8
+
+    @Option(help: "dead: fetches of the page and of /api/dead?limit=500.")
+    var fetches: Int = 3
+
+    func run() async throws {
+        guard ["fleet", "dead", "view"].contains(scenario) else { throw ValidationError("scenario: fleet, dead or view") }
+        if scenario == "view" { return measureView() }
+        var logger = Logger(label: "bench")
+        logger.logLevel = .warning
+        let bundle = "com.example.attack.\(UUID().uuidString.prefix(6).lowercased())"
+        let setup = try await BenchWorkerSetup.start(directoryPrefix: "apnsw-attack", bundleIDs: [bundle], recordLimit: 10, logger: logger)
+        defer { setup.remove() }
+        let configPath = setup.directory + "/worker.conf"
+        try """
+            [amqp]
+            url = \(url)
+            [admin]
+            listen = 127.0.0.1:\(adminPort)
+            heartbeatInterval = 5s
+            [retry]
+            delays = 1s
+            maxAttempts = 3
+
+            """.appending(BenchWorkerSetup.bundleSection(bundle, port: setup.simulator.port, extraKeys: []))
+            .write(toFile: configPath, atomically: true, encoding: .utf8)
+        let process = try startWorker(configPath: configPath)
+        defer { if process.isRunning { process.terminate() } }
+        let probe = ProcessProbe(pid: process.processIdentifier)
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(120)) { get("/health") == 200 }
+        let connection = try await AMQPConnection.connect(
+            configuration: AMQPConfiguration(urlStrings: [url], connectionName: "attack bench"), logger: logger)
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(60)) { (try? await connection.inspectQueue(TopologyNames.deadQueue(bundle))) != nil }
+        let idle = probe.peakRSS()
+        print("worker \(process.executableURL?.path ?? "?"): peak RSS idle \(String(format: "%.1f", idle)) MiB")
+        if scenario == "fleet" {
+            try await fleet(connection, probe, process)
+        } else {
+            try await dead(connection, probe, process, bundle: bundle)
+        }
+        // The worker first: its consumers would see their queues deleted.
+        process.terminate()
+        process.waitUntilExit()
+        for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
+            _ = try? await connection.deleteQueue(name)
+        }
+        await connection.close()
+        try await setup.simulator.shutdown()
+    }
+
+    func fleet(_ connection: AMQPConnection, _ probe: ProcessProbe, _ process: Process) async throws {
+        var largest = 0
+        for round in 0..<rounds {
+            for n in 0..<instances {
+                let keys = (0..<bundles).map { index -> String in
+                    let head = "forged.\(n).\(index)."
+                    return head + String(repeating: "x", count: FleetInstance.maxBundleKeyBytes - head.utf8.count)
+                }
+                let instance = FleetInstance(
+                    id: "forged-\(n)", host: "forger", pid: 1, version: "6.6.6", startedAt: Date(), rssBytes: 1, cpuSeconds: 0,
+                    broker: "connected", heartbeatInterval: 60,
+                    bundles: Dictionary(uniqueKeysWithValues: keys.map { ($0, FleetInstance.Bundle(delivered: round)) }))
+                let body = FleetMessage.heartbeat(instance).encoded()
+                largest = max(largest, body.count)
+                try await connection.publish(
+                    AMQPOutboundMessage(
+                        exchange: TopologyNames.fleetExchange, routingKey: "", body: body,
+                        properties: AMQPProperties(contentType: "application/json", deliveryMode: 1), mandatory: false))
+            }
+            for _ in 0..<2 { for path in poll.split(separator: ",") { _ = get(String(path)) } }
+            print("round \(round + 1): \(instances) heartbeats of \(bundles) bundles (\(largest / 1024) KiB each); peak RSS \(String(format: "%.1f", probe.peakRSS())) MiB, now \(String(format: "%.1f", probe.rss())) MiB; alive: \(process.isRunning)")
+        }
+        print("""
+            fleet: peak RSS \(String(format: "%.1f", probe.peakRSS())) MiB (fetched after each round: \(poll)); worker alive: \(process.isRunning)
+            """)
+    }
+
+    func dead(_ connection: AMQPConnection, _ probe: ProcessProbe, _ process: Process, bundle: String) async throws {
+        let queue = TopologyNames.deadQueue(bundle)
+        let padding = [UInt8](repeating: 0x61, count: mib << 20)
+        for index in 0..<jobs {
+            var properties = AMQPProperties.persistentJSON
+            properties.messageID = "attack-\(index)"
+            properties.headers = ["x-apns-reason": .string("BadDeviceToken")]
+            let body = Array(#"{"id":"attack-\#(index)","token":"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff","payload":{"pad":""#.utf8)
+                + padding + Array(#""}}"#.utf8)
+            try await connection.publish(AMQPOutboundMessage(exchange: "", routingKey: queue, body: body, properties: properties))
+        }
+        print("dead: \(jobs) jobs of \(mib) MiB in \(queue); peak RSS \(String(format: "%.1f", probe.peakRSS())) MiB")
+        for fetch in 0..<fetches {
+            let page = get("/")
+            let api = get("/api/dead?limit=500")
+            print("fetch \(fetch + 1): page \(page), /api/dead?limit=500 \(api); peak RSS \(String(format: "%.1f", probe.peakRSS())) MiB; alive: \(process.isRunning)")
+        }
+        _ = try? await connection.purgeQueue(queue)
+    }
+
+    /// The forged fleet applied to a `FleetView` here, the resident memory it adds beside
+    /// `FleetView.bytes`: how honest the view's own account is.
+    func measureView() {
+        let probe = ProcessProbe(pid: getpid())
+        let before = probe.rss()
+        var view = FleetView()
+        let now = Date()
+        for round in 0..<rounds {
+            for n in 0..<instances {
+                let keys = (0..<bundles).map { index -> String in
+                    let head = "forged.\(n).\(index)."
+                    return head + String(repeating: "x", count: FleetInstance.maxBundleKeyBytes - head.utf8.count)
+                }
+                // Decoded from its wire form, as a listener gets it (dictionaries grown as JSON is read).
+                let instance = FleetInstance(
+                    id: "forged-\(n)", host: "forger", pid: 1, version: "6.6.6", startedAt: now, rssBytes: 1, cpuSeconds: 0,
+                    broker: "connected", heartbeatInterval: 60,
+                    bundles: Dictionary(uniqueKeysWithValues: keys.map { ($0, FleetInstance.Bundle(delivered: round)) }))
+                if case .heartbeat(let heard) = FleetMessage.decode(FleetMessage.heartbeat(instance).encoded()) {
+                    view.received(heard, at: now.addingTimeInterval(Double(round)))
+                }
+            }
+        }
+        let held = Int((probe.rss() - before) * 1024 * 1024)
+        print("""
+            view: \(view.live(now: now.addingTimeInterval(Double(rounds))).count) instances, \(view.live(now: now.addingTimeInterval(Double(rounds))).reduce(0) { $0 + $1.bundles.count }) bundles kept; \
+            its estimate \(view.bytes / 1024) KiB (instances \(view.instanceBytes / 1024), rates \(view.rates.bytes / 1024)); resident memory grew \(held / 1024) KiB; dropped \(view.dropped)
+            """)
+    }
+
+    func startWorker(configPath: String) throws -> Process {
+        let process = Process()
+        process.executableURL =
+            worker.map(URL.init(fileURLWithPath:))
+            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("apns-worker")
+        process.arguments = ["run", "--config", configPath]
+        var environment = ProcessInfo.processInfo.environment
+        environment["APNS_WORKER_LOG_LEVEL"] = "warning"
+        process.environment = environment
+        try process.run()
+        return process
+    }
+
+    /// The status of a GET on the worker's admin server (curl; 0 when it did not answer), the
+    /// body read and dropped.
+    func get(_ path: String) -> Int {
+        let curl = Process()
+        curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+        curl.arguments = ["-s", "-o", "/dev/null", "-m", "120", "-w", "%{http_code}", "http://127.0.0.1:\(adminPort)\(path)"]
+        let out = Pipe()
+        curl.standardOutput = out
+        guard (try? curl.run()) != nil else { return 0 }
+        curl.waitUntilExit()
+        return Int(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)) ?? 0
+    }
+}
