@@ -112,7 +112,8 @@ struct HostileMutations {
             }
         }
         if chance(0.3) { properties.priority = pick([0, 9, 255]) }
-        if chance(0.3) { properties.deliveryMode = pick([1, 2, 0, 255]) }
+        // Only 1 and 2: RabbitMQ closes the publisher's channel on any other (406 delivery_mode_unknown).
+        if chance(0.3) { properties.deliveryMode = pick([1, 2]) }
         if chance(0.3) { properties.timestamp = pick([Date(timeIntervalSince1970: 0), Date(timeIntervalSince1970: 0x1p40), Date()]) }
         if chance(0.3) { properties.headers = ["nested": .table(["a": .table(["b": .array([.bytes([0xFF]), .string("x")])])])] }
         return properties

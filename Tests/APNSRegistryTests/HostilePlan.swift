@@ -182,7 +182,7 @@ struct HostilePlan {
             case TopologyNames.groups: item.expect = .dead(TopologyNames.groupsDead)
             default: item.expect = .anything  // a heartbeat the worker cannot use is ignored
             }
-            item.deadLetterHeaders = true
+            if case .dead = item.expect { item.deadLetterHeaders = true }
         }
         return item
     }
