@@ -193,13 +193,16 @@ public struct AMQPConfiguration: Sendable, Hashable {
     /// `heartbeat` / 2, 15 s by default). 250 ms: at 50 ms the wake-ups cost about 1.7 ms of CPU a
     /// second, two thirds of an idle one-bundle instance's (docs/benchmarks.md).
     public var pollInterval: Duration
-    /// The largest frame this client proposes (the broker may lower it; 4,096 at least).
-    /// librabbitmq decodes every channel's frames into a pool of pages this size and keeps the
-    /// pages between frames, so each consuming channel holds one or more of them for its whole
-    /// life: with the broker's 128 KiB that was a fixed cost per consumer (per bundle) for bodies
-    /// of a few KiB. A larger body comes in several body frames and is put together as before.
-    /// Default 16 KiB (`apns-worker-bench scale bundles`, docs/benchmarks.md).
-    public var frameMax: Int = 16_384
+    /// The largest frame this client accepts; the broker's offer is taken when it is smaller
+    /// (RabbitMQ's default: 128 KiB). The broker never splits a content header, and sends one as
+    /// large as its own frame_max allows whatever a client asked for: at 16 KiB, a publisher's
+    /// 17 KiB of headers made librabbitmq refuse the frame and drop the connection, and the
+    /// redelivered message did it again, forever (issue 35). So this is a sanity bound, not a
+    /// saving; memory per message is bounded elsewhere (properties over 16 KiB are not kept,
+    /// `AMQPProperties.maximumEncodedSize`; bodies by the consumer's `maxBodySize`). librabbitmq
+    /// keeps a page of the frame size per channel it decoded a frame on; only what a frame
+    /// fills of it is touched.
+    public var frameMax: Int = 1 << 20
 
     public init(
         urls: [AMQPURL], connectionName: String = "apns-worker", heartbeat: Duration = .seconds(30),

@@ -243,25 +243,41 @@ public final class AMQPConnection: Service, Sendable {
     /// A message whose body is larger than `maxBodySize` is delivered without it (its bytes are
     /// read and dropped as they arrive), marked with `oversizedBodySize`: memory per consumer
     /// stays within `prefetch` × `maxBodySize` whatever size a publisher sends.
+    ///
+    /// With `oversizedDeadLetter`, such a message is first published where that says (its dead
+    /// queue, with headers of its own) as its body arrives, one frame at a time on a channel of
+    /// its own, so no more of it is held than a frame (contract §4); once the broker confirms
+    /// that copy, the message is delivered marked `oversizedBodyDeadLettered`, for the consumer
+    /// to ack. When the copy cannot be made (the broker blocks publishing, returns or nacks it),
+    /// it is delivered unmarked, as without `oversizedDeadLetter`.
+    public func consume(
+        queue: String, prefetch: UInt16 = 500, maxBodySize: Int = .max, oversizedDeadLetter: AMQPOversizedDeadLetter?
+    ) async throws -> AMQPConsumer {
+        try await consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, route: oversizedDeadLetter, cutsBodies: false)
+    }
+
     public func consume(queue: String, prefetch: UInt16 = 500, maxBodySize: Int = .max) async throws -> AMQPConsumer {
-        try await consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, cutsBodies: false)
+        try await consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, route: nil, cutsBodies: false)
     }
 
     /// `consume`, except that a body larger than `limit` is delivered cut to its first `limit`
     /// bytes (the rest read and dropped as it arrives), marked with `oversizedBodySize`: the
     /// operator listings show the start of every body and hold at most `limit` bytes of each.
     public func consume(queue: String, prefetch: UInt16, cuttingBodiesAt limit: Int) async throws -> AMQPConsumer {
-        try await consume(queue: queue, prefetch: prefetch, maxBodySize: limit, cutsBodies: true)
+        try await consume(queue: queue, prefetch: prefetch, maxBodySize: limit, route: nil, cutsBodies: true)
     }
 
-    private func consume(queue: String, prefetch: UInt16, maxBodySize: Int, cutsBodies: Bool) async throws -> AMQPConsumer {
+    private func consume(
+        queue: String, prefetch: UInt16, maxBodySize: Int, route: AMQPOversizedDeadLetter?, cutsBodies: Bool
+    ) async throws -> AMQPConsumer {
         let buffer = DeliveryBuffer()
         let (id, tag) = shared.withLock { state -> (Int, String) in
             state.nextConsumerID += 1
             return (state.nextConsumerID, "apnsw-\(UUID().uuidString.prefix(8).lowercased())-\(state.nextConsumerID)")
         }
         let request = ConsumerRequest(
-            id: id, queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, tag: tag, buffer: buffer, cutsBodies: cutsBodies)
+            id: id, queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, oversizedDeadLetter: route, tag: tag,
+            buffer: buffer, cutsBodies: cutsBodies)
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             submit(.consume(request, continuation), orElse: { continuation.resume(throwing: AMQPError(.closed, "the connection is closed")) })
         }
@@ -370,6 +386,8 @@ struct ConsumerRequest: Sendable {
     var queue: String
     var prefetch: UInt16
     var maxBodySize: Int
+    /// Where a delivery over `maxBodySize` is copied, frame by frame, before it is handed over.
+    var oversizedDeadLetter: AMQPOversizedDeadLetter? = nil
     var tag: String
     var buffer: DeliveryBuffer
     /// A body over `maxBodySize` keeps its first `maxBodySize` bytes instead of none.

@@ -15,17 +15,29 @@ extension ConnectionDriver {
             try handleMethod(frame.payload.method, channel: channel)
         case AMQP_FRAME_HEADER:
             let header = frame.payload.properties
-            let message = assembler.header(on: channel, bodySize: header.body_size) {
+            // Properties are never split over frames: the broker sends them as large as its own
+            // frame_max allows (128 KiB by default). Over the contract's 16 KiB the message is
+            // malformed, and its header table is not copied out of librabbitmq's page.
+            let propertiesSize = header.raw.len
+            let keepHeaders = propertiesSize <= AMQPProperties.maximumEncodedSize
+            let message = assembler.header(
+                on: channel, bodySize: header.body_size, oversizedPropertiesSize: keepHeaders ? nil : propertiesSize
+            ) {
                 header.decoded.map {
-                    FieldDecoder.properties($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee) {
-                        repeatedStrings.string($0, .contentType, channel: channel)
+                    FieldDecoder.properties($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee, keepHeaders: keepHeaders) {
+                        repeatedStrings.shortString($0, .contentType, channel: channel)
                     }
                 }
             }
-            if let message { complete(message, channel: channel) }
+            if let message {
+                complete(message, channel: channel)
+            } else {
+                try beginOversizedCopy(on: channel)
+            }
         case AMQP_FRAME_BODY:
             let fragment = frame.payload.body_fragment
             let bytes = fragment.len > 0 ? UnsafeRawBufferPointer(start: fragment.bytes, count: fragment.len) : UnsafeRawBufferPointer(start: nil, count: 0)
+            if !oversizedStreaming.isEmpty { try copyOversizedBody(bytes, on: channel) }
             if let message = assembler.body(on: channel, bytes) {
                 complete(message, channel: channel)
             }
@@ -50,15 +62,23 @@ extension ConnectionDriver {
                 keepsPrefix: consumers.consumer(on: channel)?.entry.request.cutsBodies ?? false, on: channel)
         case AMQPMethod.basicReturn:
             let m = decoded.assumingMemoryBound(to: amqp_basic_return_t.self).pointee
+            // A copy of an oversized message comes back with its body: not kept.
             assembler.begin(
                 .returned(replyCode: m.reply_code, replyText: FieldDecoder.string(m.reply_text)),
-                exchange: FieldDecoder.string(m.exchange), routingKey: FieldDecoder.string(m.routing_key), on: channel)
+                exchange: FieldDecoder.string(m.exchange), routingKey: FieldDecoder.string(m.routing_key),
+                bodyLimit: isStreamChannel(channel) ? 0 : .max, on: channel)
         case AMQPMethod.basicAck where channel == ChannelTable.publish:
             let m = decoded.assumingMemoryBound(to: amqp_basic_ack_t.self).pointee
             confirm(upTo: m.delivery_tag, multiple: m.multiple != 0, ack: true)
         case AMQPMethod.basicNack where channel == ChannelTable.publish:
             let m = decoded.assumingMemoryBound(to: amqp_basic_nack_t.self).pointee
             confirm(upTo: m.delivery_tag, multiple: m.multiple != 0, ack: false)
+        case AMQPMethod.basicAck where isStreamChannel(channel):
+            let m = decoded.assumingMemoryBound(to: amqp_basic_ack_t.self).pointee
+            confirmOversizedCopies(on: channel, upTo: m.delivery_tag, multiple: m.multiple != 0, ack: true)
+        case AMQPMethod.basicNack where isStreamChannel(channel):
+            let m = decoded.assumingMemoryBound(to: amqp_basic_nack_t.self).pointee
+            confirmOversizedCopies(on: channel, upTo: m.delivery_tag, multiple: m.multiple != 0, ack: false)
         case AMQPMethod.basicCancel:
             let m = decoded.assumingMemoryBound(to: amqp_basic_cancel_t.self).pointee
             try consumerCancelledByBroker(channel: channel, tag: FieldDecoder.string(m.consumer_tag))
@@ -95,11 +115,30 @@ extension ConnectionDriver {
 
     func complete(_ assembly: ContentAssembler.Message, channel: amqp_channel_t) {
         switch assembly.kind {
+        case .delivery:
+            if assembly.oversized && finishOversizedCopy(assembly, on: channel) { return }
+            deliver(assembly, channel: channel)
+        case .returned(let replyCode, let replyText):
+            if isStreamChannel(channel) {
+                oversizedCopyReturned(on: channel, exchange: assembly.exchange, routingKey: assembly.routingKey, replyText: replyText)
+            } else {
+                matchReturn(assembly, replyCode: replyCode, replyText: replyText)
+            }
+        }
+    }
+
+    /// Hands a finished delivery to its consumer.
+    func deliver(_ assembly: ContentAssembler.Message, channel: amqp_channel_t) {
+        switch assembly.kind {
+        case .returned:
+            return
         case .delivery(let tag, let redelivered, let consumerTag):
             guard let consumer = consumers.consumer(on: channel)?.entry, let generation = channels.generation(of: channel) else { return }
-            let message = AMQPDeliveredMessage(
+            var message = AMQPDeliveredMessage(
                 exchange: assembly.exchange, routingKey: assembly.routingKey, redelivered: redelivered,
-                body: assembly.body, properties: assembly.properties, oversizedBodySize: assembly.oversized ? assembly.bodySize : nil)
+                body: assembly.body, properties: assembly.properties, oversizedBodySize: assembly.oversized ? assembly.bodySize : nil,
+                oversizedPropertiesSize: assembly.oversizedPropertiesSize)
+            if assembly.oversizedCopied { message.oversizedBodyDeadLettered = true }
             let accepted = consumer.request.buffer.push(AMQPDelivery(
                 message: message, tag: AMQPDeliveryTag(channel: channel, generation: generation, value: tag), consumerTag: consumerTag))
             if accepted {
@@ -111,8 +150,6 @@ extension ConnectionDriver {
                 _ = amqp_basic_reject(state, channel, tag, 1)
                 coalescing(channel, generation) { $0.settledElsewhere(tag) }
             }
-        case .returned(let replyCode, let replyText):
-            matchReturn(assembly, replyCode: replyCode, replyText: replyText)
         }
     }
 
@@ -140,7 +177,10 @@ extension ConnectionDriver {
             try openPublishChannel()
         } else if channel == ChannelTable.control {
             try openChannel(ChannelTable.control)
+        } else if isStreamChannel(channel) {
+            streamChannelClosed(channel, why: "the broker closed the channel: \(replyCode) \(replyText)")
         } else if let (id, consumer) = consumers.channelClosed(channel) {
+            closeStreamChannel(of: channel)
             channels.releaseConsumerChannel(channel)
             guard !consumer.cancelled else { return }
             do {
@@ -172,6 +212,7 @@ extension ConnectionDriver {
     }
 
     func closeChannel(_ channel: amqp_channel_t) {
+        closeStreamChannel(of: channel)
         channels.closed(channel)
         assembler.discard(channel: channel)
         _ = consumers.channelClosed(channel)

@@ -26,6 +26,7 @@ enum AMQPMethod {
     static let basicReturn: amqp_method_number_t = 0x003C_0032
     static let basicDeliver: amqp_method_number_t = 0x003C_003C
     static let basicGetOk: amqp_method_number_t = 0x003C_0047
+    static let basicPublish: amqp_method_number_t = 0x003C_0028
     static let basicAck: amqp_method_number_t = 0x003C_0050
     static let basicNack: amqp_method_number_t = 0x003C_0078
 }
@@ -78,6 +79,13 @@ final class ConnectionDriver: @unchecked Sendable {
     /// Acks of consumer channels waiting to go out as multiple acks, per channel and the
     /// generation they belong to (a coalescer of a generation no longer open is dropped).
     var ackCoalescers: [amqp_channel_t: AckCoalescerSlot] = [:]
+
+    /// Oversized deliveries whose dead letters go out frame by frame (`+Oversized`): the one
+    /// arriving now per consumer channel, those sent and waiting for their confirm per stream
+    /// channel, and the stream channel of each consumer channel.
+    var oversizedStreaming: [amqp_channel_t: OversizedStream] = [:]
+    var oversizedAwaiting: [amqp_channel_t: [OversizedStream]] = [:]
+    var streamChannels: [amqp_channel_t: StreamChannel] = [:]
 
     var confirms = PublishConfirms<CheckedContinuation<Void, any Error>>()
     var blocked = false
@@ -295,6 +303,7 @@ final class ConnectionDriver: @unchecked Sendable {
         publishesWhileBlocked.removeAll()
         channels.connectionLost()
         assembler.discardAll()
+        forgetOversizedStreams()
         repeatedStrings.removeAll()
         ackCoalescers.removeAll()
         consumers.connectionLost()

@@ -25,6 +25,11 @@ struct ContentAssembler {
         var body: [UInt8] = []
         /// The body was larger than the limit the message was begun with: `body` stays empty.
         var oversized = false
+        /// The encoded size of properties over `AMQPProperties.maximumEncodedSize` (their headers
+        /// were left out), or nil.
+        var oversizedPropertiesSize: Int?
+        /// The oversized body was copied to where its consumer said, and the broker confirmed it.
+        var oversizedCopied = false
         /// The largest body kept (from `begin`).
         fileprivate var bodyLimit: Int = 0
         /// An oversized body keeps its first `bodyLimit` bytes (from `begin`).
@@ -61,10 +66,15 @@ struct ContentAssembler {
 
     /// The header frame: the finished message when it has no body, else nil (body frames follow).
     /// `properties` decodes the frame's properties, only when a message is being assembled.
-    mutating func header(on channel: UInt16, bodySize: UInt64, properties: () -> AMQPProperties?) -> Message? {
+    /// `oversizedPropertiesSize`: the encoded size of properties over the contract's bound (the
+    /// message is malformed; `properties` leaves their headers out).
+    mutating func header(
+        on channel: UInt16, bodySize: UInt64, oversizedPropertiesSize: Int? = nil, properties: () -> AMQPProperties?
+    ) -> Message? {
         // Taken out and put back rather than copied: a copy retains every field of the message.
         guard var message = pending.removeValue(forKey: channel) else { return nil }
         if let properties = properties() { message.properties = properties }
+        message.oversizedPropertiesSize = oversizedPropertiesSize
         message.bodySize = bodySize
         message.oversized = bodySize > UInt64(message.bodyLimit)
         // A second header (a broker's bug, found by FuzzContentAssembler: it trapped the owner
@@ -75,6 +85,13 @@ struct ContentAssembler {
         if bodySize == 0 { return message }
         pending[channel] = message
         return nil
+    }
+
+    /// The message on `channel` whose header announced a body over its limit, while its body
+    /// frames are still to come (for the driver to copy them on as they arrive), else nil.
+    func oversizedPending(on channel: UInt16) -> Message? {
+        guard let message = pending[channel], message.oversized else { return nil }
+        return message
     }
 
     /// A body frame: the finished message once the body is complete, else nil.

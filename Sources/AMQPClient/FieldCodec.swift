@@ -93,27 +93,36 @@ enum FieldDecoder {
         }
     }
 
+    /// A short string as the bytes that arrived (`AMQPShortString`).
+    static func shortString(_ b: amqp_bytes_t) -> AMQPShortString {
+        guard b.len > 0, let base = b.bytes else { return AMQPShortString("") }
+        return AMQPShortString(bytes: UnsafeRawBufferPointer(start: base, count: b.len))
+    }
+
     /// The properties; `contentType` decodes the content type (the owner thread's reuses the
-    /// channel's previous one, `RepeatedStrings`).
+    /// channel's previous one, `RepeatedStrings`). With `keepHeaders` false the header table is
+    /// left out (properties over `AMQPProperties.maximumEncodedSize`: the message is malformed
+    /// and its headers are not copied into memory).
     static func properties(
-        _ p: amqp_basic_properties_t, contentType: (amqp_bytes_t) -> String = FieldDecoder.string
+        _ p: amqp_basic_properties_t, keepHeaders: Bool = true,
+        contentType: (amqp_bytes_t) -> AMQPShortString = FieldDecoder.shortString
     ) -> AMQPProperties {
         let flags = p._flags
         func has(_ flag: UInt32) -> Bool { flags & flag != 0 }
         var result = AMQPProperties()
-        if has(PropertyFlag.contentType) { result.contentType = contentType(p.content_type) }
-        if has(PropertyFlag.contentEncoding) { result.contentEncoding = string(p.content_encoding) }
-        if has(PropertyFlag.headers) { result.headers = table(p.headers) }
+        if has(PropertyFlag.contentType) { result.setShortString(.contentType, contentType(p.content_type)) }
+        if has(PropertyFlag.contentEncoding) { result.setShortString(.contentEncoding, shortString(p.content_encoding)) }
+        if has(PropertyFlag.headers) && keepHeaders { result.headers = table(p.headers) }
         if has(PropertyFlag.deliveryMode) { result.deliveryMode = p.delivery_mode }
         if has(PropertyFlag.priority) { result.priority = p.priority }
-        if has(PropertyFlag.correlationID) { result.correlationID = string(p.correlation_id) }
-        if has(PropertyFlag.replyTo) { result.replyTo = string(p.reply_to) }
-        if has(PropertyFlag.expiration) { result.expiration = string(p.expiration) }
-        if has(PropertyFlag.messageID) { result.messageID = string(p.message_id) }
+        if has(PropertyFlag.correlationID) { result.setShortString(.correlationID, shortString(p.correlation_id)) }
+        if has(PropertyFlag.replyTo) { result.setShortString(.replyTo, shortString(p.reply_to)) }
+        if has(PropertyFlag.expiration) { result.setShortString(.expiration, shortString(p.expiration)) }
+        if has(PropertyFlag.messageID) { result.setShortString(.messageID, shortString(p.message_id)) }
         if has(PropertyFlag.timestamp) { result.timestamp = Date(timeIntervalSince1970: TimeInterval(p.timestamp)) }
-        if has(PropertyFlag.type) { result.type = string(p.type) }
-        if has(PropertyFlag.userID) { result.userID = string(p.user_id) }
-        if has(PropertyFlag.appID) { result.appID = string(p.app_id) }
+        if has(PropertyFlag.type) { result.setShortString(.type, shortString(p.type)) }
+        if has(PropertyFlag.userID) { result.setShortString(.userID, shortString(p.user_id)) }
+        if has(PropertyFlag.appID) { result.setShortString(.appID, shortString(p.app_id)) }
         return result
     }
 }
@@ -220,22 +229,29 @@ final class EncodingArena {
         return v
     }
 
+    /// A short string's bytes, cut to 255 bytes: one set by the worker's own code could be longer,
+    /// and librabbitmq would write its length modulo 256 (a frame the broker closes the
+    /// connection over). Values received are at most 255 bytes and go out as they came.
+    func bytes(_ value: AMQPShortString) -> amqp_bytes_t {
+        value.withBytes { bytes($0.prefix(255)) }
+    }
+
     func properties(_ p: AMQPProperties) -> amqp_basic_properties_t {
         var c = amqp_basic_properties_t()
         var flags: UInt32 = 0
-        if let v = p.contentType { flags |= PropertyFlag.contentType; c.content_type = bytes(v) }
-        if let v = p.contentEncoding { flags |= PropertyFlag.contentEncoding; c.content_encoding = bytes(v) }
+        if let v = p.shortString(.contentType) { flags |= PropertyFlag.contentType; c.content_type = bytes(v) }
+        if let v = p.shortString(.contentEncoding) { flags |= PropertyFlag.contentEncoding; c.content_encoding = bytes(v) }
         if let v = p.headers { flags |= PropertyFlag.headers; c.headers = table(v) }
         if let v = p.deliveryMode { flags |= PropertyFlag.deliveryMode; c.delivery_mode = v }
         if let v = p.priority { flags |= PropertyFlag.priority; c.priority = v }
-        if let v = p.correlationID { flags |= PropertyFlag.correlationID; c.correlation_id = bytes(v) }
-        if let v = p.replyTo { flags |= PropertyFlag.replyTo; c.reply_to = bytes(v) }
-        if let v = p.expiration { flags |= PropertyFlag.expiration; c.expiration = bytes(v) }
-        if let v = p.messageID { flags |= PropertyFlag.messageID; c.message_id = bytes(v) }
+        if let v = p.shortString(.correlationID) { flags |= PropertyFlag.correlationID; c.correlation_id = bytes(v) }
+        if let v = p.shortString(.replyTo) { flags |= PropertyFlag.replyTo; c.reply_to = bytes(v) }
+        if let v = p.shortString(.expiration) { flags |= PropertyFlag.expiration; c.expiration = bytes(v) }
+        if let v = p.shortString(.messageID) { flags |= PropertyFlag.messageID; c.message_id = bytes(v) }
         if let v = p.timestamp { flags |= PropertyFlag.timestamp; c.timestamp = Self.timestampSeconds(v) }
-        if let v = p.type { flags |= PropertyFlag.type; c.type = bytes(v) }
-        if let v = p.userID { flags |= PropertyFlag.userID; c.user_id = bytes(v) }
-        if let v = p.appID { flags |= PropertyFlag.appID; c.app_id = bytes(v) }
+        if let v = p.shortString(.type) { flags |= PropertyFlag.type; c.type = bytes(v) }
+        if let v = p.shortString(.userID) { flags |= PropertyFlag.userID; c.user_id = bytes(v) }
+        if let v = p.shortString(.appID) { flags |= PropertyFlag.appID; c.app_id = bytes(v) }
         c._flags = flags
         return c
     }
@@ -275,6 +291,23 @@ struct RepeatedStrings {
         return decoded
     }
 
+    private var recentShort: [Int: AMQPShortString] = [:]
+
+    /// The short string of `bytes` (a property kept as the bytes that arrived): the one kept for
+    /// this channel and field when the bytes are the same.
+    mutating func shortString(_ bytes: amqp_bytes_t, _ field: Field, channel: UInt16) -> AMQPShortString {
+        guard bytes.len > 0, let base = bytes.bytes else { return AMQPShortString("") }
+        let raw = UnsafeRawBufferPointer(start: base, count: bytes.len)
+        let key = Int(channel) << 2 | field.rawValue
+        if let kept = recentShort[key], kept.withBytes({ $0.elementsEqual(raw) }) { return kept }
+        let decoded = AMQPShortString(bytes: raw)
+        recentShort[key] = decoded
+        return decoded
+    }
+
     /// The connection is gone: its channels' strings with it.
-    mutating func removeAll() { recent.removeAll() }
+    mutating func removeAll() {
+        recent.removeAll()
+        recentShort.removeAll()
+    }
 }

@@ -24,6 +24,11 @@ public protocol MessageConsuming: DeliverySettling {
     /// Starts a consumer with manual acks and at most `prefetch` unacknowledged deliveries; a
     /// body larger than `maxBodySize` is dropped on arrival (`AMQPDeliveredMessage.oversizedBodySize`).
     func consume(queue: String, prefetch: UInt16, maxBodySize: Int) async throws -> Consumer
+    /// As above; a body over `maxBodySize` is first copied where `oversizedDeadLetter` says,
+    /// frame by frame (`AMQPConnection.consume(queue:prefetch:maxBodySize:oversizedDeadLetter:)`).
+    func consume(
+        queue: String, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
+    ) async throws -> Consumer
 }
 
 /// Takes one message at a time (`basic.get`) and settles it.
@@ -64,6 +69,15 @@ public protocol MessageConsumer: AsyncSequence, Sendable where Element == AMQPDe
 
 /// What a bundle pipeline uses: consume, take one message (a probe), settle, confirmed publish.
 public typealias MessageBroker = MessageConsuming & MessageFetching & ConfirmedPublishing
+
+extension MessageConsuming {
+    /// A broker that cannot copy a body as it arrives delivers an oversized message unmarked.
+    public func consume(
+        queue: String, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
+    ) async throws -> Consumer {
+        try await consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize)
+    }
+}
 
 extension DeliverySettling {
     /// `ackNow`, for callers in a task.

@@ -42,40 +42,191 @@ public enum AMQPFieldValue: Sendable, Hashable {
 /// An AMQP field table. Order is not significant on the wire; a dictionary keeps look-ups simple.
 public typealias AMQPTable = [String: AMQPFieldValue]
 
+/// A short-string property value (`message_id`, `type`, `app_id`…) as the bytes that arrived.
+///
+/// A publisher may send any bytes there. Decoding them as UTF-8 with U+FFFD would change them
+/// and could grow them past a short string's 255 bytes, so a republished copy (a retry, a dead
+/// letter) could no longer be encoded (contract §4 "The AMQP envelope is input too"). Valid
+/// UTF-8, the usual case, is kept as a `String` (no second copy); anything else as its bytes.
+/// Equal when the bytes are equal.
+public struct AMQPShortString: Sendable, Hashable, CustomStringConvertible, ExpressibleByStringLiteral {
+    private enum Storage: Sendable {
+        case text(String)
+        case raw([UInt8])
+    }
+
+    private let storage: Storage
+
+    public init(_ text: String) { storage = .text(text) }
+
+    public init(stringLiteral value: String) { self.init(value) }
+
+    /// The bytes as they arrived, kept as text when they are UTF-8.
+    public init(bytes: some Collection<UInt8>) {
+        if let text = String(validating: bytes, as: UTF8.self) { storage = .text(text) } else { storage = .raw(Array(bytes)) }
+    }
+
+    /// The value's bytes, exactly as received or set.
+    public var bytes: [UInt8] {
+        switch storage {
+        case .text(let text): Array(text.utf8)
+        case .raw(let bytes): bytes
+        }
+    }
+
+    public var byteCount: Int {
+        switch storage {
+        case .text(let text): text.utf8.count
+        case .raw(let bytes): bytes.count
+        }
+    }
+
+    /// The value when it is UTF-8, else nil.
+    public var utf8Text: String? {
+        if case .text(let text) = storage { return text }
+        return nil
+    }
+
+    /// The value as text for readers that need some: bytes that are not UTF-8 become U+FFFD.
+    /// Not for logs as it is: it may hold control characters (`logSafe`).
+    public var text: String {
+        switch storage {
+        case .text(let text): text
+        case .raw(let bytes): String(decoding: bytes, as: UTF8.self)
+        }
+    }
+
+    /// Text for one log line: control characters (CR, LF, NUL, ESC, C1…) written as `\u{…}`,
+    /// bytes that are not UTF-8 as U+FFFD, at most `limit` characters.
+    public func logSafe(limit: Int = 255) -> String { Self.logSafe(text, limit: limit) }
+
+    /// `text` with control characters escaped and cut at `limit` characters: for a log line.
+    public static func logSafe(_ text: String, limit: Int = 255) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars.prefix(limit) {
+            if scalar.properties.generalCategory == .control || scalar == "\u{2028}" || scalar == "\u{2029}" {
+                out += "\\u{" + String(scalar.value, radix: 16) + "}"
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
+    /// Calls `body` with the bytes, without copying them when they are text.
+    func withBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        switch storage {
+        case .text(var text): return text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        case .raw(let bytes): return bytes.withUnsafeBytes(body)
+        }
+    }
+
+    public var description: String { logSafe() }
+
+    public static func == (lhs: AMQPShortString, rhs: AMQPShortString) -> Bool {
+        switch (lhs.storage, rhs.storage) {
+        // Not String's ==: that one holds canonically equivalent texts equal, not equal bytes.
+        case (.text(let a), .text(let b)): a.utf8.elementsEqual(b.utf8)
+        case (.raw(let a), .raw(let b)): a == b
+        default: false  // one is UTF-8, the other is not
+        }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        withBytes { hasher.combine(bytes: $0) }
+    }
+}
+
 /// The AMQP `basic` content properties the worker reads and writes.
 ///
 /// A value type whose fields live in one shared, copy-on-write reference: a delivery is copied
 /// several times on its way through the worker (into the job's context, into the closures that
 /// settle it), and copying thirteen optional fields one by one was a measurable share of the
 /// worker's reference counting.
+///
+/// Short strings are kept as the bytes that arrived (`AMQPShortString`), so a republished copy is
+/// the same byte for byte. The `String` accessors are views for readers that need text: bytes that
+/// are not UTF-8 read as U+FFFD there; `shortString(_:)` gives the bytes themselves.
 public struct AMQPProperties: Sendable, Hashable {
+    /// The short-string properties, for `shortString(_:)` and `setShortString(_:_:)`.
+    public enum ShortStringField: Sendable, CaseIterable {
+        case contentType, contentEncoding, correlationID, replyTo, expiration, messageID, type, userID, appID
+    }
+
+    /// The largest properties (headers included) of a message the worker handles, encoded
+    /// (contract §4): a message with larger ones is malformed. A content header is never split,
+    /// so this is also what keeps a republished copy within any broker's frame.
+    public static let maximumEncodedSize = 16 * 1024
+
     private struct Fields: Sendable, Hashable {
-        var contentType: String?
-        var contentEncoding: String?
+        var contentType: AMQPShortString?
+        var contentEncoding: AMQPShortString?
         var headers: AMQPTable?
         var deliveryMode: UInt8?
         var priority: UInt8?
-        var correlationID: String?
-        var replyTo: String?
-        var expiration: String?
-        var messageID: String?
+        var correlationID: AMQPShortString?
+        var replyTo: AMQPShortString?
+        var expiration: AMQPShortString?
+        var messageID: AMQPShortString?
         var timestamp: Date?
-        var type: String?
-        var userID: String?
-        var appID: String?
+        var type: AMQPShortString?
+        var userID: AMQPShortString?
+        var appID: AMQPShortString?
+
+        func value(_ field: ShortStringField) -> AMQPShortString? {
+            switch field {
+            case .contentType: contentType
+            case .contentEncoding: contentEncoding
+            case .correlationID: correlationID
+            case .replyTo: replyTo
+            case .expiration: expiration
+            case .messageID: messageID
+            case .type: type
+            case .userID: userID
+            case .appID: appID
+            }
+        }
+
+        mutating func set(_ field: ShortStringField, _ value: AMQPShortString?) {
+            switch field {
+            case .contentType: contentType = value
+            case .contentEncoding: contentEncoding = value
+            case .correlationID: correlationID = value
+            case .replyTo: replyTo = value
+            case .expiration: expiration = value
+            case .messageID: messageID = value
+            case .type: type = value
+            case .userID: userID = value
+            case .appID: appID = value
+            }
+        }
     }
 
     private var storage: SharedFields<Fields>
 
     private mutating func change(_ body: (inout Fields) -> Void) { SharedFields.change(&storage, body) }
 
+    /// A short-string property as the bytes that arrived.
+    public func shortString(_ field: ShortStringField) -> AMQPShortString? { storage.fields.value(field) }
+
+    /// Sets a short-string property to exactly these bytes (nil removes it).
+    public mutating func setShortString(_ field: ShortStringField, _ value: AMQPShortString?) {
+        change { $0.set(field, value) }
+    }
+
+    private func text(_ field: ShortStringField) -> String? { storage.fields.value(field)?.text }
+
+    private mutating func setText(_ field: ShortStringField, _ text: String?) {
+        change { $0.set(field, text.map { AMQPShortString($0) }) }
+    }
+
     public var contentType: String? {
-        get { storage.fields.contentType }
-        set { change { $0.contentType = newValue } }
+        get { text(.contentType) }
+        set { setText(.contentType, newValue) }
     }
     public var contentEncoding: String? {
-        get { storage.fields.contentEncoding }
-        set { change { $0.contentEncoding = newValue } }
+        get { text(.contentEncoding) }
+        set { setText(.contentEncoding, newValue) }
     }
     public var headers: AMQPTable? {
         get { storage.fields.headers }
@@ -91,37 +242,39 @@ public struct AMQPProperties: Sendable, Hashable {
         set { change { $0.priority = newValue } }
     }
     public var correlationID: String? {
-        get { storage.fields.correlationID }
-        set { change { $0.correlationID = newValue } }
+        get { text(.correlationID) }
+        set { setText(.correlationID, newValue) }
     }
     public var replyTo: String? {
-        get { storage.fields.replyTo }
-        set { change { $0.replyTo = newValue } }
+        get { text(.replyTo) }
+        set { setText(.replyTo, newValue) }
     }
     /// Per-message TTL in milliseconds, as the decimal string AMQP uses.
     public var expiration: String? {
-        get { storage.fields.expiration }
-        set { change { $0.expiration = newValue } }
+        get { text(.expiration) }
+        set { setText(.expiration, newValue) }
     }
+    /// As text (U+FFFD for bytes that are not UTF-8; may hold control characters: log it with
+    /// `AMQPShortString.logSafe`).
     public var messageID: String? {
-        get { storage.fields.messageID }
-        set { change { $0.messageID = newValue } }
+        get { text(.messageID) }
+        set { setText(.messageID, newValue) }
     }
     public var timestamp: Date? {
         get { storage.fields.timestamp }
         set { change { $0.timestamp = newValue } }
     }
     public var type: String? {
-        get { storage.fields.type }
-        set { change { $0.type = newValue } }
+        get { text(.type) }
+        set { setText(.type, newValue) }
     }
     public var userID: String? {
-        get { storage.fields.userID }
-        set { change { $0.userID = newValue } }
+        get { text(.userID) }
+        set { setText(.userID, newValue) }
     }
     public var appID: String? {
-        get { storage.fields.appID }
-        set { change { $0.appID = newValue } }
+        get { text(.appID) }
+        set { setText(.appID, newValue) }
     }
 
     public init(
@@ -130,11 +283,13 @@ public struct AMQPProperties: Sendable, Hashable {
         replyTo: String? = nil, expiration: String? = nil, messageID: String? = nil,
         timestamp: Date? = nil, type: String? = nil, userID: String? = nil, appID: String? = nil
     ) {
+        let short = { (text: String?) in text.map { AMQPShortString($0) } }
         storage = SharedFields(
             Fields(
-                contentType: contentType, contentEncoding: contentEncoding, headers: headers, deliveryMode: deliveryMode,
-                priority: priority, correlationID: correlationID, replyTo: replyTo, expiration: expiration,
-                messageID: messageID, timestamp: timestamp, type: type, userID: userID, appID: appID))
+                contentType: short(contentType), contentEncoding: short(contentEncoding), headers: headers,
+                deliveryMode: deliveryMode, priority: priority, correlationID: short(correlationID), replyTo: short(replyTo),
+                expiration: short(expiration), messageID: short(messageID), timestamp: timestamp, type: short(type),
+                userID: short(userID), appID: short(appID)))
     }
 
     public static func == (lhs: AMQPProperties, rhs: AMQPProperties) -> Bool {
@@ -147,6 +302,29 @@ public struct AMQPProperties: Sendable, Hashable {
 
     /// Persistent JSON, the properties of every message the worker publishes.
     public static let persistentJSON = AMQPProperties(contentType: "application/json", deliveryMode: 2)
+
+    /// The header that keeps a republished message's original `user_id` (contract §4).
+    public static let originalUserIDHeader = "x-apns-user-id"
+
+    /// These properties for a copy the worker publishes of a message it received (a retry, a
+    /// dead letter, a held or requeued job), as contract §4 says: byte for byte, except that
+    /// `user_id` is dropped (the broker closes the publishing channel with 406 when it does not
+    /// name the worker's own user), its value kept in header `x-apns-user-id`, and `expiration`
+    /// is dropped (as RabbitMQ does when it dead-letters: a dead job must not vanish from `.dead`).
+    public func republished() -> AMQPProperties {
+        guard storage.fields.userID != nil || storage.fields.expiration != nil else { return self }
+        var copy = self
+        copy.change { fields in
+            if let userID = fields.userID {
+                var headers = fields.headers ?? [:]
+                headers[Self.originalUserIDHeader] = userID.utf8Text.map(AMQPFieldValue.string) ?? .bytes(userID.bytes)
+                fields.headers = headers
+                fields.userID = nil
+            }
+            fields.expiration = nil
+        }
+        return copy
+    }
 }
 
 /// A message the worker wants published.
@@ -167,6 +345,11 @@ public struct AMQPOutboundMessage: Sendable, Hashable {
     }
 }
 
+/// The copy to publish of a message whose body is over a consumer's `maxBodySize`, from its
+/// properties and the body size its header announced: exchange, routing key and properties (the
+/// body is the one arriving, passed on frame by frame; `body` here is ignored).
+public typealias AMQPOversizedDeadLetter = @Sendable (_ properties: AMQPProperties, _ bodySize: UInt64) -> AMQPOutboundMessage
+
 /// A message as delivered to a consumer.
 public struct AMQPDeliveredMessage: Sendable, Hashable {
     private struct Fields: Sendable, Hashable {
@@ -176,6 +359,8 @@ public struct AMQPDeliveredMessage: Sendable, Hashable {
         var body: [UInt8]
         var properties: AMQPProperties
         var oversizedBodySize: UInt64?
+        var oversizedPropertiesSize: Int?
+        var oversizedBodyDeadLettered = false
     }
 
     /// Shared between copies, as `AMQPProperties`' are: a delivery is copied several times on its
@@ -213,14 +398,30 @@ public struct AMQPDeliveredMessage: Sendable, Hashable {
         set { change { $0.oversizedBodySize = newValue } }
     }
 
+    /// Set when the properties (headers included) took more than
+    /// `AMQPProperties.maximumEncodedSize` bytes on the wire: the message is malformed (contract
+    /// §4), and `properties` holds all of them but the header table, which was not kept.
+    public var oversizedPropertiesSize: Int? {
+        get { storage.fields.oversizedPropertiesSize }
+        set { change { $0.oversizedPropertiesSize = newValue } }
+    }
+
+    /// Set with `oversizedBodySize` when the consumer asked for such messages to be copied to a
+    /// dead queue as they arrive (`oversizedDeadLetter`) and the broker confirmed that copy:
+    /// all that is left to do is ack it.
+    public var oversizedBodyDeadLettered: Bool {
+        get { storage.fields.oversizedBodyDeadLettered }
+        set { change { $0.oversizedBodyDeadLettered = newValue } }
+    }
+
     public init(
         exchange: String, routingKey: String, redelivered: Bool, body: [UInt8], properties: AMQPProperties,
-        oversizedBodySize: UInt64? = nil
+        oversizedBodySize: UInt64? = nil, oversizedPropertiesSize: Int? = nil
     ) {
         storage = SharedFields(
             Fields(
                 exchange: exchange, routingKey: routingKey, redelivered: redelivered, body: body, properties: properties,
-                oversizedBodySize: oversizedBodySize))
+                oversizedBodySize: oversizedBodySize, oversizedPropertiesSize: oversizedPropertiesSize))
     }
 
     public static func == (lhs: AMQPDeliveredMessage, rhs: AMQPDeliveredMessage) -> Bool {

@@ -36,6 +36,19 @@ public enum AMQPWireFormat {
         }
     }
 
+    /// The properties of a `basic` content header on the wire (flags first), or nil when they do
+    /// not fit `limit` bytes or librabbitmq refuses them.
+    public static func encodeProperties(_ properties: AMQPProperties, limit: Int = 1 << 20) -> [UInt8]? {
+        let arena = EncodingArena()
+        var input = arena.properties(properties)
+        var buffer = [UInt8](repeating: 0, count: limit)
+        let written = buffer.withUnsafeMutableBytes { raw in
+            amqp_encode_properties(UInt16(AMQP_BASIC_CLASS), &input, amqp_bytes_t(len: raw.count, bytes: raw.baseAddress))
+        }
+        guard written >= 0 else { return nil }
+        return Array(buffer.prefix(Int(written)))
+    }
+
     /// A field table on the wire (its 4-byte length first), or nil when it does not fit one
     /// (a table is at most 2^32−1 bytes; librabbitmq refuses some values, such as a kind it does not know).
     public static func encodeTable(_ table: AMQPTable) -> [UInt8]? {

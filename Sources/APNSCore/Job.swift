@@ -116,6 +116,12 @@ public struct JobError: Error, Sendable, Hashable, CustomStringConvertible {
         JobError(kind: .malformedJob, field: field, message: message)
     }
 
+    /// A message whose AMQP properties (headers included) took `size` bytes, over `limit`
+    /// (contract §4 "The AMQP envelope is input too"): malformed, whatever its body.
+    public static func oversizedProperties(_ size: Int, limit: Int) -> JobError {
+        malformed("properties", "the AMQP properties and headers take \(size) bytes, over the \(limit) allowed; the header table was dropped")
+    }
+
     /// `x-apns-reason` for the dead letter.
     public var reason: String { kind.rawValue }
 

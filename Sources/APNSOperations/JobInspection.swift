@@ -101,9 +101,10 @@ public enum JobInspection {
     /// The message that goes back to the bundle's work queue: body and properties unchanged
     /// except the headers, where attempts start again, the failure headers are dropped and the
     /// reason it failed with is kept in `x-apns-last-reason` (an earlier one when this failure
-    /// has none, as on retry jobs).
+    /// has none, as on retry jobs). `user_id` and `expiration` are dropped
+    /// (`AMQPProperties.republished`, contract §4).
     public static func requeueMessage(_ message: AMQPDeliveredMessage, bundleID: String) -> AMQPOutboundMessage {
-        var properties = message.properties
+        var properties = message.properties.republished()
         var envelope = JobEnvelope(properties.headers)
         envelope.requeue()
         properties.headers = envelope.amqpHeaders

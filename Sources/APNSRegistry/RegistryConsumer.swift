@@ -64,7 +64,13 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendabl
     private func consumeUntilHeldOrShutdown() async throws {
         let consumer: Broker.Consumer
         do {
-            consumer = try await broker.consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize)
+            let (deadQueue, maxBodySize) = (deadQueue, maxBodySize)
+            consumer = try await broker.consume(
+                queue: queue, prefetch: prefetch, maxBodySize: maxBodySize,
+                oversizedDeadLetter: { properties, size in
+                    let error = JobError(kind: .malformedJob, field: "body", message: "\(size) bytes, over the \(maxBodySize) allowed")
+                    return Self.deadLetter(properties: properties, body: [], queue: deadQueue, error: error, now: Date())
+                })
         } catch {
             logger.warning("cannot consume; trying again", metadata: ["amqp.queue": "\(queue)", "error": "\(error)"])
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
@@ -101,10 +107,20 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendabl
 
     func process(_ delivery: AMQPDelivery) async {
         if let size = delivery.message.oversizedBodySize {
-            // The body was never kept, so the broker dead-letters it, unchanged (docs/decisions.md).
-            logger.warning(
-                "message too large: rejected for the broker to dead-letter", metadata: ["amqp.queue": "\(queue)", "amqp.body_size": "\(size)"])
-            await broker.nack(delivery, requeue: false)
+            if delivery.message.oversizedBodyDeadLettered {
+                // Copied to the dead queue as it arrived, confirmed (docs/decisions.md).
+                logger.warning("message too large: dead-lettered as it arrived", metadata: ["amqp.queue": "\(queue)", "amqp.body_size": "\(size)"])
+                await broker.ack(delivery)
+            } else {
+                // The copy could not be made and the body was not kept: the broker dead-letters it, unchanged.
+                logger.warning(
+                    "message too large: rejected for the broker to dead-letter", metadata: ["amqp.queue": "\(queue)", "amqp.body_size": "\(size)"])
+                await broker.nack(delivery, requeue: false)
+            }
+            return
+        }
+        if let size = delivery.message.oversizedPropertiesSize {
+            await deadLetter(delivery, error: JobError.oversizedProperties(size, limit: AMQPProperties.maximumEncodedSize))
             return
         }
         // Once held, messages still in flight go back untouched.
@@ -116,14 +132,7 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendabl
         case .ack:
             await broker.ack(delivery)
         case .dead(let error):
-            logger.warning("malformed message dead-lettered", metadata: ["amqp.queue": "\(queue)", "job.error": "\(error)"])
-            do {
-                try await broker.publish(Self.deadLetter(delivery.message, queue: deadQueue, error: error, now: Date()))
-                await broker.ack(delivery)
-            } catch {
-                logger.warning("could not dead-letter; the broker will deliver it again", metadata: ["amqp.error": "\(error)"])
-                await broker.nack(delivery, requeue: true)
-            }
+            await deadLetter(delivery, error: error)
         case .registryFailed(let error):
             if health.failed() == .holdAndAlert {
                 logger.error(
@@ -137,15 +146,31 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendabl
         }
     }
 
-    /// Section 4's dead letter: body and properties unchanged, `x-apns-*` headers added.
+    private func deadLetter(_ delivery: AMQPDelivery, error: JobError) async {
+        logger.warning("malformed message dead-lettered", metadata: ["amqp.queue": "\(queue)", "job.error": "\(error)"])
+        do {
+            try await broker.publish(Self.deadLetter(delivery.message, queue: deadQueue, error: error, now: Date()))
+            await broker.ack(delivery)
+        } catch {
+            logger.warning("could not dead-letter; the broker will deliver it again", metadata: ["amqp.error": "\(error)"])
+            await broker.nack(delivery, requeue: true)
+        }
+    }
+
+    /// Section 4's dead letter: body and properties unchanged (less `user_id` and `expiration`,
+    /// `AMQPProperties.republished`), `x-apns-*` headers added.
     static func deadLetter(_ message: AMQPDeliveredMessage, queue: String, error: JobError, now: Date) -> AMQPOutboundMessage {
-        var properties = message.properties
+        deadLetter(properties: message.properties, body: message.body, queue: queue, error: error, now: now)
+    }
+
+    static func deadLetter(properties received: AMQPProperties, body: [UInt8], queue: String, error: JobError, now: Date) -> AMQPOutboundMessage {
+        var properties = received.republished()
         var envelope = JobEnvelope(properties.headers)
         envelope.forward()
         envelope.record(
             JobEnvelope.Failure(
                 reason: JobError.Kind.malformedJob.rawValue, status: 0, attempts: 0, failedAt: now, error: error.description))
         properties.headers = envelope.amqpHeaders
-        return AMQPOutboundMessage(exchange: "", routingKey: queue, body: message.body, properties: properties)
+        return AMQPOutboundMessage(exchange: "", routingKey: queue, body: body, properties: properties)
     }
 }

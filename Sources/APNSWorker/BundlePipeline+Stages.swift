@@ -132,10 +132,22 @@ extension BundlePipeline {
     /// rollout gate.
     func admit(_ delivery: AMQPDelivery) -> Admission {
         if let size = delivery.message.oversizedBodySize {
+            let copied = delivery.message.oversizedBodyDeadLettered
             logger.warning(
-                "job too large: rejected for the broker to dead-letter, body unchanged",
+                copied
+                    ? "job too large: dead-lettered as it arrived, body unchanged"
+                    : "job too large: rejected for the broker to dead-letter, body unchanged",
                 metadata: ["amqp.body_size": "\(size)", "job.max_body_size": "\(JobParser.Limits().maxBodyBytes)"])
-            return .ended(router.routeOversized(), .dead)
+            return .ended(router.routeOversized(copied: copied), .dead)
+        }
+        if let size = delivery.message.oversizedPropertiesSize {
+            // Its header table was not kept: no attempt count to read, and the dead letter
+            // carries the x-apns-* headers alone (contract §4).
+            let context = OutcomeRouter.JobContext(
+                message: delivery.message, jobID: delivery.message.properties.messageID, token: nil, previousAttempts: 0)
+            let error = JobError.oversizedProperties(size, limit: AMQPProperties.maximumEncodedSize)
+            logger.warning("malformed job", metadata: ["job.error": "\(error)", "job.reason": "\(error.reason)"])
+            return .ended(router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: Date()), .dead)
         }
         let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
         // A first delivery cannot be one too many; only redeliveries are counted.
@@ -148,7 +160,7 @@ extension BundlePipeline {
                 logger.error(
                     "poison job: delivered too often without reaching an end; dead-lettered unread",
                     metadata: [
-                        "job.id": "\(context.jobID ?? "-")", "amqp.deliveries": "\(deliveries)",
+                        "job.id": "\(context.jobID.map { AMQPShortString.logSafe($0) } ?? "-")", "amqp.deliveries": "\(deliveries)",
                         "worker.max_deliveries": "\(settings.maxDeliveries)",
                     ])
                 let route = router.routeDeliveryLimitExceeded(
@@ -200,7 +212,8 @@ extension BundlePipeline {
 
     /// What is said about a settled job: its log line, and an invalid token to the observer.
     func report(_ outcome: Outcome, end: OutcomeRouter.End, job context: OutcomeRouter.JobContext) {
-        var jobID: String { context.jobID ?? "-" }
+        // A job id from a publisher's message_id may hold CR/LF: never raw in a log line.
+        var jobID: String { context.jobID.map { AMQPShortString.logSafe($0) } ?? "-" }
         switch outcome {
         case .delivered:
             // Debug, not info: at thousands of jobs a second one line each costs more than the

@@ -167,8 +167,12 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
                     case .none:
                         break
                     case .startConsumer:
+                        let maxBodyBytes = JobParser.Limits().maxBodyBytes
                         let started = try await broker.consume(
-                            queue: queue, prefetch: settings.prefetch, maxBodySize: JobParser.Limits().maxBodyBytes)
+                            queue: queue, prefetch: settings.prefetch, maxBodySize: maxBodyBytes,
+                            oversizedDeadLetter: { [router] properties, size in
+                                router.oversizedDeadLetter(properties: properties, bodySize: size, maxBodyBytes: maxBodyBytes, now: Date())
+                            })
                         consumer = started
                         group.addTask { await self.consume(started) }
                         event { $0.consumerStarted() }

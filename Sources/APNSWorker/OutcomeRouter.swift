@@ -162,9 +162,26 @@ public struct OutcomeRouter: Sendable {
             end: .dead)
     }
 
-    /// A job larger than contract §4's limit: its body was dropped as it arrived, so the broker
-    /// dead-letters it, body unchanged.
-    public func routeOversized() -> Route { .rejectToDeadLetter }
+    /// A job larger than contract §4's limit. Its body was copied to the dead queue frame by
+    /// frame as it arrived (`oversizedDeadLetter`), and the broker confirmed the copy: ack. When
+    /// that copy could not be made, the body was dropped as it arrived and the broker
+    /// dead-letters it, body unchanged (without the x-apns-* headers: the fallback).
+    public func routeOversized(copied: Bool) -> Route { copied ? .ack : .rejectToDeadLetter }
+
+    /// The dead letter of a job over `maxBodyBytes`, for the connection to publish with the body
+    /// as it arrives: the job's properties as republished, with contract §4's headers
+    /// (`MalformedJob`, status 0, no attempt made).
+    public func oversizedDeadLetter(properties: AMQPProperties, bodySize: UInt64, maxBodyBytes: Int, now: Date) -> AMQPOutboundMessage {
+        var copy = properties.republished()
+        var envelope = JobEnvelope(copy.headers)
+        envelope.forward()
+        envelope.record(
+            JobEnvelope.Failure(
+                reason: JobError.Kind.malformedJob.rawValue, status: 0, attempts: 0, failedAt: now,
+                error: "body: \(bodySize) bytes, over the \(maxBodyBytes) allowed"))
+        copy.headers = envelope.amqpHeaders
+        return AMQPOutboundMessage(exchange: "", routingKey: TopologyNames.deadQueue(bundleID), body: [], properties: copy)
+    }
 
     /// A job the rollout gate holds back: into the first retry queue, attempts unchanged, so it
     /// meets the gate again after the shortest delay and never counts towards `maxAttempts`.
@@ -207,10 +224,14 @@ public struct OutcomeRouter: Sendable {
     }
 
     /// The job's properties for a message that carries it on: its job id as `message_id`, so a
-    /// generated id stays the same for every attempt (contract §2), and no broker delivery count.
+    /// generated id stays the same for every attempt (contract §2), and no broker delivery count;
+    /// otherwise the properties it arrived with, byte for byte, less `user_id` and `expiration`
+    /// (`AMQPProperties.republished`, contract §4).
     func forwardedProperties(_ job: JobContext, _ write: (inout JobEnvelope) -> Void = { _ in }) -> AMQPProperties {
-        var properties = job.message.properties
-        if let jobID = job.jobID { properties.messageID = jobID }
+        var properties = job.message.properties.republished()
+        // Only when it differs: a message_id that is not UTF-8 reads as U+FFFD text, and writing
+        // that text back would change its bytes.
+        if let jobID = job.jobID, properties.messageID != jobID { properties.messageID = jobID }
         var envelope = JobEnvelope(properties.headers)
         envelope.forward()
         write(&envelope)

@@ -1,5 +1,6 @@
 // The negotiated frame size against the shared test broker: what the client proposes is what
-// the broker reports, and a body many times larger than a frame goes out and comes back whole.
+// the broker reports, and a body many times larger than a frame goes out and comes back whole;
+// content headers up to the broker's own frame size arrive without the connection dropping.
 import AMQPClient
 import Testing
 import TestSupport
@@ -25,7 +26,8 @@ struct FrameSizeTests {
                     return frameMax[small.connectionName] != nil && frameMax[defaults.connectionName] != nil
                 }
                 #expect(frameMax[small.connectionName] == 4_096)
-                #expect(frameMax[defaults.connectionName] == AMQPConfiguration(urls: small.urls).frameMax)
+                // By default the broker's offer is taken (RabbitMQ's default, 128 KiB).
+                #expect(frameMax[defaults.connectionName] == 131_072)
 
                 let queue = uniqueName("frames")
                 try await connection.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("classic")]))
@@ -36,6 +38,59 @@ struct FrameSizeTests {
                 let delivery = try #require(try await iterator.next())
                 #expect(delivery.message.body == body)
                 #expect(await connection.ack(delivery) == .settled)
+                await consumer.cancel()
+                try await connection.deleteQueue(queue)
+            }
+        }
+    }
+
+    /// The broker sends a content header unsplit, as large as its own frame_max allows. At the
+    /// client's old 16 KiB, librabbitmq refused 17 KiB of headers, the connection dropped and the
+    /// redelivered message dropped it again, forever (issue 35). Now every one arrives, once and
+    /// not redelivered; over 16 KiB of properties it is marked, its header table not kept.
+    @Test func headersUpToTheBrokersFrameSizeArriveWithoutAReconnect() async throws {
+        let broker = try TestBroker.require()
+        var publisher = try configuration(broker, name: uniqueName("frame-publisher"))
+        publisher.frameMax = 131_072
+        let consumer = try configuration(broker, name: uniqueName("frame-consumer"))
+        let sizes = [15 * 1024, 17 * 1024, 64 * 1024, 127 * 1024 - 300]
+        try await withConnection(publisher) { publishing in
+            try await withConnection(consumer) { connection in
+                let queue = uniqueName("big-headers")
+                try await connection.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("classic")]))
+                for (index, size) in sizes.enumerated() {
+                    var properties = AMQPProperties.persistentJSON
+                    properties.messageID = "m\(index)"
+                    properties.headers = ["filler": .bytes([UInt8](repeating: 0xAB, count: size)), "nested": .table(["n": .int32(Int32(index))])]
+                    try await publishing.publish(
+                        AMQPOutboundMessage(exchange: "", routingKey: queue, body: Array("body \(index)".utf8), properties: properties, mandatory: true))
+                }
+                let consumer = try await connection.consume(queue: queue, prefetch: 10, maxBodySize: 1024)
+                let iterator = consumer.makeAsyncIterator()
+                // Before issue 35 the second one dropped the connection, again and again: bounded.
+                let deliveries = try await withTimeout(.seconds(60), "every message, without a reconnect") { [iterator] in
+                    var stream = iterator
+                    var received: [AMQPDelivery] = []
+                    while received.count < sizes.count, let delivery = try await stream.next() {
+                        received.append(delivery)
+                        await connection.ack(delivery)
+                    }
+                    return received
+                }
+                #expect(deliveries.count == sizes.count)
+                #expect(connection.connectionCount == 1, "never reconnected")
+                for (index, (size, delivery)) in zip(sizes, deliveries).enumerated() {
+                    #expect(!delivery.message.redelivered, "delivered once, on the first connection")
+                    #expect(delivery.message.properties.messageID == "m\(index)")
+                    #expect(delivery.message.body == Array("body \(index)".utf8))
+                    if size <= AMQPProperties.maximumEncodedSize - 100 {
+                        #expect(delivery.message.oversizedPropertiesSize == nil)
+                        #expect(delivery.message.properties.headers?["nested"] == .table(["n": .int32(Int32(index))]))
+                    } else {
+                        #expect((delivery.message.oversizedPropertiesSize ?? 0) > size)
+                        #expect(delivery.message.properties.headers == nil, "a header table over the bound is not kept")
+                    }
+                }
                 await consumer.cancel()
                 try await connection.deleteQueue(queue)
             }

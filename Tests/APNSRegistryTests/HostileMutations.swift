@@ -89,4 +89,43 @@ struct HostileMutations {
         if chance(0.2) { properties.type = pick(["job", "\u{0}"]) }
         return properties
     }
+
+    /// Short-string values at their edges: empty, 255 bytes, not UTF-8 (U+FFFD would make them
+    /// longer than a short string), CR/LF.
+    static let hostileShortStrings: [AMQPShortString] = [
+        "", AMQPShortString(String(repeating: "m", count: 255)), AMQPShortString(bytes: [UInt8](repeating: 0xFF, count: 255)),
+        AMQPShortString(bytes: [0xC3]), AMQPShortString(bytes: [0xE2, 0x82]), "a\r\nx-injected: 1", "\u{0}",
+    ]
+
+    /// Every property a publisher may set, at its edges (contract §4 "The AMQP envelope is input
+    /// too"): each short string from `hostileShortStrings`, `user_id` naming the publisher's own
+    /// `user` (the broker refuses any other at the publisher's end) and `expiration`, both of
+    /// which the worker's republished copies must drop; priority, delivery mode and timestamp.
+    mutating func envelopeProperties(user: String) -> AMQPProperties {
+        var properties = AMQPProperties.persistentJSON
+        for field in AMQPProperties.ShortStringField.allCases where chance(0.4) {
+            switch field {
+            case .userID: properties.userID = user
+            // Long enough never to expire before the worker takes it.
+            case .expiration: properties.expiration = pick(["600000", "3600000"])
+            default: properties.setShortString(field, pick(Self.hostileShortStrings))
+            }
+        }
+        if chance(0.3) { properties.priority = pick([0, 9, 255]) }
+        // Only 1 and 2: RabbitMQ closes the publisher's channel on any other (406 delivery_mode_unknown).
+        if chance(0.3) { properties.deliveryMode = pick([1, 2]) }
+        if chance(0.3) { properties.timestamp = pick([Date(timeIntervalSince1970: 0), Date(timeIntervalSince1970: 0x1p40), Date()]) }
+        if chance(0.3) { properties.headers = ["nested": .table(["a": .table(["b": .array([.bytes([0xFF]), .string("x")])])])] }
+        return properties
+    }
+
+    /// Header tables over contract §4's 16 KiB bound (properties and headers together), up to
+    /// what one frame of the broker's 128 KiB carries: the message is malformed whatever its body.
+    mutating func oversizedHeaders() -> AMQPTable {
+        switch Int.random(in: 0..<3, using: &rng) {
+        case 0: ["filler": .string(String(repeating: "h", count: 17 * 1024))]
+        case 1: ["a": .table(["b": .table(["c": .bytes([UInt8](repeating: 0xFE, count: 64 * 1024))])])]
+        default: ["filler": .string(String(repeating: "g", count: 127 * 1024 - 600))]
+        }
+    }
 }

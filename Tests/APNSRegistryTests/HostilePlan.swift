@@ -15,6 +15,9 @@ struct HostilePlan {
         var kind: String
         var message: AMQPOutboundMessage
         var expect: Expect
+        /// Its dead letter must carry the x-apns-* headers (an envelope case, not a body the
+        /// broker dead-letters itself).
+        var deadLetterHeaders = false
     }
 
     var mutations: HostileMutations
@@ -23,12 +26,15 @@ struct HostilePlan {
     /// The registered group valid group jobs fan out to, and its devices.
     let group: String
     let members: [(String, String)]
+    /// The publisher's broker user: the one `user_id` the broker lets it send.
+    let user: String
     var next = 0
 
     /// Where the storm's valid registrations go (and nothing else).
     var stormGroup: String { "storm-\(seed)" }
 
-    init(seed: UInt64, bundles: [String], group: String, members: [(String, String)]) {
+    init(seed: UInt64, bundles: [String], group: String, members: [(String, String)], user: String) {
+        self.user = user
         self.mutations = HostileMutations(seed: seed)
         self.seed = seed
         self.bundles = bundles
@@ -50,6 +56,7 @@ struct HostilePlan {
                 case 58..<75: mutatedRegistration()
                 case 75..<77: validGroupJob()
                 case 77..<87: mutatedGroupJob()
+                case 87..<93: envelope()
                 default: forgedHeartbeat()
                 }
             out.append(item)
@@ -150,6 +157,34 @@ struct HostilePlan {
         let parsed = GroupJobParser.parse(body: body, messageID: properties.messageID)
         let expect: Planned.Expect = if case .failure = parsed { .dead(TopologyNames.groupsDead) } else { .anything }
         return Planned(kind: "group job, mutated", message: AMQPOutboundMessage(exchange: TopologyNames.groups, routingKey: "", body: body, properties: properties), expect: expect)
+    }
+
+    /// A valid message of any kind the worker reads in a hostile envelope (contract §4 "The AMQP
+    /// envelope is input too"): its properties at their edges, with or without a header table
+    /// over the 16 KiB bound (then it is malformed whatever its body).
+    mutating func envelope() -> Planned {
+        var item: Planned =
+            switch Int.random(in: 0..<5, using: &mutations.rng) {
+            case 0, 1: validJob(headers: false)
+            case 2: validRegistration()
+            case 3: validGroupJob()
+            default: forgedHeartbeat()
+            }
+        var properties = mutations.envelopeProperties(user: user)
+        let oversized = mutations.chance(0.4)
+        if oversized { properties.headers = mutations.oversizedHeaders() }
+        item.message.properties = properties
+        item.kind = "envelope, " + item.kind + (oversized ? ", headers over 16 KiB" : "")
+        if oversized {
+            switch item.message.exchange {
+            case TopologyNames.jobsExchange: item.expect = .dead(TopologyNames.deadQueue(item.message.routingKey))
+            case TopologyNames.registry: item.expect = .dead(TopologyNames.registryDead)
+            case TopologyNames.groups: item.expect = .dead(TopologyNames.groupsDead)
+            default: item.expect = .anything  // a heartbeat the worker cannot use is ignored
+            }
+            if case .dead = item.expect { item.deadLetterHeaders = true }
+        }
+        return item
     }
 
     /// Forged heartbeats: well-formed ones of made-up instances (short-lived, another bundle),

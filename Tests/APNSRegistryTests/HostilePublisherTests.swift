@@ -48,7 +48,8 @@ struct HostilePublisherTests {
             }
         }
 
-        var plan = HostilePlan(seed: seed, bundles: harness.bundles, group: group, members: members)
+        let user = try AMQPURL(string: try TestBroker.require().amqpURL).user
+        var plan = HostilePlan(seed: seed, bundles: harness.bundles, group: group, members: members, user: user)
         let planned = plan.make(count: Self.total)
         let readiness = ReadyWatch(ports: ports)
         let watcher = Task { await readiness.watch() }
@@ -69,6 +70,8 @@ struct HostilePublisherTests {
         let validIDs = sent.flatMap { item -> [String] in if case .delivered(let ids) = item.expect { ids } else { [] } }
         var deadExpected: [String: [[UInt8]]] = [:]
         for item in sent { if case .dead(let queue) = item.expect { deadExpected[queue, default: []].append(item.message.body) } }
+        // Envelope cases: their dead letters carry the x-apns-* headers of contract §4's table.
+        var withDeadLetterHeaders = Dictionary(grouping: sent.filter(\.deadLetterHeaders).map(\.message.body), by: { $0 }).mapValues(\.count)
         let apnsIDs = { Dictionary(grouping: harness.simulator.accepted().map { $0.apnsID.lowercased() }, by: { $0 }).mapValues(\.count) }
         do {
             try await waitUntil("every valid job delivered and every refused message dead", timeout: .seconds(600), every: .seconds(2)) {
@@ -98,10 +101,18 @@ struct HostilePublisherTests {
             while let dead = try await harness.connection.get(queue: queue) {
                 await harness.connection.ack(dead)
                 if let left = expected[dead.message.body], left > 0 { expected[dead.message.body] = left - 1; deadFound += 1 }
+                if let left = withDeadLetterHeaders[dead.message.body], left > 0 {
+                    withDeadLetterHeaders[dead.message.body] = left - 1
+                    let headers = dead.message.properties.headers ?? [:]
+                    #expect(headers[JobHeaders.reason]?.stringValue == "MalformedJob", "\(queue): an envelope case dead without x-apns-reason")
+                    #expect(headers[JobHeaders.status]?.intValue == 0 && headers[JobHeaders.failedAt] != nil && headers[JobHeaders.error] != nil)
+                    #expect(dead.message.properties.userID == nil && dead.message.properties.expiration == nil)
+                }
             }
             let missing = expected.values.reduce(0, +)
             #expect(missing == 0, "\(missing) refused messages of \(queue) not in its dead queue with their body unchanged")
         }
+        #expect(withDeadLetterHeaders.values.reduce(0, +) == 0, "envelope cases not found dead")
 
         // The valid registrations of the storm were applied.
         let registered = sent.filter { if case .applied = $0.expect { true } else { false } }.count

@@ -7,9 +7,11 @@ import TestSupport
 
 /// Issue 24: a message body is never assembled beyond its limit. Against the real broker,
 /// PostgreSQL, the simulator and a real `apns-worker run`: 1 MiB jobs, registrations and group
-/// jobs land in their `.dead` queues with their body byte for byte (the broker dead-letters
-/// them: the worker rejects them unread), `apns-worker dead list`/`show` name the reason, the
-/// worker's peak RSS does not grow by their size, and the valid jobs around them are delivered once.
+/// jobs land in their `.dead` queues with their body byte for byte and, like every dead letter,
+/// the x-apns-* headers of contract §4 (issue 35: the worker copies them there frame by frame as
+/// they arrive; the broker's own dead-lettering left the headers out), `apns-worker dead
+/// list`/`show` name the reason, the worker's peak RSS does not grow by their size, and the
+/// valid jobs around them are delivered once.
 extension RegistryBrokerSuites {
 @Suite(.serialized, .enabled(if: TestPostgres.isAvailable, "needs scripts/test's PostgreSQL and broker"))
 struct OversizedEndToEndTests {
@@ -31,7 +33,7 @@ struct OversizedEndToEndTests {
         return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]))
     }
 
-    @Test func oneMebibyteMessagesAreDeadLetteredByTheBrokerUnchangedAndNeverHeld() async throws {
+    @Test func oneMebibyteMessagesAreDeadLetteredWithTheirHeadersUnchangedAndNeverHeld() async throws {
         let harness = try await RegistryHarness.start()
         let bundle = harness.bundles[0]
         let dead = TopologyNames.deadQueue(bundle)
@@ -82,16 +84,22 @@ struct OversizedEndToEndTests {
             #expect(list.status == 0, "\(list.stderr)")
             let listed = try #require(try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [[String: Any]])
             #expect(listed.count == Self.count)
-            #expect(listed.allSatisfy { $0["reason"] as? String == JobEnvelope.messageTooLarge })
+            #expect(listed.allSatisfy { $0["reason"] as? String == "MalformedJob" })
             let firstID = try #require(listed.first?["jobID"] as? String)
             let show = try await runProcess(workerExecutable, ["dead", "show", firstID, "--url", try TestBroker.require().amqpURL, "--bundle", bundle])
-            #expect(show.status == 0 && show.stdout.contains(JobEnvelope.messageTooLarge), "\(show.stdout)\(show.stderr)")
+            #expect(show.status == 0 && show.stdout.contains("MalformedJob"), "\(show.stdout)\(show.stderr)")
 
             for (queue, bodies) in [(dead, jobs), (TopologyNames.registryDead, registrations), (TopologyNames.groupsDead, groupJobs)] {
                 var found: [[UInt8]] = []
                 while let letter = try await harness.connection.get(queue: queue) {
                     await harness.connection.ack(letter)
-                    #expect(JobEnvelope(letter.message).failureReason == JobEnvelope.messageTooLarge, "\(queue)")
+                    let headers = letter.message.properties.headers ?? [:]
+                    #expect(headers[JobHeaders.reason]?.stringValue == "MalformedJob", "\(queue)")
+                    #expect(headers[JobHeaders.status]?.intValue == 0, "\(queue)")
+                    #expect(headers[JobHeaders.attempts]?.intValue == 0, "\(queue)")
+                    #expect(headers[JobHeaders.failedAt]?.stringValue != nil, "\(queue)")
+                    #expect(headers[JobHeaders.error]?.stringValue?.contains("\(Self.size) bytes") == true, "\(queue)")
+                    #expect(headers["x-death"] == nil, "\(queue): not dead-lettered by the broker")
                     found.append(letter.message.body)
                 }
                 #expect(found.count == bodies.count && Set(found) == Set(bodies), "\(queue): bodies unchanged")

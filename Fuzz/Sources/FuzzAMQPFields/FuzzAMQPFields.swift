@@ -2,7 +2,10 @@
 // (librabbitmq's decoder, then the Swift values). The first byte picks what the rest is: a
 // field table (its 4-byte length first) or a content header's property list (flags first).
 // A decoded table must encode again and decode to the same values: what the worker forwards
-// (a retry, a dead letter) is what it read.
+// (a retry, a dead letter) is what it read. On the bytes: a table once through AMQPClient is a
+// fixed point (decode, encode: the same bytes), and properties without a header table come out
+// byte for byte as they went in (short strings kept as the bytes that arrived, contract §4;
+// the table itself is a dictionary, so its entries' order and duplicate keys are not kept).
 import AMQPClient
 import Foundation
 import FuzzDriver
@@ -24,11 +27,39 @@ public func fuzzAMQPFields(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     if data[0] & 1 == 0 {
         guard let table = AMQPWireFormat.decodeTable(bytes) else { return 0 }
         checkRoundTrip(table)
+        checkFixedPoint(table)
     } else {
         guard let properties = AMQPWireFormat.decodeProperties(bytes) else { return 0 }
         if let headers = properties.headers { checkRoundTrip(headers) }
+        checkPropertyBytes(properties)
     }
     return 0
+}
+
+/// Encoded once, a table decodes and encodes to the same bytes.
+private func checkFixedPoint(_ table: AMQPTable) {
+    guard let once = AMQPWireFormat.encodeTable(table) else { return }  // checkRoundTrip reports it
+    guard let decoded = AMQPWireFormat.decodeTable(once), let twice = AMQPWireFormat.encodeTable(decoded) else {
+        fatalError("a table AMQPClient encoded does not decode and encode again")
+    }
+    guard once == twice else { fatalError("a table's bytes changed on a second pass through AMQPClient: \(once) became \(twice)") }
+}
+
+/// Properties encode again; without a header table, to the bytes they were decoded from (their
+/// flags and fields in librabbitmq's canonical form: encoded, decoded, encoded again).
+private func checkPropertyBytes(_ properties: AMQPProperties) {
+    guard let encoded = AMQPWireFormat.encodeProperties(properties) else {
+        fatalError("properties librabbitmq decoded do not encode again")
+    }
+    guard let again = AMQPWireFormat.decodeProperties(encoded) else { fatalError("properties AMQPClient encoded do not decode") }
+    for field in AMQPProperties.ShortStringField.allCases where again.shortString(field) != properties.shortString(field) {
+        fatalError("the \(field) property changed on its way through AMQPClient")
+    }
+    // A Date keeps seconds past 2^52 a rounding away (see `same`): those timestamps are left out.
+    guard properties.headers == nil, (properties.timestamp?.timeIntervalSince1970 ?? 0) < 0x1p52 else { return }
+    guard again == properties, AMQPWireFormat.encodeProperties(again) == encoded else {
+        fatalError("properties changed on a second pass through AMQPClient")
+    }
 }
 
 private func checkRoundTrip(_ table: AMQPTable) {
