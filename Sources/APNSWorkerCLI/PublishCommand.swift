@@ -78,7 +78,7 @@ struct PublishCommand: AsyncParsableCommand {
             }
             options.pushType = type
         }
-        if let syncServer { options.userInfo["syncServer"] = syncServer }
+        if let syncServer { options.userInfo = ["syncServer": syncServer] }
         let fixedID = try id.map { text in
             guard let uuid = UUID(uuidString: text) else { throw ValidationError("--id must be a canonical UUID") }
             return uuid
