@@ -20,10 +20,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
-(cd "$example" && swift package show-dependencies)
-(cd "$example" && swift build -v) > "$work/example-build.log" 2>&1 || { tail -40 "$work/example-build.log" >&2; exit 1; }
-modules=$(grep -oE -- '-module-name [A-Za-z0-9_]+' "$work/example-build.log" | awk '{print $2}' | sort -u)
-echo "check-example: modules compiled for the example: $(echo $modules)"
+echo "check-example: the packages SwiftPM resolves (and fetches) for the example:"
+(cd "$example" && swift package show-dependencies --format flatlist)
+(cd "$example" && swift build) > "$work/example-build.log" 2>&1 || { tail -40 "$work/example-build.log" >&2; exit 1; }
+example_bin=$(cd "$example" && swift build --show-bin-path)
+# What it builds, also on incremental runs: the Swift modules it compiled (Modules/*.swiftmodule)
+# and the C targets with object files (SwiftPM plans a <target>.build directory for every target
+# of the graph, compiled or not, so the directories alone say nothing).
+modules=$( (cd "$example_bin/Modules" && ls -d ./*.swiftmodule | sed -e 's#^\./##' -e 's#\.swiftmodule$##';
+  cd "$example_bin" && for dir in ./*.build; do
+    [ -n "$(find "$dir" -name '*.o' -print -quit)" ] && [ ! -e "Modules/$(basename "$dir" .build).swiftmodule" ] && basename "$dir" .build
+  done; true) | sort -u)
+echo "check-example: targets built for the example: $(echo $modules)"
 if echo "$modules" | grep -E '^(Hummingbird|HummingbirdCore|PostgresNIO|OTel|Mustache)' ; then
   echo "check-example: FAIL: the example sync server built modules it never uses (above)" >&2
   exit 1
@@ -65,7 +73,7 @@ done
 status=0
 APNS_EXAMPLE_AMQP_URL=$APNS_TEST_AMQP_URL APNS_EXAMPLE_BUNDLE=$bundle APNS_EXAMPLE_TOKENS="$accepted,$gone" \
   APNS_EXAMPLE_EXPECT_FEEDBACK=$gone APNS_EXAMPLE_FEEDBACK_QUEUE="sync-example.$$.feedback" APNS_EXAMPLE_DEADLINE_SECONDS=90 \
-  "$(cd "$example" && swift build --show-bin-path)/SyncServerExample" || status=$?
+  "$example_bin/SyncServerExample" || status=$?
 if [ "$status" -ne 0 ]; then
   echo "check-example: FAIL: the example sync server exited $status; worker log:" >&2
   tail -20 "$work/worker.log" >&2

@@ -22,8 +22,8 @@ public struct APNSPayload: Sendable, Hashable {
     /// `encoder`. Throws `encodingFailed` when the encoder refuses it or it is not a JSON object;
     /// the size limit (4096 bytes as sent, 5120 for `voip`) is checked when it is published.
     ///
-    ///     struct Sync: Encodable { struct APS: Encodable { var contentAvailable = 1 ... }; var aps = APS(); var account: String }
-    ///     let payload = try APNSPayload(Sync(account: "42"))
+    ///     struct Alert: Encodable { struct APS: Encodable { var alert: String }; var aps: APS; var account: String }
+    ///     let payload = try APNSPayload(Alert(aps: .init(alert: "Synced"), account: "42"))
     public init(_ value: some Encodable, encoder: JSONEncoder = JSONEncoder()) throws(APNSWorkerClientError) {
         self.json = try JSONText.encodeObject(value, encoder: encoder)
     }
