@@ -21,7 +21,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "check-example: the packages SwiftPM resolves (and fetches) for the example:"
-(cd "$example" && swift package show-dependencies --format flatlist)
+(cd "$example" && swift package show-dependencies --format flatlist | sort -u)
 (cd "$example" && swift build) > "$work/example-build.log" 2>&1 || { tail -40 "$work/example-build.log" >&2; exit 1; }
 example_bin=$(cd "$example" && swift build --show-bin-path)
 # What it builds, also on incremental runs: the Swift modules it compiled (Modules/*.swiftmodule)
