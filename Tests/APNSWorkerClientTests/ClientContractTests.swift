@@ -168,29 +168,50 @@ struct ClientBrokerTests {
             try await APNSWorkerClientTests.withTap(exchange: TopologyNames.jobsExchange, kind: .direct, routingKey: bundle) { tap, queue in
                 let url = broker.amqpURL.replacingOccurrences(of: "guest:guest@", with: "\(user):secret@")
                 let name = uniqueName("client-reconnect")
-                let client = try await APNSWorkerClient.connect(urls: [url], connectionName: name, logger: Self.logger)
-                let entry = try await Self.listedConnection(name)
-                // Without permissions the client's reconnects are refused until they are back.
-                try await broker.ctl("clear_permissions", "-p", "/", user)
-                try await Self.forceClose(entry)
-                try await waitUntil("the client to see its connection gone") { !client.isConnected }
                 let job = NotificationJob(bundleID: bundle, token: FeedbackParserTests.token, payload: .alert("after the drop"))
-                do throws(APNSWorkerClientError) {
-                    try await client.publish(job, deadline: .milliseconds(300))
-                    Issue.record("published without a connection")
+                let client = try await APNSWorkerClient.connect(urls: [url], connectionName: name, logger: Self.logger)
+                do {
+                    let entry = try await Self.listedConnection(name)
+                    // Without permissions the client's reconnects are refused until they are back.
+                    try await broker.ctl("clear_permissions", "-p", "/", user)
+                    try await Self.forceClose(entry)
+                    try await waitUntil("the client to see its connection gone") { !client.isConnected }
+                    do throws(APNSWorkerClientError) {
+                        try await client.publish(job, deadline: .milliseconds(300))
+                        Issue.record("published without a connection")
+                    } catch {
+                        guard case .connectionUnavailable = error else { Issue.record("\(error)"); throw error }
+                    }
+                    #expect(!client.isConnected)
+                    let waiting = Task { try await client.publish(job, deadline: .seconds(120)) }
+                    try await broker.ctl("set_permissions", "-p", "/", user, ".*", ".*", ".*")
+                    try await waiting.value
+                    #expect(client.isConnected)
+                    await client.close()
                 } catch {
-                    guard case .connectionUnavailable = error else { Issue.record("\(error)"); throw error }
+                    await client.close()
+                    throw error
                 }
-                #expect(!client.isConnected)
-                let waiting = Task { try await client.publish(job, deadline: .seconds(120)) }
-                try await broker.ctl("set_permissions", "-p", "/", user, ".*", ".*", ".*")
-                try await waiting.value
-                #expect(client.isConnected)
-                await client.close()
                 let message = try await APNSWorkerClientTests.take(tap, queue)
                 #expect(message.properties.messageID == job.id.uuidString.lowercased())
             }
         }
+    }
+
+    /// The next feedback event, or a failure once `timeout` passed without one (the wait is
+    /// cancelled, which the consumer's buffer honours).
+    static func nextEvent(_ events: FeedbackEvents, within timeout: Duration = .seconds(60)) async throws -> FeedbackDelivery {
+        let waiting = Task {
+            var iterator = events.makeAsyncIterator()
+            return try await iterator.next()
+        }
+        let timer = Task {
+            try await Task.sleep(for: timeout)
+            waiting.cancel()
+        }
+        defer { timer.cancel() }
+        guard let delivery = try? await waiting.value else { throw TestSupportError("no feedback event within \(timeout)") }
+        return delivery
     }
 
     static func feedbackBody(bundle: String, token: String, reason: String = "Unregistered") -> [UInt8] {
@@ -208,7 +229,7 @@ struct ClientBrokerTests {
         let second = String(repeating: "b2", count: 32)
         let garbage = Array(#"{"bundleId":"\#(bundle)","reason":"Unregistered"}"#.utf8)
         let client = try await APNSWorkerClient.connect(url: broker.amqpURL, logger: Self.logger)
-        var events = try await client.feedback(queue: queue, bundleIDs: [bundle], prefetch: 10).makeAsyncIterator()
+        let events = try await client.feedback(queue: queue, bundleIDs: [bundle], prefetch: 10)
         try await AMQPConnection.withConnection(
             configuration: try AMQPConfiguration(urlStrings: [broker.amqpURL], connectionName: "client-test-feedback"), logger: Self.logger
         ) { publisher in
@@ -216,10 +237,10 @@ struct ClientBrokerTests {
                 try await publisher.publish(AMQPOutboundMessage(
                     exchange: TopologyNames.feedbackExchange, routingKey: bundle, body: body, properties: .persistentJSON))
             }
-            let one = try #require(try await events.next())
+            let one = try await Self.nextEvent(events)
             #expect(one.event.target == .token(first) && one.event.bundleID == bundle && !one.redelivered)
             #expect(one.ack())
-            let two = try #require(try await events.next())
+            let two = try await Self.nextEvent(events)
             #expect(two.event.target == .token(second))
             // Not acked: the consumer goes away with it.
             await client.close()
@@ -228,8 +249,8 @@ struct ClientBrokerTests {
             #expect(dead.properties.headers?["x-apns-reason"]?.stringValue == "MalformedFeedback")
 
             let again = try await APNSWorkerClient.connect(url: broker.amqpURL, logger: Self.logger)
-            var more = try await again.feedback(queue: queue, bundleIDs: [bundle]).makeAsyncIterator()
-            let back = try #require(try await more.next())
+            let more = try await again.feedback(queue: queue, bundleIDs: [bundle])
+            let back = try await Self.nextEvent(more)
             #expect(back.event.target == .token(second) && back.redelivered)
             #expect(back.ack())
             await again.close()
