@@ -78,7 +78,7 @@ struct PublishCommand: AsyncParsableCommand {
             }
             options.pushType = type
         }
-        if let syncServer { options.userInfo["syncServer"] = syncServer }
+        if let syncServer { options.userInfo = ["syncServer": syncServer] }
         let fixedID = try id.map { text in
             guard let uuid = UUID(uuidString: text) else { throw ValidationError("--id must be a canonical UUID") }
             return uuid
@@ -106,8 +106,11 @@ struct PublishCommand: AsyncParsableCommand {
                         bundleID: bundle, channel: channel, payload: apnsPayload, options: options, environment: jobEnvironment, id: jobID))
                     print("published \(jobID.uuidString.lowercased()) to \(TopologyNames.jobsExchange) with key \(bundle) (confirmed)")
                 }
-            } catch let error as APNSWorkerClientError {
-                failWithLine("the worker would refuse this job, nothing published: \(error)")
+            } catch {
+                switch error {
+                case .invalidMessage, .payloadTooLarge: failWithLine("the worker would refuse this job, nothing published: \(error)")
+                default: failWithLine("not published: \(error)")
+                }
             }
         }
         await client.close()

@@ -151,8 +151,11 @@ func publishRegistration(_ registration: Registration, broker: BrokerOptions) as
         logger: makeLogger("apns-worker.registry", defaultLevel: .warning))
     do {
         try await client.publish(registration)
-    } catch let error as APNSWorkerClientError {
-        failWithLine("the worker would refuse this registration, nothing published: \(error)")
+    } catch {
+        switch error {
+        case .invalidMessage, .payloadTooLarge: failWithLine("the worker would refuse this registration, nothing published: \(error)")
+        default: failWithLine("not published: \(error)")
+        }
     }
     await client.close()
     print("published \(registration.operation.rawValue) to \(TopologyNames.registry) (confirmed)")

@@ -94,6 +94,11 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Flag(help: "Answer every request 403 InvalidProviderToken.")
     var rejectAll = false
 
+    @Option(
+        name: .customLong("unregistered"),
+        help: "A device token (hex) answered 410 Unregistered, as for an uninstalled app (repeatable; the worker publishes feedback for it).")
+    var unregisteredTokens: [String] = []
+
     @Option(help: "Seconds between summary lines (0 = none).")
     var summaryEvery: Int = 10
 
@@ -127,6 +132,8 @@ struct SimulatorCommand: AsyncParsableCommand {
                 latency: .milliseconds(latencyMs), goawayAfterStreams: goawayAfter, dropAfterStreams: dropAfter,
                 rejectAllTokens: rejectAll ? .invalidProviderToken : nil, binaryShutdownAfterFrames: binaryShutdownAfter,
                 binaryCloseSilentlyAfterFrames: binaryCloseAfter))
+        let startedAt = Int64(Date().timeIntervalSince1970 * 1000)
+        for token in unregisteredTokens { simulator.script(token: token, .unregistered(timestamp: startedAt)) }
         logger.info(
             "simulator credentials",
             metadata: [

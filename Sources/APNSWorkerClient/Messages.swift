@@ -1,6 +1,7 @@
 /// The messages the sync server publishes to apns-worker (contract §2, §6, §7), as typed values that
 /// encode to the JSON the worker reads and are validated by the worker's own parsers
-/// (`JobParser`, `GroupJobParser`, `RegistrationMessage`) before anything is published.
+/// (`JobParser`, `GroupJobParser`, `RegistrationMessage`) before anything is published. Payloads
+/// and `userInfo` are any `Encodable` value (encoded with `JSONEncoder`) or JSON text as is.
 import APNSCore
 import Foundation
 
@@ -15,6 +16,16 @@ public struct APNSPayload: Sendable, Hashable {
     /// Any JSON text; the worker's parser checks it when the message is published.
     public init(json: String) {
         self.json = json
+    }
+
+    /// A payload encoded from any `Encodable` value (e.g. a struct with an `aps` member) with
+    /// `encoder`. Throws `encodingFailed` when the encoder refuses it or it is not a JSON object;
+    /// the size limit (4096 bytes as sent, 5120 for `voip`) is checked when it is published.
+    ///
+    ///     struct Alert: Encodable { struct APS: Encodable { var alert: String }; var aps: APS; var account: String }
+    ///     let payload = try APNSPayload(Alert(aps: .init(alert: "Synced"), account: "42"))
+    public init(_ value: some Encodable, encoder: JSONEncoder = JSONEncoder()) throws(APNSWorkerClientError) {
+        self.json = try JSONText.encodeObject(value, encoder: encoder)
     }
 
     /// `{"aps":{"alert":TEXT}}`.
@@ -37,9 +48,9 @@ public struct DeliveryOptions: Sendable, Hashable {
     /// At most 64 bytes, no control characters.
     public var collapseID: String?
     /// Provider-side metadata (e.g. `syncServer`), never sent to Apple.
-    public var userInfo: [String: String]
+    public var userInfo: UserInfo
 
-    public init(pushType: PushType? = nil, priority: Int? = nil, expiration: Int64? = nil, collapseID: String? = nil, userInfo: [String: String] = [:]) {
+    public init(pushType: PushType? = nil, priority: Int? = nil, expiration: Int64? = nil, collapseID: String? = nil, userInfo: UserInfo = [:]) {
         self.pushType = pushType
         self.priority = priority
         self.expiration = expiration
@@ -53,10 +64,43 @@ public struct DeliveryOptions: Sendable, Hashable {
         if let priority { fields.append(("priority", String(priority))) }
         if let expiration { fields.append(("expiration", String(expiration))) }
         if let collapseID { fields.append(("collapseId", JSONText.string(collapseID))) }
-        if !userInfo.isEmpty {
-            fields.append(("userInfo", JSONText.object(userInfo.sorted { $0.key < $1.key }.map { ($0.key, JSONText.string($0.value)) })))
-        }
+        if let json = userInfo.json { fields.append(("userInfo", json)) }
         return fields
+    }
+}
+
+/// A job's `userInfo` (contract §2: an object, provider-side metadata the worker logs and its
+/// rollout gate reads, never sent to Apple): string pairs as a dictionary literal, any
+/// `Encodable` value that encodes to a JSON object, or JSON text as is.
+///
+///     DeliveryOptions(userInfo: ["syncServer": "sync-1"])
+///     DeliveryOptions(userInfo: try UserInfo(Audit(syncServer: "sync-1", change: 42)))
+public struct UserInfo: Sendable, Hashable, ExpressibleByDictionaryLiteral {
+    /// The member's JSON text; nil: no `userInfo` member.
+    public let json: String?
+
+    /// JSON text as is (the worker's parser checks that it is an object when the job is published).
+    public init(json: String) {
+        self.json = json
+    }
+
+    /// Encodes `value` with `encoder`; throws `encodingFailed` unless it is a JSON object.
+    public init(_ value: some Encodable, encoder: JSONEncoder = JSONEncoder()) throws(APNSWorkerClientError) {
+        self.json = try JSONText.encodeObject(value, encoder: encoder)
+    }
+
+    /// String pairs, keys in order (nothing at all when empty).
+    public init(dictionaryLiteral elements: (String, String)...) {
+        self.init(elements)
+    }
+
+    /// String pairs, keys in order (nothing at all when empty).
+    public init(_ pairs: [(String, String)]) {
+        json = pairs.isEmpty ? nil : JSONText.object(pairs.sorted { $0.0 < $1.0 }.map { ($0.0, JSONText.string($0.1)) })
+    }
+
+    public init(_ dictionary: [String: String]) {
+        self.init(dictionary.map { ($0.key, $0.value) })
     }
 }
 
@@ -174,7 +218,7 @@ public struct GroupNotificationJob: Sendable, Hashable {
 
     public func validate() throws(APNSWorkerClientError) {
         if case .failure(let error) = GroupJobParser.parse(body: body(), messageID: nil) {
-            throw APNSWorkerClientError.invalidMessage(error)
+            throw APNSWorkerClientError.refused(error)
         }
     }
 }
@@ -244,7 +288,7 @@ enum JobBody {
         if case .failure(let error) = JobParser.parse(
             body: body, bundleID: bundleID, messageID: nil, defaultEnvironment: .production, transport: .http2)
         {
-            throw APNSWorkerClientError.invalidMessage(error)
+            throw APNSWorkerClientError.refused(error)
         }
     }
 }
@@ -264,5 +308,19 @@ enum JSONText {
 
     static func array(_ items: [String]) -> String {
         "[" + items.joined(separator: ",") + "]"
+    }
+
+    /// `value` as JSON object text, or `encodingFailed`.
+    static func encodeObject(_ value: some Encodable, encoder: JSONEncoder) throws(APNSWorkerClientError) -> String {
+        let data: Data
+        do {
+            data = try encoder.encode(value)
+        } catch {
+            throw .encodingFailed("\(error)")
+        }
+        guard (try? JSONSerialization.jsonObject(with: data)) is [String: Any] else {
+            throw .encodingFailed("\(type(of: value)) does not encode to a JSON object")
+        }
+        return String(decoding: data, as: UTF8.self)
     }
 }

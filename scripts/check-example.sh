@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Builds and runs the example sync server (Examples/SyncServer, a package of its own that uses
+# only the APNSWorkerClient product) against the test broker, with a real worker and the APNs
+# simulator: the example publishes a job for a token Apple accepts and one for a token the
+# simulator answers 410 Unregistered, and must see the worker's feedback event for the second
+# (acked) within its deadline. Also prints the example's resolved dependency graph and fails if
+# its build compiled Hummingbird, PostgresNIO, OTel or Mustache.
+#   scripts/check-example.sh BIN_DIR   (BIN_DIR holds a built apns-worker; needs APNS_TEST_AMQP_URL)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$(cd "${1:?usage: scripts/check-example.sh BIN_DIR}" && pwd)/apns-worker
+: "${APNS_TEST_AMQP_URL:?check-example: needs the test broker (scripts/test exports APNS_TEST_AMQP_URL)}"
+example=Examples/SyncServer
+work=$(mktemp -d "${TMPDIR:-/tmp}/apns-check-example.XXXXXX")
+pids=()
+cleanup() {
+  for pid in ${pids[@]+"${pids[@]}"}; do kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
+  rm -rf "$work"
+  return 0
+}
+trap cleanup EXIT
+
+echo "check-example: the packages SwiftPM resolves (and fetches) for the example:"
+(cd "$example" && swift package show-dependencies --format flatlist | sort -u)
+(cd "$example" && swift build) > "$work/example-build.log" 2>&1 || { tail -40 "$work/example-build.log" >&2; exit 1; }
+example_bin=$(cd "$example" && swift build --show-bin-path)
+# What it builds, also on incremental runs: the Swift modules it compiled (Modules/*.swiftmodule)
+# and the C targets with object files (SwiftPM plans a <target>.build directory for every target
+# of the graph, compiled or not, so the directories alone say nothing).
+modules=$( (cd "$example_bin/Modules" && ls -d ./*.swiftmodule | sed -e 's#^\./##' -e 's#\.swiftmodule$##';
+  cd "$example_bin" && for dir in ./*.build; do
+    [ -n "$(find "$dir" -name '*.o' -print -quit)" ] && [ ! -e "Modules/$(basename "$dir" .build).swiftmodule" ] && basename "$dir" .build
+  done; true) | sort -u)
+echo "check-example: targets built for the example: $(echo $modules)"
+if echo "$modules" | grep -E '^(Hummingbird|HummingbirdCore|PostgresNIO|OTel|Mustache)' ; then
+  echo "check-example: FAIL: the example sync server built modules it never uses (above)" >&2
+  exit 1
+fi
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+bundle="com.example.sync-example.$$"
+accepted=$(printf 'a%.0s' $(seq 64))
+gone=$(printf 'b%.0s' $(seq 64))
+sim_port=$(free_port)
+admin_port=$(free_port)
+"$bin" simulator --port "$sim_port" --credentials "$work/credentials" --bundle "$bundle" --unregistered "$gone" \
+  --summary-every 0 > "$work/simulator.log" 2>&1 &
+pids+=($!)
+cat > "$work/worker.conf" <<CONF
+[amqp]
+url = $APNS_TEST_AMQP_URL
+[admin]
+listen = 127.0.0.1:$admin_port
+[apns "$bundle"]
+teamId = TEAM123456
+keyId = KEY1234567
+tokenKeyFile = $work/credentials/AuthKey_KEY1234567.p8
+host = 127.0.0.1
+port = $sim_port
+caFile = $work/credentials/ca.pem
+connections = 1
+CONF
+for _ in $(seq 1 150); do [ -f "$work/credentials/ca.pem" ] && break; sleep 0.2; done
+"$bin" run --config "$work/worker.conf" > "$work/worker.log" 2>&1 &
+pids+=($!)
+ready=""
+for _ in $(seq 1 300); do
+  if curl -fsS "http://127.0.0.1:$admin_port/ready" > /dev/null 2>&1; then ready=yes; break; fi
+  sleep 0.2
+done
+[ -n "$ready" ] || { echo "check-example: FAIL: the worker never became ready: $(tail -5 "$work/worker.log")" >&2; exit 1; }
+
+status=0
+APNS_EXAMPLE_AMQP_URL=$APNS_TEST_AMQP_URL APNS_EXAMPLE_BUNDLE=$bundle APNS_EXAMPLE_TOKENS="$accepted,$gone" \
+  APNS_EXAMPLE_EXPECT_FEEDBACK=$gone APNS_EXAMPLE_FEEDBACK_QUEUE="sync-example.$$.feedback" APNS_EXAMPLE_DEADLINE_SECONDS=90 \
+  "$example_bin/SyncServerExample" || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "check-example: FAIL: the example sync server exited $status; worker log:" >&2
+  tail -20 "$work/worker.log" >&2
+  exit 1
+fi
+echo "check-example: ok: the example sync server published through APNSWorkerClient and handled the worker's feedback"
