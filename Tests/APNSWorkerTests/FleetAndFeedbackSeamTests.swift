@@ -52,11 +52,13 @@ private var quietLogger: Logger {
 
 @Suite("the fleet service and fleet control without a broker")
 struct FleetServiceSeamTests {
-    static func fleet(_ broker: InMemoryBroker, _ member: StubFleetMember, id: String = "host-1-abc") -> FleetService<InMemoryBroker> {
+    static func fleet(
+        _ broker: InMemoryBroker, _ member: StubFleetMember, id: String = "host-1-abc", interval: Duration = .milliseconds(100)
+    ) -> FleetService<InMemoryBroker> {
         FleetService(
             broker: broker, worker: member,
             identity: FleetIdentity(instanceID: id, host: "host", pid: 1, version: "test", startedAt: Date(timeIntervalSince1970: 1_700_000_000)),
-            interval: .milliseconds(100), logger: quietLogger)
+            interval: interval, logger: quietLogger)
     }
 
     @Test func aHeartbeatCarriesThisInstanceAndItsBundlesToTheFleetExchangeWithATTLOfThreeIntervals() async throws {
@@ -167,7 +169,9 @@ struct FleetServiceSeamTests {
     @Test func theCLIListenerReportsTheInstancesHeardAndThePausedBundles() async throws {
         let broker = InMemoryBroker()
         let member = StubFleetMember(bundleIDs: ["com.example.a"])
-        let fleet = Self.fleet(broker, member)
+        // An interval far longer than the test: with 100 ms the instance was silent (3 intervals)
+        // again by the time a loaded machine built the report after hearing it.
+        let fleet = Self.fleet(broker, member, interval: .seconds(60))
         try await FleetControl.pause("com.example.p", on: broker)
         // The listen ends once it heard the instance (a generous deadline otherwise): on a loaded
         // machine a fixed 800 ms window heard nothing (issue 35).
