@@ -19,12 +19,19 @@ extension ConnectionDriver {
             // frame_max allows (128 KiB by default). Over the contract's 16 KiB the message is
             // malformed, and its header table is not copied out of librabbitmq's page.
             let propertiesSize = header.raw.len
+            // A header table nested too deep is malformed too (librabbitmq has decoded it, on a
+            // stack sized for that, `AMQPConnection.ownerThreadStackSize`; Swift never recurses
+            // through more than `AMQPProperties.maximumHeaderDepth` levels).
             let keepHeaders = propertiesSize <= AMQPProperties.maximumEncodedSize
+            let tooDeep = keepHeaders && header.decoded.map {
+                FieldDecoder.headersNestTooDeep($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee)
+            } ?? false
             let message = assembler.header(
-                on: channel, bodySize: header.body_size, oversizedPropertiesSize: keepHeaders ? nil : propertiesSize
+                on: channel, bodySize: header.body_size, oversizedPropertiesSize: keepHeaders ? nil : propertiesSize,
+                headersNestedTooDeep: tooDeep
             ) {
                 header.decoded.map {
-                    FieldDecoder.properties($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee, keepHeaders: keepHeaders) {
+                    FieldDecoder.properties($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee, keepHeaders: keepHeaders && !tooDeep) {
                         repeatedStrings.shortString($0, .contentType, channel: channel)
                     }
                 }
@@ -139,6 +146,7 @@ extension ConnectionDriver {
                 body: assembly.body, properties: assembly.properties, oversizedBodySize: assembly.oversized ? assembly.bodySize : nil,
                 oversizedPropertiesSize: assembly.oversizedPropertiesSize)
             if assembly.oversizedCopied { message.oversizedBodyDeadLettered = true }
+            if assembly.headersNestedTooDeep { message.headersNestedTooDeep = true }
             let accepted = consumer.request.buffer.push(AMQPDelivery(
                 message: message, tag: AMQPDeliveryTag(channel: channel, generation: generation, value: tag), consumerTag: consumerTag))
             if accepted {

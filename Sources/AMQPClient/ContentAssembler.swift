@@ -28,6 +28,8 @@ struct ContentAssembler {
         /// The encoded size of properties over `AMQPProperties.maximumEncodedSize` (their headers
         /// were left out), or nil.
         var oversizedPropertiesSize: Int?
+        /// The header table nested deeper than `AMQPProperties.maximumHeaderDepth` (it was left out).
+        var headersNestedTooDeep = false
         /// The oversized body was copied to where its consumer said, and the broker confirmed it.
         var oversizedCopied = false
         /// The largest body kept (from `begin`).
@@ -69,12 +71,14 @@ struct ContentAssembler {
     /// `oversizedPropertiesSize`: the encoded size of properties over the contract's bound (the
     /// message is malformed; `properties` leaves their headers out).
     mutating func header(
-        on channel: UInt16, bodySize: UInt64, oversizedPropertiesSize: Int? = nil, properties: () -> AMQPProperties?
+        on channel: UInt16, bodySize: UInt64, oversizedPropertiesSize: Int? = nil, headersNestedTooDeep: Bool = false,
+        properties: () -> AMQPProperties?
     ) -> Message? {
         // Taken out and put back rather than copied: a copy retains every field of the message.
         guard var message = pending.removeValue(forKey: channel) else { return nil }
         if let properties = properties() { message.properties = properties }
         message.oversizedPropertiesSize = oversizedPropertiesSize
+        message.headersNestedTooDeep = headersNestedTooDeep
         message.bodySize = bodySize
         message.oversized = bodySize > UInt64(message.bodyLimit)
         // A second header (a broker's bug, found by FuzzContentAssembler: it trapped the owner

@@ -55,6 +55,39 @@ enum FieldDecoder {
         return String(decoding: UnsafeRawBufferPointer(start: base, count: b.len), as: UTF8.self)
     }
 
+    /// Whether `table` nests tables or arrays more than `limit` levels deep (the table itself is
+    /// level 1), found without recursion: a publisher's table can nest one level per 5 bytes of
+    /// the frame, and only a table within `limit` is decoded (which recurses per level).
+    static func nestsDeeper(_ table: amqp_table_t, than limit: Int) -> Bool {
+        var pending: [(value: amqp_field_value_t, depth: Int)] = []
+        func push(_ t: amqp_table_t, depth: Int) {
+            guard t.num_entries > 0, let entries = t.entries else { return }
+            for i in 0..<Int(t.num_entries) { pending.append((entries[i].value, depth)) }
+        }
+        push(table, depth: 1)
+        while let (value, depth) = pending.popLast() {
+            switch value.kind {
+            case Kind.table:
+                if depth + 1 > limit { return true }
+                push(value.value.table, depth: depth + 1)
+            case Kind.array:
+                if depth + 1 > limit { return true }
+                let array = value.value.array
+                guard array.num_entries > 0, let entries = array.entries else { continue }
+                for i in 0..<Int(array.num_entries) { pending.append((entries[i], depth + 1)) }
+            default:
+                continue
+            }
+        }
+        return false
+    }
+
+    /// Whether the properties carry a header table nested deeper than
+    /// `AMQPProperties.maximumHeaderDepth` (the message is malformed; its headers are not kept).
+    static func headersNestTooDeep(_ p: amqp_basic_properties_t) -> Bool {
+        p._flags & PropertyFlag.headers != 0 && nestsDeeper(p.headers, than: AMQPProperties.maximumHeaderDepth)
+    }
+
     static func table(_ t: amqp_table_t) -> AMQPTable {
         var result: AMQPTable = [:]
         guard t.num_entries > 0, let entries = t.entries else { return result }
@@ -102,7 +135,8 @@ enum FieldDecoder {
     /// The properties; `contentType` decodes the content type (the owner thread's reuses the
     /// channel's previous one, `RepeatedStrings`). With `keepHeaders` false the header table is
     /// left out (properties over `AMQPProperties.maximumEncodedSize`: the message is malformed
-    /// and its headers are not copied into memory).
+    /// and its headers are not copied into memory); so is one nested deeper than
+    /// `AMQPProperties.maximumHeaderDepth`, whatever `keepHeaders` says.
     static func properties(
         _ p: amqp_basic_properties_t, keepHeaders: Bool = true,
         contentType: (amqp_bytes_t) -> AMQPShortString = FieldDecoder.shortString
@@ -112,7 +146,7 @@ enum FieldDecoder {
         var result = AMQPProperties()
         if has(PropertyFlag.contentType) { result.setShortString(.contentType, contentType(p.content_type)) }
         if has(PropertyFlag.contentEncoding) { result.setShortString(.contentEncoding, shortString(p.content_encoding)) }
-        if has(PropertyFlag.headers) && keepHeaders { result.headers = table(p.headers) }
+        if has(PropertyFlag.headers) && keepHeaders && !headersNestTooDeep(p) { result.headers = table(p.headers) }
         if has(PropertyFlag.deliveryMode) { result.deliveryMode = p.delivery_mode }
         if has(PropertyFlag.priority) { result.priority = p.priority }
         if has(PropertyFlag.correlationID) { result.setShortString(.correlationID, shortString(p.correlation_id)) }

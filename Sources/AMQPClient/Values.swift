@@ -158,6 +158,14 @@ public struct AMQPProperties: Sendable, Hashable {
     /// so this is also what keeps a republished copy within any broker's frame.
     public static let maximumEncodedSize = 16 * 1024
 
+    /// The deepest header table (tables and arrays within tables) a message the worker handles
+    /// may carry: a deeper one is malformed and not kept, like properties over
+    /// `maximumEncodedSize`. Decoding, re-encoding, comparing and freeing a table recurse once
+    /// per level, on the owner thread and on whichever task republishes a copy; 16 KiB would
+    /// otherwise nest ~2,700 levels, and RabbitMQ's 128 KiB frame ~20,000 (which overflowed a
+    /// thread's 8 MiB stack encoding it, NestedHeaderEndToEndTests).
+    public static let maximumHeaderDepth = 32
+
     private struct Fields: Sendable, Hashable {
         var contentType: AMQPShortString?
         var contentEncoding: AMQPShortString?
@@ -360,6 +368,7 @@ public struct AMQPDeliveredMessage: Sendable, Hashable {
         var properties: AMQPProperties
         var oversizedBodySize: UInt64?
         var oversizedPropertiesSize: Int?
+        var headersNestedTooDeep = false
         var oversizedBodyDeadLettered = false
     }
 
@@ -404,6 +413,14 @@ public struct AMQPDeliveredMessage: Sendable, Hashable {
     public var oversizedPropertiesSize: Int? {
         get { storage.fields.oversizedPropertiesSize }
         set { change { $0.oversizedPropertiesSize = newValue } }
+    }
+
+    /// Set when the header table nested deeper than `AMQPProperties.maximumHeaderDepth`: the
+    /// message is malformed, and `properties` holds all of them but the header table, which was
+    /// not kept.
+    public var headersNestedTooDeep: Bool {
+        get { storage.fields.headersNestedTooDeep }
+        set { change { $0.headersNestedTooDeep = newValue } }
     }
 
     /// Set with `oversizedBodySize` when the consumer asked for such messages to be copied to a

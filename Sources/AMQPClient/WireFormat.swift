@@ -7,7 +7,8 @@ import CRabbitMQShim
 /// librabbitmq's encoder). For the fuzz targets in Fuzz/ and for tests; the connection does not
 /// go through here.
 public enum AMQPWireFormat {
-    /// A field table (its 4-byte length first), or nil when librabbitmq refuses the bytes.
+    /// A field table (its 4-byte length first), or nil when librabbitmq refuses the bytes or it
+    /// nests deeper than `AMQPProperties.maximumHeaderDepth`.
     public static func decodeTable(_ bytes: [UInt8]) -> AMQPTable? {
         withPool { pool in
             var mutable = bytes
@@ -15,7 +16,9 @@ public enum AMQPWireFormat {
                 var table = amqp_table_t()
                 var offset = 0
                 let encoded = amqp_bytes_t(len: raw.count, bytes: raw.baseAddress)
-                guard amqp_decode_table(encoded, pool, &table, &offset) == AMQP_STATUS_OK.rawValue else { return nil }
+                guard amqp_decode_table(encoded, pool, &table, &offset) == AMQP_STATUS_OK.rawValue,
+                    !FieldDecoder.nestsDeeper(table, than: AMQPProperties.maximumHeaderDepth)
+                else { return nil }
                 return FieldDecoder.table(table)
             }
         }

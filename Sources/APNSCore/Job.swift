@@ -122,6 +122,12 @@ public struct JobError: Error, Sendable, Hashable, CustomStringConvertible {
         malformed("properties", "the AMQP properties and headers take \(size) bytes, over the \(limit) allowed; the header table was dropped")
     }
 
+    /// A message whose header table nested deeper than `limit` levels (contract §4): malformed,
+    /// whatever its body.
+    public static func nestedHeaders(limit: Int) -> JobError {
+        malformed("headers", "the AMQP header table nests deeper than \(limit) levels; the header table was dropped")
+    }
+
     /// `x-apns-reason` for the dead letter.
     public var reason: String { kind.rawValue }
 

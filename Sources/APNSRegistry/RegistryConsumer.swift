@@ -123,6 +123,10 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendabl
             await deadLetter(delivery, error: JobError.oversizedProperties(size, limit: AMQPProperties.maximumEncodedSize))
             return
         }
+        if delivery.message.headersNestedTooDeep {
+            await deadLetter(delivery, error: JobError.nestedHeaders(limit: AMQPProperties.maximumHeaderDepth))
+            return
+        }
         // Once held, messages still in flight go back untouched.
         if health.isHeld {
             await broker.nack(delivery, requeue: true)

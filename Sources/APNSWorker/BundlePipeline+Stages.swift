@@ -140,12 +140,14 @@ extension BundlePipeline {
                 metadata: ["amqp.body_size": "\(size)", "job.max_body_size": "\(JobParser.Limits().maxBodyBytes)"])
             return .ended(router.routeOversized(copied: copied), .dead)
         }
-        if let size = delivery.message.oversizedPropertiesSize {
+        if delivery.message.oversizedPropertiesSize != nil || delivery.message.headersNestedTooDeep {
             // Its header table was not kept: no attempt count to read, and the dead letter
             // carries the x-apns-* headers alone (contract §4).
             let context = OutcomeRouter.JobContext(
                 message: delivery.message, jobID: delivery.message.properties.messageID, token: nil, previousAttempts: 0)
-            let error = JobError.oversizedProperties(size, limit: AMQPProperties.maximumEncodedSize)
+            let error =
+                delivery.message.oversizedPropertiesSize.map { JobError.oversizedProperties($0, limit: AMQPProperties.maximumEncodedSize) }
+                ?? JobError.nestedHeaders(limit: AMQPProperties.maximumHeaderDepth)
             logger.warning("malformed job", metadata: ["job.error": "\(error)", "job.reason": "\(error.reason)"])
             return .ended(router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: Date()), .dead)
         }

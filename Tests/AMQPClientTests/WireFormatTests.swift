@@ -41,4 +41,26 @@ import Testing
         #expect(AMQPWireFormat.decodeTable(encoded) == table)
         #expect(AMQPWireFormat.decodeTable([0, 0, 0, 9, 1]) == nil, "a table longer than its bytes is refused")
     }
+    /// A header table nested deeper than `AMQPProperties.maximumHeaderDepth` is not kept: Swift
+    /// decodes, re-encodes, compares and frees tables recursively, and a publisher's frame could
+    /// nest ~20,000 levels. The table itself is level 1; arrays count as levels too.
+    @Test func aHeaderTableNestedDeeperThanTheBoundIsNotKept() throws {
+        func nested(_ depth: Int, array: Bool = false) -> AMQPTable {
+            var value: AMQPFieldValue = .int8(1)
+            for _ in 1..<depth { value = array ? .array([value]) : .table(["n": value]) }
+            return ["n": value]
+        }
+        for (depth, array) in [(32, false), (33, false), (32, true), (33, true)] {
+            var properties = AMQPProperties.persistentJSON
+            properties.headers = nested(depth, array: array)
+            properties.messageID = "m"
+            let wire = try #require(AMQPWireFormat.encodeProperties(properties))
+            let decoded = try #require(AMQPWireFormat.decodeProperties(wire))
+            #expect(decoded.messageID == "m", "depth \(depth)")
+            let kept = depth <= AMQPProperties.maximumHeaderDepth
+            #expect(decoded.headers == (kept ? properties.headers : nil), "depth \(depth), arrays: \(array)")
+            let table = try #require(AMQPWireFormat.encodeTable(nested(depth, array: array)))
+            #expect((AMQPWireFormat.decodeTable(table) != nil) == kept, "depth \(depth), arrays: \(array)")
+        }
+    }
 }
