@@ -78,28 +78,32 @@ def load(path):
         return json.loads(f.read().decode("utf-8"))
 
 
-def check_corpus(schemas, corpus):
-    failures = cases = 0
-    for kind in sorted(os.listdir(corpus)):
-        folder = os.path.join(corpus, kind)
+def judged_documents(schemas, root):
+    """Each JSON document under root/<kind>/, with its kind, its name and its schema's errors."""
+    for kind in sorted(os.listdir(root)):
+        folder = os.path.join(root, kind)
         if not os.path.isdir(folder):
             continue
         judge = Judge(schemas, kind)
         for name in sorted(os.listdir(folder)):
-            if not name.endswith(".json"):
-                continue
-            cases += 1
-            errors = judge.errors(load(os.path.join(folder, name)), f"{kind}/{name}")
-            expected_valid = name.startswith("valid-")
-            if not expected_valid and not name.startswith(("invalid-", "schema-stricter-")):
-                print(f"check-asyncapi: FAIL: {kind}/{name}: name neither valid-…, invalid-… nor schema-stricter-…", file=sys.stderr)
-                failures += 1
-            elif expected_valid and errors:
-                print(f"check-asyncapi: FAIL: {kind}/{name} should validate: {errors[0].json_path}: {errors[0].message}", file=sys.stderr)
-                failures += 1
-            elif not expected_valid and not errors:
-                print(f"check-asyncapi: FAIL: {kind}/{name} should not validate against {kind}.schema.json", file=sys.stderr)
-                failures += 1
+            if name.endswith(".json"):
+                yield kind, name, judge.errors(load(os.path.join(folder, name)), f"{kind}/{name}")
+
+
+def check_corpus(schemas, corpus):
+    failures = cases = 0
+    for kind, name, errors in judged_documents(schemas, corpus):
+        cases += 1
+        expected_valid = name.startswith("valid-")
+        if not expected_valid and not name.startswith(("invalid-", "schema-stricter-")):
+            print(f"check-asyncapi: FAIL: {kind}/{name}: name neither valid-…, invalid-… nor schema-stricter-…", file=sys.stderr)
+            failures += 1
+        elif expected_valid and errors:
+            print(f"check-asyncapi: FAIL: {kind}/{name} should validate: {errors[0].json_path}: {errors[0].message}", file=sys.stderr)
+            failures += 1
+        elif not expected_valid and not errors:
+            print(f"check-asyncapi: FAIL: {kind}/{name} should not validate against {kind}.schema.json", file=sys.stderr)
+            failures += 1
     if cases < 40:
         print(f"check-asyncapi: FAIL: only {cases} examples; the corpus needs at least 40", file=sys.stderr)
         failures += 1
@@ -109,20 +113,12 @@ def check_corpus(schemas, corpus):
 def check_captured(schemas, captured, expected_kinds):
     failures = cases = 0
     seen = {}
-    for kind in sorted(os.listdir(captured)):
-        folder = os.path.join(captured, kind)
-        if not os.path.isdir(folder):
-            continue
-        judge = Judge(schemas, kind)
-        for name in sorted(os.listdir(folder)):
-            if not name.endswith(".json"):
-                continue
-            cases += 1
-            seen[kind] = seen.get(kind, 0) + 1
-            errors = judge.errors(load(os.path.join(folder, name)), f"{kind}/{name}")
-            if errors:
-                print(f"check-asyncapi: FAIL: the worker wrote {kind}/{name}, which its schema refuses: {errors[0].json_path}: {errors[0].message}", file=sys.stderr)
-                failures += 1
+    for kind, name, errors in judged_documents(schemas, captured):
+        cases += 1
+        seen[kind] = seen.get(kind, 0) + 1
+        if errors:
+            print(f"check-asyncapi: FAIL: the worker wrote {kind}/{name}, which its schema refuses: {errors[0].json_path}: {errors[0].message}", file=sys.stderr)
+            failures += 1
     print("check-asyncapi: captured: " + (", ".join(f"{n} {kind}" for kind, n in sorted(seen.items())) or "nothing"))
     for kind in sorted(set(expected_kinds) - set(seen)):
         print(f"check-asyncapi: FAIL: no captured {kind}: the tests that write it did not run or wrote nothing", file=sys.stderr)
