@@ -118,9 +118,12 @@ struct PrometheusRulesTests {
                     for rule in health where rule.health != "ok" {
                         Issue.record("rule \(rule.name): \(rule.health) \(rule.error)")
                     }
-                    // The recording rules see the worker's real series.
-                    let consumers = try await Self.query(base, #"apns_worker:queue_consumers:max{bundle="\#(b)",role="work"}"#)
-                    #expect(consumers.map(\.value) == [1])
+                    // The recording rules see the worker's real series (polled: the rule has a
+                    // value only after a scrape that saw the consumer and an evaluation after it;
+                    // read once, it was still empty on a loaded machine).
+                    try await waitUntil("the worker's consumer in the recorded consumer count", timeout: .seconds(30)) {
+                        try await Self.query(base, #"apns_worker:queue_consumers:max{bundle="\#(b)",role="work"}"#).map(\.value) == [1]
+                    }
                     // The alert fires on the jobs counter; the depth reaches the rule with a later
                     // scrape and evaluation (1 s each), so it is polled, not read once.
                     try await waitUntil("the dead job in the recorded dead queue depth", timeout: .seconds(30)) {
