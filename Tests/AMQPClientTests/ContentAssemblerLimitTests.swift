@@ -139,6 +139,9 @@ extension ContentAssemblerLimitTests {
         _ = assembler.header(on: 3, bodySize: 6) { nil }
         #expect(assembler.body(on: 3, [1, 2, 3]) == nil)
         _ = assembler.header(on: 3, bodySize: UInt64(Self.limit + 1)) { nil }
-        #expect(assembler.body(on: 3, Self.frame)?.body.isEmpty == true)
+        let oversized = assembler.body(on: 3, Self.frame)
+        #expect(oversized?.body.isEmpty == true)
+        // Found by FuzzContentAssembler too: nor does it keep what the first header reserved.
+        #expect(oversized?.body.capacity == 0)
     }
 }
