@@ -90,7 +90,9 @@ struct FleetServiceSeamTests {
     @Test func runningItHearsItsOwnAndOtherInstancesHeartbeatsAndAcksEveryMessage() async throws {
         let broker = InMemoryBroker()
         let member = StubFleetMember(bundleIDs: ["com.example.a"])
-        let fleet = Self.fleet(broker, member)
+        // A long interval: the other instance's one heartbeat (and its message TTL of three
+        // intervals) must outlive the wait below on a loaded machine; at 100 ms it did not.
+        let fleet = Self.fleet(broker, member, interval: .seconds(10))
         let running = Task { try await fleet.run() }
         defer { running.cancel() }
         try await waitUntil("this instance's own heartbeat heard") { fleet.report().instances.map(\.id) == ["host-1-abc"] }
