@@ -38,7 +38,7 @@ public final class AdminMetrics: Sendable {
     private let factory: (any MetricsFactory)?
     /// Every gauge made so far. Their labels are the configured bundles, the connection states
     /// and the queue roles, so once each bundle has been scraped no scrape adds one.
-    private let gauges = Mutex<[GaugeKey: Gauge]>([:])
+    private let gauges = Mutex<[GaugeKey: Metrics.Gauge]>([:])
 
     /// Gauges made by `factory`, by default the one bootstrapped (tests give their own to count).
     init(factory: (any MetricsFactory)? = nil) {
@@ -46,11 +46,11 @@ public final class AdminMetrics: Sendable {
     }
 
     /// The gauge of `label` and `dimensions`, made on first use.
-    private func gauge(_ label: String, _ dimensions: [(String, String)] = []) -> Gauge {
+    private func gauge(_ label: String, _ dimensions: [(String, String)] = []) -> Metrics.Gauge {
         let key = GaugeKey(label: label, dimensions: dimensions.flatMap { [$0.0, $0.1] })
         return gauges.withLock { gauges in
             if let gauge = gauges[key] { return gauge }
-            let gauge = Gauge(label: label, dimensions: dimensions, factory: factory ?? MetricsSystem.factory)
+            let gauge = Metrics.Gauge(label: label, dimensions: dimensions, factory: factory ?? MetricsSystem.factory)
             gauges[key] = gauge
             return gauge
         }
@@ -89,7 +89,7 @@ public final class AdminMetrics: Sendable {
             messages[depth.bundleID, default: [:]][depth.role, default: 0] += depth.messages
             consumers[depth.bundleID, default: [:]][depth.role, default: 0] += depth.consumers
         }
-        var keys = bundleIDs.flatMap { bundle in queueRoles.dropLast().map { (bundle, $0) } } + [("", "unrouted")]
+        var keys = bundleIDs.flatMap { bundle in Self.queueRoles.dropLast().map { (bundle, $0) } } + [("", "unrouted")]
         if registryQueues { keys += QueueInspector.registryDeadQueues.map { ("", $0.1) } }
         for (bundle, role) in keys {
             let dimensions = [("bundle", bundle), ("role", role)]
