@@ -82,13 +82,12 @@ let package = Package(
         // the one helper for every such wait (a leaf: the standard library only).
         .target(name: "CancellableWait", swiftSettings: strictSettings),
         // AMQP 0-9-1 client over librabbitmq: one owner thread per connection, async API; a
-        // connection is a ServiceLifecycle service. A general client: it knows nothing of APNs.
+        // connection lives from `connect` to `close()`. A general client: it knows nothing of APNs.
         .target(
             name: "AMQPClient",
             dependencies: [
                 "CRabbitMQ", "CRabbitMQShim", "CancellableWait",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strictSettings
         ),
@@ -297,7 +296,11 @@ let package = Package(
         ),
         .testTarget(
             name: "AMQPClientTests",
-            dependencies: ["AMQPClient", "APNSCore", "APNSTopology", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "AMQPClient", "APNSCore", "APNSTopology", "TestSupport", .product(name: "Logging", package: "swift-log"),
+                // The worker's service group run `whileConnected` (ConnectionServiceTests).
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(

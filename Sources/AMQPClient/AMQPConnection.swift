@@ -3,7 +3,6 @@
 import CRabbitMQShim
 import Foundation
 import Logging
-import ServiceLifecycle
 import Synchronization
 
 /// Where a connection stands, for readiness checks and metrics.
@@ -36,23 +35,26 @@ public struct AMQPQueueInfo: Sendable, Hashable {
 /// One connection to RabbitMQ that reconnects by itself (failover list, capped exponential
 /// backoff with jitter), re-declares the topology given to `declare(_:)` and restores consumers.
 ///
-/// A ServiceLifecycle `Service`: `run()` starts the connection's owner thread and returns when
-/// it has ended; graceful shutdown (or cancellation) closes the connection. Put it first in the
-/// service group, so that it shuts down last, once the services using it have settled their
-/// work. Calls made before the first connection is up wait for it in the owner thread's queue.
-/// One-shot tools use `connect` / `withConnection` and `close()` instead.
+/// One lifetime, whoever uses it: `connect()` starts the owner thread and returns once the first
+/// connection is up, `close()` ends it, and `whileConnected` is the two around a body, closing
+/// whatever happens. Most callers make and connect it in one step (`connect(configuration:logger:)`,
+/// `withConnection`). `apns-worker run` makes it first, builds its services on it (a
+/// configuration error is reported without touching the broker), then runs its service group
+/// `whileConnected`, so the connection closes only after graceful shutdown let every service
+/// settle its work. Calls made before `connect()` wait for the connection in the owner thread's
+/// queue.
 ///
 /// Operations that need the broker (publish, declare…) fail with `notConnected` while it is
 /// reconnecting, and with `connectionLost` when the connection dies while they are in flight:
 /// the caller decides whether to retry.
-public final class AMQPConnection: Service, Sendable {
+public final class AMQPConnection: Sendable {
     let shared: Mutex<SharedState>
     let wake: OwnerWake
     let configuration: AMQPConfiguration
     let logger: Logger
 
-    /// A connection not started yet: `run()` (in a service group) starts it. Throws when the
-    /// configuration has no URL or the wake-up descriptor cannot be made.
+    /// A connection not connected yet: `connect()` connects it. Throws when the configuration has
+    /// no URL or the wake-up descriptor cannot be made.
     public init(configuration: AMQPConfiguration, logger: Logger) throws {
         guard !configuration.urls.isEmpty else { throw AMQPError(.invalidURL, "no AMQP URL given") }
         self.wake = try OwnerWake()
@@ -61,38 +63,27 @@ public final class AMQPConnection: Service, Sendable {
         self.logger = logger
     }
 
-    /// Starts the owner thread and returns when it has ended: after graceful shutdown or
-    /// cancellation closed the connection, or when the first connect gave up (every URL of the
-    /// failover list failed once), which it throws.
-    public func run() async throws {
-        startOwnerThread()
-        await withTaskCancellationHandler {
-            await withGracefulShutdownHandler {
-                await ownerThreadEnded()
-            } onGracefulShutdown: {
-                self.requestClose()
-            }
-        } onCancel: {
-            self.requestClose()
+    /// Starts the connection's owner thread and waits until the first connection is up. Throws
+    /// when every URL of the failover list failed once (the thread then stops), and with
+    /// `closed` when the connection was connected or closed before; after that first success,
+    /// losses are repaired by reconnecting until `close()`.
+    public func connect() async throws {
+        guard claimStart() else { throw AMQPError(.closed, "the connection was connected or closed before") }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            shared.withLock { $0.firstConnect = continuation }
+            startOwnerThread()
         }
-        if let failure = shared.withLock({ $0.gaveUp }) { throw failure }
     }
 
-    /// Starts the connection's owner thread and waits until the first connection is up. Throws
-    /// when every URL of the failover list failed once (the thread then stops); after that
-    /// first success, losses are repaired by reconnecting until `close()`.
+    /// A new connection, connected (`init` and `connect()`).
     public static func connect(configuration: AMQPConfiguration, logger: Logger) async throws -> AMQPConnection {
         let connection = try AMQPConnection(configuration: configuration, logger: logger)
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            connection.shared.withLock { $0.firstConnect = continuation }
-            connection.startOwnerThread()
-        }
+        try await connection.connect()
         return connection
     }
 
-    /// Starts the owner thread once (later calls do nothing).
+    /// Starts the owner thread; `connect()` calls it once.
     private func startOwnerThread() {
-        guard claimStart() else { return }
         let driver = ConnectionDriver(configuration: configuration, connection: self, logger: logger)
         let thread = Thread { driver.run() }
         thread.stackSize = Self.ownerThreadStackSize(frameMax: configuration.frameMax)
@@ -129,26 +120,29 @@ public final class AMQPConnection: Service, Sendable {
         }
     }
 
-    /// Asks the owner thread to close, without waiting (the shutdown handlers must not block).
-    private func requestClose() {
-        submit(.close(nil), orElse: {})
+    /// `connect()`, run `body`, and close whatever happens.
+    public func whileConnected<Result>(
+        isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> Result
+    ) async throws -> Result {
+        try await connect()
+        do {
+            let result = try await body()
+            await close()
+            return result
+        } catch {
+            await close()
+            throw error
+        }
     }
 
-    /// `connect`, run `body`, and close whatever happens.
+    /// A new connection, `whileConnected` around `body`.
     public static func withConnection<Result>(
         configuration: AMQPConfiguration, logger: Logger,
         isolation: isolated (any Actor)? = #isolation,
         _ body: (AMQPConnection) async throws -> Result
     ) async throws -> Result {
-        let connection = try await connect(configuration: configuration, logger: logger)
-        do {
-            let result = try await body(connection)
-            await connection.close()
-            return result
-        } catch {
-            await connection.close()
-            throw error
-        }
+        let connection = try AMQPConnection(configuration: configuration, logger: logger)
+        return try await connection.whileConnected { try await body(connection) }
     }
 
     /// Closes the connection (consumers end, publishes still unconfirmed fail with `closed`) and
@@ -376,13 +370,12 @@ struct SharedState: ~Copyable {
     var openChannels: [UInt16: UInt64] = [:]
     var nextConsumerID = 0
     var firstConnect: CheckedContinuation<Void, any Error>?
-    /// The owner thread was started (`run()` or `connect`); it starts once.
+    /// The owner thread was started by `connect()`, or `close()` ended a connection never
+    /// connected; either happens once.
     var started = false
     /// The owner thread has finished; `endWaiters` were resumed.
     var ended = false
     var endWaiters: [CheckedContinuation<Void, Never>] = []
-    /// Why the first connect gave up, for `run()` to throw.
-    var gaveUp: AMQPError?
 }
 
 enum SettlementKind: Sendable {
@@ -429,6 +422,6 @@ enum Command: Sendable {
     case rpc(RPCRequest, CheckedContinuation<RPCResult, any Error>)
     case consume(ConsumerRequest, CheckedContinuation<Void, any Error>)
     case cancelConsumer(Int, CheckedContinuation<Void, Never>)
-    /// With a continuation to resume once closed, or none (a shutdown handler does not wait).
-    case close(CheckedContinuation<Void, Never>?)
+    /// With the continuation of `close()`, resumed once closed.
+    case close(CheckedContinuation<Void, Never>)
 }

@@ -31,7 +31,7 @@ extension ConnectionDriver {
             continuation.resume()
         case .close(let continuation):
             stopRequested = true
-            if let continuation { closeWaiters.append(continuation) }
+            closeWaiters.append(continuation)
         }
     }
 
@@ -110,7 +110,7 @@ extension ConnectionDriver {
             }
         case .close(let continuation):
             stopRequested = true
-            if let continuation { closeWaiters.append(continuation) }
+            closeWaiters.append(continuation)
         }
     }
 

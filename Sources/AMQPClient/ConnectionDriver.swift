@@ -39,12 +39,18 @@ struct ConnectionFailure: Error {
 
 /// Runs on the connection's own thread and owns everything librabbitmq touches.
 ///
-/// `@unchecked Sendable` is safe because the instance is created by `AMQPConnection.connect`,
-/// handed to exactly one `Thread` closure, and never referenced anywhere else: after
-/// `Thread.start()` all of its mutable state is read and written only by that thread. What it
-/// shares with callers goes through `connection.shared` (a `Mutex`), `DeliveryBuffer`s
-/// (a `Mutex` each) and continuations, which are Sendable. Its members are internal, not
-/// private, only so that its own extensions in the `ConnectionDriver+…` files reach them.
+/// `@unchecked Sendable` only because `Thread`'s block must be `@Sendable` to capture it. That is
+/// safe: `AMQPConnection.startOwnerThread` (from `connect()`, once per connection, as
+/// `claimStart` decides) makes the instance and hands it to that one `Thread` closure, and
+/// nothing else keeps it, so after `Thread.start()` its mutable state is read and written only
+/// by that thread. The only other instance is the one `close()` makes for a connection never
+/// connected: it gets no thread and is finished at once on the closing task, and `claimStart`
+/// keeps any owner thread from starting afterwards. Callers never reach the driver: they go
+/// through what it shares, the `connection.shared` `Mutex` (commands, state, the first-connect
+/// and end waiters), the `OwnerWake` eventfd, `DeliveryBuffer`s (a `Mutex` each) and the
+/// continuations it resumes.
+/// Its members are internal, not private, only so that its own extensions in the
+/// `ConnectionDriver+…` files reach them.
 final class ConnectionDriver: @unchecked Sendable {
     let configuration: AMQPConfiguration
     let connection: AMQPConnection
@@ -131,7 +137,6 @@ final class ConnectionDriver: @unchecked Sendable {
                 }
                 switch reconnect.failed(using: &random) {
                 case .giveUp:
-                    connection.shared.withLock { $0.gaveUp = failure.error }
                     if let first = connection.shared.withLock({ state in defer { state.firstConnect = nil }; return state.firstConnect }) {
                         first.resume(throwing: failure.error)
                     }

@@ -1,5 +1,6 @@
 /// Metrics that are states rather than events, sampled from the worker's status on every
-/// `/metrics` scrape so they are current when read: APNs connections by state, whether each
+/// `/metrics` scrape so they are current when read (each gauge is made on the first scrape that
+/// needs it and recorded again on the later ones): APNs connections by state, whether each
 /// bundle's consumer is paused by a provider fault (held) or by an operator, whether the device
 /// registry is available, and the broker's view of this instance's queues (messages and
 /// consumers per bundle and role, the registry's dead queues among them), with fixed label sets
@@ -10,8 +11,9 @@ import APNSOperations
 import APNSWorker
 import Metrics
 import Prometheus
+import Synchronization
 
-public enum AdminMetrics {
+public final class AdminMetrics: Sendable {
     /// Latency buckets from 1 ms to 10 s, for APNs round trips and whole jobs alike.
     public static let durationBuckets: [Duration] = [
         .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
@@ -26,18 +28,46 @@ public enum AdminMetrics {
         return factory
     }
 
+    /// A gauge's name and labels, flattened (name, value, name, value…).
+    private struct GaugeKey: Hashable {
+        var label: String
+        var dimensions: [String]
+    }
+
+    /// Nil: the factory bootstrapped when a gauge is made, as `Gauge(label:)` reads it.
+    private let factory: (any MetricsFactory)?
+    /// Every gauge made so far. Their labels are the configured bundles, the connection states
+    /// and the queue roles, so once each bundle has been scraped no scrape adds one.
+    private let gauges = Mutex<[GaugeKey: Metrics.Gauge]>([:])
+
+    /// Gauges made by `factory`, by default the one bootstrapped (tests give their own to count).
+    init(factory: (any MetricsFactory)? = nil) {
+        self.factory = factory
+    }
+
+    /// The gauge of `label` and `dimensions`, made on first use.
+    private func gauge(_ label: String, _ dimensions: [(String, String)] = []) -> Metrics.Gauge {
+        let key = GaugeKey(label: label, dimensions: dimensions.flatMap { [$0.0, $0.1] })
+        return gauges.withLock { gauges in
+            if let gauge = gauges[key] { return gauge }
+            let gauge = Metrics.Gauge(label: label, dimensions: dimensions, factory: factory ?? MetricsSystem.factory)
+            gauges[key] = gauge
+            return gauge
+        }
+    }
+
     /// Records the sampled gauges from `status`.
-    static func sample(_ status: WorkerStatus) {
-        Gauge(label: "apns_worker_broker_connected").record(status.brokerConnected ? 1 : 0)
+    func sample(_ status: WorkerStatus) {
+        gauge("apns_worker_broker_connected").record(status.brokerConnected ? 1 : 0)
         if let registry = status.registry {
-            Gauge(label: "apns_worker_registry_available").record(registry == "held" ? 0 : 1)
+            gauge("apns_worker_registry_available").record(registry == "held" ? 0 : 1)
         }
         for bundle in status.bundles {
-            Gauge(label: "apns_worker_consumer_paused", dimensions: [("bundle", bundle.bundleID)]).record(bundle.held ? 1 : 0)
-            Gauge(label: "apns_worker_bundle_paused_by_operator", dimensions: [("bundle", bundle.bundleID)]).record(bundle.paused ? 1 : 0)
+            gauge("apns_worker_consumer_paused", [("bundle", bundle.bundleID)]).record(bundle.held ? 1 : 0)
+            gauge("apns_worker_bundle_paused_by_operator", [("bundle", bundle.bundleID)]).record(bundle.paused ? 1 : 0)
             guard !bundle.connections.isEmpty else { continue }
             for state in TransportConnectionState.allCases {
-                Gauge(label: "apns_transport_connections", dimensions: [("bundle", bundle.bundleID), ("state", state.rawValue)])
+                gauge("apns_transport_connections", [("bundle", bundle.bundleID), ("state", state.rawValue)])
                     .record(bundle.connections[state.rawValue, default: 0])
             }
         }
@@ -52,20 +82,20 @@ public enum AdminMetrics {
     /// NaN are false, so no alert fires on a depth nobody has read. With `registryQueues` (the
     /// worker runs a `[registry]`), the registry's and groups' dead queues are exported too,
     /// with bundle "" as `apns.unrouted` is.
-    static func sample(_ depths: [QueueDepth]?, bundleIDs: [String], registryQueues: Bool = false) {
+    func sample(_ depths: [QueueDepth]?, bundleIDs: [String], registryQueues: Bool = false) {
         var messages: [String: [String: Int]] = [:]
         var consumers: [String: [String: Int]] = [:]
         for depth in depths ?? [] {
             messages[depth.bundleID, default: [:]][depth.role, default: 0] += depth.messages
             consumers[depth.bundleID, default: [:]][depth.role, default: 0] += depth.consumers
         }
-        var keys = bundleIDs.flatMap { bundle in queueRoles.dropLast().map { (bundle, $0) } } + [("", "unrouted")]
+        var keys = bundleIDs.flatMap { bundle in Self.queueRoles.dropLast().map { (bundle, $0) } } + [("", "unrouted")]
         if registryQueues { keys += QueueInspector.registryDeadQueues.map { ("", $0.1) } }
         for (bundle, role) in keys {
             let dimensions = [("bundle", bundle), ("role", role)]
             let known = depths != nil && messages[bundle]?[role] != nil
-            Gauge(label: "apns_worker_queue_messages", dimensions: dimensions).record(known ? Double(messages[bundle]![role]!) : .nan)
-            Gauge(label: "apns_worker_queue_consumers", dimensions: dimensions).record(known ? Double(consumers[bundle]![role]!) : .nan)
+            gauge("apns_worker_queue_messages", dimensions).record(known ? Double(messages[bundle]![role]!) : .nan)
+            gauge("apns_worker_queue_consumers", dimensions).record(known ? Double(consumers[bundle]![role]!) : .nan)
         }
     }
 }

@@ -16,6 +16,8 @@ struct AdminRoutes: Sendable {
     let worker: any WorkerStatusProviding
     let queues: QueueInspector?
     let registry: PrometheusCollectorRegistry?
+    /// The gauges `/metrics` samples, made once per server.
+    let metrics: AdminMetrics
     let token: String?
     /// The admin is served over TLS: its session cookie is `Secure`.
     var secureCookies = false
@@ -112,9 +114,9 @@ struct AdminRoutes: Sendable {
     func metrics() async -> Response {
         guard let registry else { return Self.error(.serviceUnavailable, "metrics are not bootstrapped") }
         let status = worker.status()
-        AdminMetrics.sample(status)
+        metrics.sample(status)
         if let queues {
-            AdminMetrics.sample(await queueDepths().0, bundleIDs: status.bundles.map(\.bundleID), registryQueues: queues.registryQueues)
+            metrics.sample(await queueDepths().0, bundleIDs: status.bundles.map(\.bundleID), registryQueues: queues.registryQueues)
         }
         var headers = HTTPFields()
         headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"

@@ -20,6 +20,8 @@ public final class AdminService: Service, Sendable {
     let worker: any WorkerStatusProviding
     let queues: QueueInspector?
     let registry: PrometheusCollectorRegistry?
+    /// The gauges sampled on each `/metrics` scrape, kept for the server's life.
+    let metrics = AdminMetrics()
     let logger: Logger
     let onListening: @Sendable (Int) async -> Void
     /// The device registry's store, when the worker has a `[registry]` (its routes and page parts).
@@ -76,7 +78,7 @@ public final class AdminService: Service, Sendable {
             token: settings.token, metricsToken: settings.metricsToken, hosts: AdminHostAllowlist(listenHost: settings.listen.host, allowed: settings.allowedHosts)))
         router.add(middleware: AdminRequestLimit(gate: requestGate))
         AdminRoutes(
-            worker: worker, queues: queues, registry: registry, token: settings.token, secureCookies: settings.usesTLS, logger: logger,
+            worker: worker, queues: queues, registry: registry, metrics: metrics, token: settings.token, secureCookies: settings.usesTLS, logger: logger,
             fleet: fleet
         ).register(on: router)
         if let registryStore { AdminRegistryRoutes(store: registryStore).register(on: router) }

@@ -58,19 +58,11 @@ struct AttackBench: AsyncParsableCommand {
         let setup = try await BenchWorkerSetup.start(directoryPrefix: "apnsw-attack", bundleIDs: [bundle], recordLimit: 10, logger: logger)
         defer { setup.remove() }
         let configPath = setup.directory + "/worker.conf"
-        try """
-            [amqp]
-            url = \(url)
-            [admin]
-            listen = 127.0.0.1:\(adminPort)
-            heartbeatInterval = 5s
-            [retry]
-            delays = 1s
-            maxAttempts = 3
-
-            """.appending(BenchWorkerSetup.bundleSection(bundle, port: setup.simulator.port, extraKeys: []))
-            .write(toFile: configPath, atomically: true, encoding: .utf8)
-        let process = try startWorker(configPath: configPath)
+        try BenchWorkerSetup.workerConfig(
+            url: url, adminKeys: ["listen = 127.0.0.1:\(adminPort)", "heartbeatInterval = 5s"], bundles: [bundle],
+            port: setup.simulator.port
+        ).write(toFile: configPath, atomically: true, encoding: .utf8)
+        let process = try setup.startWorker(configPath: configPath, executable: worker)
         defer { if process.isRunning { process.terminate() } }
         let probe = ProcessProbe(pid: process.processIdentifier)
         try await BenchWorkerSetup.waitUntil(limit: .seconds(120)) { get("/health") == 200 }
@@ -98,15 +90,7 @@ struct AttackBench: AsyncParsableCommand {
         var largest = 0
         for round in 0..<rounds {
             for n in 0..<instances {
-                let keys = (0..<bundles).map { index -> String in
-                    let head = "forged.\(n).\(index)."
-                    return head + String(repeating: "x", count: FleetInstance.maxBundleKeyBytes - head.utf8.count)
-                }
-                let instance = FleetInstance(
-                    id: "forged-\(n)", host: "forger", pid: 1, version: "6.6.6", startedAt: Date(), rssBytes: 1, cpuSeconds: 0,
-                    broker: "connected", heartbeatInterval: 60,
-                    bundles: Dictionary(uniqueKeysWithValues: keys.map { ($0, FleetInstance.Bundle(delivered: round)) }))
-                let body = FleetMessage.heartbeat(instance).encoded()
+                let body = FleetMessage.heartbeat(forgedInstance(n, round: round, startedAt: Date())).encoded()
                 largest = max(largest, body.count)
                 try await connection.publish(
                     AMQPOutboundMessage(
@@ -141,6 +125,19 @@ struct AttackBench: AsyncParsableCommand {
         _ = try? await connection.purgeQueue(queue)
     }
 
+    /// Forged instance `n` in `round`: `bundles` bundles whose keys take the most bytes a key
+    /// may (`FleetInstance.maxBundleKeyBytes`), each with `round` jobs delivered.
+    func forgedInstance(_ n: Int, round: Int, startedAt: Date) -> FleetInstance {
+        let keys = (0..<bundles).map { index -> String in
+            let head = "forged.\(n).\(index)."
+            return head + String(repeating: "x", count: FleetInstance.maxBundleKeyBytes - head.utf8.count)
+        }
+        return FleetInstance(
+            id: "forged-\(n)", host: "forger", pid: 1, version: "6.6.6", startedAt: startedAt, rssBytes: 1, cpuSeconds: 0,
+            broker: "connected", heartbeatInterval: 60,
+            bundles: Dictionary(uniqueKeysWithValues: keys.map { ($0, FleetInstance.Bundle(delivered: round)) }))
+    }
+
     /// The forged fleet applied to a `FleetView` here, the resident memory it adds beside
     /// `FleetView.bytes`: how honest the view's own account is.
     func measureView() {
@@ -150,15 +147,8 @@ struct AttackBench: AsyncParsableCommand {
         let now = Date()
         for round in 0..<rounds {
             for n in 0..<instances {
-                let keys = (0..<bundles).map { index -> String in
-                    let head = "forged.\(n).\(index)."
-                    return head + String(repeating: "x", count: FleetInstance.maxBundleKeyBytes - head.utf8.count)
-                }
                 // Decoded from its wire form, as a listener gets it (dictionaries grown as JSON is read).
-                let instance = FleetInstance(
-                    id: "forged-\(n)", host: "forger", pid: 1, version: "6.6.6", startedAt: now, rssBytes: 1, cpuSeconds: 0,
-                    broker: "connected", heartbeatInterval: 60,
-                    bundles: Dictionary(uniqueKeysWithValues: keys.map { ($0, FleetInstance.Bundle(delivered: round)) }))
+                let instance = forgedInstance(n, round: round, startedAt: now)
                 if case .heartbeat(let heard) = FleetMessage.decode(FleetMessage.heartbeat(instance).encoded()) {
                     view.received(heard, at: now.addingTimeInterval(Double(round)))
                 }
@@ -169,19 +159,6 @@ struct AttackBench: AsyncParsableCommand {
             view: \(view.live(now: now.addingTimeInterval(Double(rounds))).count) instances, \(view.live(now: now.addingTimeInterval(Double(rounds))).reduce(0) { $0 + $1.bundles.count }) bundles kept; \
             its estimate \(view.bytes / 1024) KiB (instances \(view.instanceBytes / 1024), rates \(view.rates.bytes / 1024)); resident memory grew \(held / 1024) KiB; dropped \(view.dropped)
             """)
-    }
-
-    func startWorker(configPath: String) throws -> Process {
-        let process = Process()
-        process.executableURL =
-            worker.map(URL.init(fileURLWithPath:))
-            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("apns-worker")
-        process.arguments = ["run", "--config", configPath]
-        var environment = ProcessInfo.processInfo.environment
-        environment["APNS_WORKER_LOG_LEVEL"] = "warning"
-        process.environment = environment
-        try process.run()
-        return process
     }
 
     /// The status of a GET on the worker's admin server (curl; 0 when it did not answer), the

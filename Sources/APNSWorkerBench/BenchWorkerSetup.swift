@@ -28,17 +28,44 @@ struct BenchWorkerSetup {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    /// `apns-worker run --config configPath` from the directory of this binary, logging warnings only.
-    func startWorker(configPath: String) throws -> Process {
-        let binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    /// `apns-worker run --config configPath`, logging warnings only: `executable` (another build,
+    /// main's say, for a before figure) or else the `apns-worker` beside this binary.
+    func startWorker(configPath: String, executable: String? = nil) throws -> Process {
         let process = Process()
-        process.executableURL = binDirectory.appendingPathComponent("apns-worker")
+        process.executableURL =
+            executable.map(URL.init(fileURLWithPath:))
+            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("apns-worker")
         process.arguments = ["run", "--config", configPath]
         var environment = ProcessInfo.processInfo.environment
         environment["APNS_WORKER_LOG_LEVEL"] = "warning"
         process.environment = environment
         try process.run()
         return process
+    }
+
+    /// A bench worker's whole configuration: `[amqp]` on `url` with `amqpKeys`, `[admin]` with
+    /// `adminKeys`, retries after 1 s (3 attempts), `sections` (a `[registry]` say) as given, then
+    /// a `bundleSection` with `bundleKeys` for each of `bundles` against the simulator on `port`.
+    static func workerConfig(
+        url: String, amqpKeys: [String] = [], adminKeys: [String] = ["listen = 127.0.0.1:0"], sections: String = "",
+        bundles: [String], port: Int, bundleKeys: [String] = []
+    ) -> String {
+        var config = """
+            [amqp]
+            url = \(url)
+            \(amqpKeys.joined(separator: "\n"))
+            [admin]
+            \(adminKeys.joined(separator: "\n"))
+            [retry]
+            delays = 1s
+            maxAttempts = 3
+            \(sections)
+
+            """
+        for bundle in bundles {
+            config += bundleSection(bundle, port: port, extraKeys: bundleKeys)
+        }
+        return config
     }
 
     /// A token-authenticated `[apns "bundle"]` section against the simulator on `port`, with

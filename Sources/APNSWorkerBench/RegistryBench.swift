@@ -197,26 +197,16 @@ struct RegistryBench: AsyncParsableCommand {
     static func workerConfig(
         url: String, postgresURL: String, bundles: [String], simulatorPort: Int, countsFlushInterval: String, syncWindow: String
     ) -> String {
-        var config = """
-            [amqp]
-            url = \(url)
-            prefetch = 500
-            [admin]
-            listen = 127.0.0.1:0
-            [retry]
-            delays = 1s
-            maxAttempts = 3
-            [registry]
-            url = \(postgresURL)
-            poolSize = 8
-            countsFlushInterval = \(countsFlushInterval)
-            syncWindow = \(syncWindow)
-
-            """
-        for bundle in bundles {
-            config += BenchWorkerSetup.bundleSection(bundle, port: simulatorPort, extraKeys: ["connections = 2"])
-        }
-        return config
+        BenchWorkerSetup.workerConfig(
+            url: url, amqpKeys: ["prefetch = 500"],
+            sections: """
+                [registry]
+                url = \(postgresURL)
+                poolSize = 8
+                countsFlushInterval = \(countsFlushInterval)
+                syncWindow = \(syncWindow)
+                """,
+            bundles: bundles, port: simulatorPort, bundleKeys: ["connections = 2"])
     }
 
     static func ms(_ value: Double) -> String { String(format: "%.0f ms", value) }

@@ -23,21 +23,9 @@ struct ScaleRun {
         let setup = try await BenchWorkerSetup.start(
             directoryPrefix: "apnsw-scale", bundleIDs: bundleIDs, recordLimit: recordLimit, logger: logger)
         let configPath = setup.directory + "/worker.conf"
-        var config = """
-            [amqp]
-            url = \(bench.url)
-            \(bench.amqpKeys.joined(separator: "\n"))
-            [admin]
-            listen = 127.0.0.1:0
-            [retry]
-            delays = 1s
-            maxAttempts = 3
-
-            """
-        for bundle in bundleIDs {
-            config += BenchWorkerSetup.bundleSection(bundle, port: setup.simulator.port, extraKeys: bench.bundleKeys)
-        }
-        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+        try BenchWorkerSetup.workerConfig(
+            url: bench.url, amqpKeys: bench.amqpKeys, bundles: bundleIDs, port: setup.simulator.port, bundleKeys: bench.bundleKeys
+        ).write(toFile: configPath, atomically: true, encoding: .utf8)
         let connection = try await AMQPConnection.connect(
             configuration: AMQPConfiguration(urlStrings: [bench.url], connectionName: "bench scale"), logger: logger)
         try await connection.declare(TopologyPlan(bundleIDs: bundleIDs, retryDelays: [.seconds(1)], queueType: .quorum))

@@ -43,25 +43,10 @@ struct WorkerBench: AsyncParsableCommand {
         defer { setup.remove() }
         let (directory, simulator) = (setup.directory, setup.simulator)
         let configPath = directory + "/worker.conf"
-        try """
-            [amqp]
-            url = \(url)
-            prefetch = \(prefetch)
-            [admin]
-            listen = 127.0.0.1:0
-
-            [retry]
-            delays = 1s
-            maxAttempts = 3
-            [apns "\(bundle)"]
-            teamId = TEAM123456
-            keyId = KEY1234567
-            tokenKeyFile = credentials/AuthKey_KEY1234567.p8
-            host = 127.0.0.1
-            port = \(simulator.port)
-            caFile = credentials/ca.pem
-            connections = \(connections)
-            """.write(toFile: configPath, atomically: true, encoding: .utf8)
+        try BenchWorkerSetup.workerConfig(
+            url: url, amqpKeys: ["prefetch = \(prefetch)"], bundles: [bundle], port: simulator.port,
+            bundleKeys: ["connections = \(connections)"]
+        ).write(toFile: configPath, atomically: true, encoding: .utf8)
 
         let connection = try await AMQPConnection.connect(
             configuration: AMQPConfiguration(urlStrings: [url], connectionName: "bench"), logger: logger)

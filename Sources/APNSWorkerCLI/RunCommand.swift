@@ -48,8 +48,9 @@ struct RunCommand: AsyncParsableCommand {
         }
         // `[tracing]`: the tracer and its exporter; nil leaves the pipelines untraced.
         let tracing = try configuration.tracing.map { try TracingBackend.make($0, logger: logger) }
-        // Started by the service group (first in it, so it closes last: after the worker's
-        // consumers stopped and its jobs in flight were settled and confirmed).
+        // Connected once every service is built on it, just before the service group runs, and
+        // closed after the group: after the worker's consumers stopped and its jobs in flight
+        // were settled and confirmed.
         let broker = try AMQPConnection(configuration: amqp, logger: logger)
         let registry = try configuration.registry.map { settings in
             var registrySettings = RegistryServiceSettings(
@@ -100,8 +101,8 @@ struct RunCommand: AsyncParsableCommand {
             broker: broker, worker: worker, identity: .current(version: APNSWorkerVersion.current),
             interval: configuration.admin.heartbeatInterval, logger: logger)
         // The admin server reads depths on one pooled connection and lists and moves dead and
-        // retry jobs on connections of its own, never on the worker's. Right after the broker
-        // connection in the group, so it shuts down next to last and answers while the worker drains.
+        // retry jobs on connections of its own, never on the worker's. First in the group, so it
+        // shuts down last and answers while the worker drains.
         let admin = try AdminService(
             settings: configuration.admin,
             worker: registry.map { registry in RegistryAwareStatus(base: worker, registryHeld: { registry.isHeld }) as any WorkerStatusProviding } ?? worker,
@@ -115,7 +116,6 @@ struct RunCommand: AsyncParsableCommand {
             services.insert(tracing.service, at: 1)
             logger.info("tracing on", metadata: ["otel.endpoint": "\(configuration.tracing?.tracesURL ?? "-")"])
         }
-        services.insert(broker, at: 0)
         let configPath = configPath
         services.append(
             RolloutReloader(pipelines: pipelines, logger: logger) {
@@ -148,7 +148,7 @@ struct RunCommand: AsyncParsableCommand {
         for warning in PeerSecurity.warnings(configuration) {
             logger.warning("INSECURE CONNECTION: \(warning)")
         }
-        try await group.run()
+        try await broker.whileConnected { try await group.run() }
     }
 
     func makeTransport(

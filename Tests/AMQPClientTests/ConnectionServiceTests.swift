@@ -1,5 +1,5 @@
-// The connection as a ServiceLifecycle service (its `run()` owns the owner thread) and the
-// decision of when a caller wakes that thread (`WakeDecision`).
+// The connection's one lifetime (`connect()` to `close()`, the worker's service group run
+// `whileConnected`) and the decision of when a caller wakes its owner thread (`WakeDecision`).
 import AMQPClient
 import Foundation
 import Logging
@@ -63,7 +63,7 @@ import TestSupport
     }
 }
 
-/// The connection's service life without a broker: nothing listens where it connects.
+/// The connection's life without a broker: nothing listens where it connects.
 @Suite struct ConnectionServiceWithoutBrokerTests {
     static func unreachable() throws -> AMQPConfiguration {
         var configuration = AMQPConfiguration(urls: [try AMQPURL(string: "amqp://guest:guest@127.0.0.1:\(try freePort())/%2f")], connectionName: "unreachable")
@@ -71,14 +71,16 @@ import TestSupport
         return configuration
     }
 
-    @Test func runThrowsWhenTheFirstConnectGivesUpAndWhatWasQueuedFailsAsClosed() async throws {
+    @Test func connectThrowsWhenTheFirstConnectGivesUpAndWhatWasQueuedFailsAsClosed() async throws {
         let connection = try AMQPConnection(configuration: try Self.unreachable(), logger: testLogger())
         let publish = Task { try await connection.publish(message("x", to: "nowhere")) }
-        await #expect(throws: AMQPError.self) { try await connection.run() }
+        let error = await #expect(throws: AMQPError.self) { try await connection.connect() }
+        #expect(error?.code == .connectionFailed)
         await #expect(throws: AMQPError.self) { try await publish.value }
         #expect(connection.state == .closed)
-        // Ended for good: a second run returns at once with the same failure.
-        await #expect(throws: AMQPError.self) { try await connection.run() }
+        // Ended for good: a second connect fails at once, and the body of `whileConnected` never runs.
+        let again = await #expect(throws: AMQPError.self) { try await connection.whileConnected { Issue.record("ran while closed") } }
+        #expect(again?.code == .closed)
     }
 
     @Test func aConnectionClosedBeforeItStartedNeverStartsAndFailsWhatWasQueued() async throws {
@@ -89,7 +91,8 @@ import TestSupport
         let error = await #expect(throws: AMQPError.self) { try await declared.value }
         #expect(error?.code == .closed)
         #expect(connection.state == .closed)
-        try await connection.run()
+        let connect = await #expect(throws: AMQPError.self) { try await connection.connect() }
+        #expect(connect?.code == .closed)
     }
 
     @Test func aConfigurationWithoutURLIsRefusedAtOnce() {
@@ -97,7 +100,7 @@ import TestSupport
     }
 }
 
-/// The connection in a service group against the real broker.
+/// A service group run `whileConnected`, as `apns-worker run` does, against the real broker.
 @Suite(.enabled(if: TestBroker.isAvailable))
 struct ConnectionServiceTests {
     /// Consumes one message and, on graceful shutdown, settles it only after a while: as the
@@ -125,24 +128,26 @@ struct ConnectionServiceTests {
     }
 
     @Test(.timeLimit(.minutes(1)))
-    func inAServiceGroupItServesCallsMadeBeforeItConnectedAndClosesOnlyAfterTheServicesAfterIt() async throws {
+    func itServesCallsMadeBeforeItConnectedAndClosesOnlyAfterTheGroupsServicesSettled() async throws {
         let broker = try TestBroker.require()
         let queue = uniqueName("service")
         let connection = try AMQPConnection(configuration: try configuration(broker), logger: testLogger())
-        // Queued before the service group starts the connection: carried out once it is up.
+        // Queued before `connect()`: carried out once the connection is up.
         let declared = Task {
             try await connection.declareQueue(QueueDeclaration(name: queue))
             try await connection.publish(message("job", to: queue))
         }
         let consumer = SlowSettlingConsumer(connection: connection, queue: queue)
-        let group = ServiceGroup(configuration: .init(services: [.init(service: connection), .init(service: consumer)], logger: testLogger()))
-        try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await group.run() }
-            try await declared.value
-            #expect(connection.state == .connected)
-            try await eventually(.seconds(20), "the job taken") { consumer.taken.withLock { $0 } }
-            await group.triggerGracefulShutdown()
-            try await tasks.waitForAll()
+        let group = ServiceGroup(configuration: .init(services: [.init(service: consumer)], logger: testLogger()))
+        try await connection.whileConnected {
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { try await group.run() }
+                try await declared.value
+                #expect(connection.state == .connected)
+                try await eventually(.seconds(20), "the job taken") { consumer.taken.withLock { $0 } }
+                await group.triggerGracefulShutdown()
+                try await tasks.waitForAll()
+            }
         }
         #expect(connection.state == .closed)
         // The ack made during the consumer's shutdown reached the broker before the close.

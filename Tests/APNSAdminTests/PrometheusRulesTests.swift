@@ -150,13 +150,14 @@ struct PrometheusRulesTests {
     /// Depths the broker did not answer become NaN, so no alert compares a stale number.
     @Test func unreadableDepthsAreNaN() async throws {
         _ = TestMetrics.registry
+        let metrics = AdminMetrics()
         let bundle = uniqueName("com.example.nan")
-        AdminMetrics.sample([QueueDepth(queue: "apns.\(bundle)", bundleID: bundle, role: "work", messages: 7, consumers: 2)], bundleIDs: [bundle])
+        metrics.sample([QueueDepth(queue: "apns.\(bundle)", bundleID: bundle, role: "work", messages: 7, consumers: 2)], bundleIDs: [bundle])
         var samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_queue_messages", ["bundle": bundle, "role": "work"]) == 7)
         #expect(samples.value("apns_worker_queue_consumers", ["bundle": bundle, "role": "work"]) == 2)
         #expect(samples.value("apns_worker_queue_messages", ["bundle": bundle, "role": "dead"])?.isNaN == true)
-        AdminMetrics.sample(nil, bundleIDs: [bundle])
+        metrics.sample(nil, bundleIDs: [bundle])
         samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_queue_messages", ["bundle": bundle, "role": "work"])?.isNaN == true)
         #expect(samples.value("apns_worker_queue_consumers", ["bundle": bundle, "role": "work"])?.isNaN == true)
@@ -166,17 +167,18 @@ struct PrometheusRulesTests {
     /// reads them) with bundle "", only when the worker runs a registry, NaN when unread.
     @Test func registryDeadQueueDepths() throws {
         _ = TestMetrics.registry
+        let metrics = AdminMetrics()
         let bundle = uniqueName("com.example.regdead")
         let depths = [
             QueueDepth(queue: "apns.registry.dead", bundleID: "", role: "registry_dead", messages: 4, consumers: 0),
             QueueDepth(queue: "apns.groups.dead", bundleID: "", role: "groups_dead", messages: 2, consumers: 0),
         ]
-        AdminMetrics.sample(depths, bundleIDs: [bundle], registryQueues: true)
+        metrics.sample(depths, bundleIDs: [bundle], registryQueues: true)
         var samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_queue_messages", ["bundle": "", "role": "registry_dead"]) == 4)
         #expect(samples.value("apns_worker_queue_messages", ["bundle": "", "role": "groups_dead"]) == 2)
         #expect(samples.value("apns_worker_queue_consumers", ["bundle": "", "role": "groups_dead"]) == 0)
-        AdminMetrics.sample(nil, bundleIDs: [bundle], registryQueues: true)
+        metrics.sample(nil, bundleIDs: [bundle], registryQueues: true)
         samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_queue_messages", ["bundle": "", "role": "registry_dead"])?.isNaN == true)
     }
@@ -184,13 +186,14 @@ struct PrometheusRulesTests {
     /// `ApnsWorkerRegistryUnavailable` reads this gauge: 0 while the registry is held.
     @Test func registryAvailability() throws {
         _ = TestMetrics.registry
+        let metrics = AdminMetrics()
         var status = WorkerStatus(broker: "connected", bundles: [])
         status.registry = "held"
-        AdminMetrics.sample(status)
+        metrics.sample(status)
         var samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_registry_available", [:]) == 0)
         status.registry = "ok"
-        AdminMetrics.sample(status)
+        metrics.sample(status)
         samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_registry_available", [:]) == 1)
     }

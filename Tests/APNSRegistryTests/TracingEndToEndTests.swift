@@ -108,15 +108,30 @@ struct TracingEndToEndTests {
         return ("\(context.traceID)", "\(context.spanID)")
     }
 
-    @Test func aJobAndAGroupJobArriveWithTheProducersTraceIdAndTheExpectedSpans() async throws {
+    /// Runs `body` with a registry harness (no worker of its own: each test starts the traced
+    /// `apns-worker run` it needs), an OTLP receiver, and a client publishing through a producer
+    /// tracer that exports to it; closes the client and stops the receiver afterwards.
+    func withTracedClient(_ body: (RegistryHarness, Receiver, any Tracer, APNSWorkerClient) async throws -> Void) async throws {
         let harness = try await RegistryHarness.start()
         let receiver = try await Receiver.start(in: harness.directory)
-        let (universal, iphone) = (harness.bundles[0], harness.bundles[1])
-        let tokens = (1...3).map(RegistryHarness.token)
-        let group = uniqueName("account")
         let tracer = try producer(receiver)
         let client = try await APNSWorkerClient.connect(urls: [try TestBroker.require().amqpURL], instrument: tracer)
-        try await harness.withWorkers([]) { _ in
+        do {
+            try await harness.withWorkers([]) { _ in try await body(harness, receiver, tracer, client) }
+        } catch {
+            await client.close()
+            await receiver.stop()
+            throw error
+        }
+        await client.close()
+        await receiver.stop()
+    }
+
+    @Test func aJobAndAGroupJobArriveWithTheProducersTraceIdAndTheExpectedSpans() async throws {
+        try await withTracedClient { harness, receiver, tracer, client in
+            let (universal, iphone) = (harness.bundles[0], harness.bundles[1])
+            let tokens = (1...3).map(RegistryHarness.token)
+            let group = uniqueName("account")
             // A producer the operator trusts: its span is the parent (issue 35 made that opt-in).
             let worker = try startWorker(
                 harness, tracing: "endpoint = \(receiver.endpoint)\nserviceName = apns-worker-e2e\nparentBased = true", name: "traced")
@@ -174,20 +189,14 @@ struct TracingEndToEndTests {
             // Never a device token, in any attribute.
             for token in tokens { #expect(!receiver.raw.lowercased().contains(token.lowercased())) }
         }
-        await client.close()
-        await receiver.stop()
     }
 
     /// Issue 35, the default (`parentBased = false`): the job's span is the root of a trace of
     /// the worker's own, with a link to the producer's span, so the trace stays reachable while
     /// the producer's sampled flag decides nothing.
     @Test func byDefaultAJobSpanStartsItsOwnTraceLinkedToTheProducers() async throws {
-        let harness = try await RegistryHarness.start()
-        let receiver = try await Receiver.start(in: harness.directory)
-        let bundle = harness.bundles[0]
-        let tracer = try producer(receiver)
-        let client = try await APNSWorkerClient.connect(urls: [try TestBroker.require().amqpURL], instrument: tracer)
-        try await harness.withWorkers([]) { _ in
+        try await withTracedClient { harness, receiver, tracer, client in
+            let bundle = harness.bundles[0]
             let worker = try startWorker(harness, tracing: "endpoint = \(receiver.endpoint)", name: "linked")
             defer { worker.kill9() }
             let producer = try await Self.publishInSpan(
@@ -201,17 +210,11 @@ struct TracingEndToEndTests {
             #expect(job.links.contains { $0.traceId == producer.traceID && $0.spanId == producer.spanID }, "\(job.links)")
             #expect(Set(spans.filter { $0.parentSpanId == job.spanId }.map(\.name)) == ["parse", "send", "settle"])
         }
-        await client.close()
-        await receiver.stop()
     }
 
     @Test func sampleRatioZeroExportsNothingWhateverTheProducerSampledAndWithoutAnEndpointNothingIsExported() async throws {
-        let harness = try await RegistryHarness.start()
-        let receiver = try await Receiver.start(in: harness.directory)
-        let bundle = harness.bundles[0]
-        let tracer = try producer(receiver)
-        let client = try await APNSWorkerClient.connect(urls: [try TestBroker.require().amqpURL], instrument: tracer)
-        try await harness.withWorkers([]) { _ in
+        try await withTracedClient { harness, receiver, tracer, client in
+            let bundle = harness.bundles[0]
             // Issue 35: by default the producer's sampled flag does not force sampling.
             for (index, tracing) in ["endpoint = \(receiver.endpoint)\nsampleRatio = 0", nil].enumerated() {
                 let worker = try startWorker(harness, tracing: tracing, name: "worker-\(index)")
@@ -224,8 +227,6 @@ struct TracingEndToEndTests {
                 #expect(receiver.raw.isEmpty, "nothing exported: \(receiver.raw.prefix(500))")
             }
         }
-        await client.close()
-        await receiver.stop()
     }
 }
 }
