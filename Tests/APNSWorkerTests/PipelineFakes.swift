@@ -5,6 +5,7 @@ import AMQPClient
 import APNSCore
 import CancellableWait
 import Foundation
+import QueueConsumer
 import Synchronization
 
 @testable import APNSWorker
@@ -176,7 +177,7 @@ final class ScriptedTransport: NotificationTransport {
 }
 
 /// A clock that moves only when the test says; sleepers wake when it passes their deadline.
-final class ManualClock: PipelineClock {
+final class ManualClock: ConsumerClock {
     private struct State {
         var offset: Duration = .zero
         var sleepers: [UInt64: (deadline: Duration, continuation: CheckedContinuation<Void, any Error>)] = [:]
@@ -184,9 +185,15 @@ final class ManualClock: PipelineClock {
     }
 
     private let origin = ContinuousClock.now
+    private let wallOrigin = Date()
     private let state = Mutex(State())
 
     var now: ContinuousClock.Instant { origin.advanced(by: state.withLock { $0.offset }) }
+    /// Moves with `now`, from the wall-clock time the clock was made.
+    var wallTime: Date {
+        let offset = state.withLock { $0.offset }
+        return wallOrigin.addingTimeInterval(Double(offset.components.seconds) + Double(offset.components.attoseconds) / 1e18)
+    }
 
     /// Tasks asleep on this clock right now.
     var sleepers: Int { state.withLock { $0.sleepers.count } }
