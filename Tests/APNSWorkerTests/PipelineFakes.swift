@@ -28,6 +28,10 @@ final class FakeBroker: MessageBroker {
         var nextTag: UInt64 = 0
         /// When set, publishes fail as a lost connection would.
         var failPublishes = false
+        /// When set, publishes wait for a confirm that never comes, until their task is cancelled.
+        var stallPublishes = false
+        var stalled: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+        var publishesCancelled = 0
     }
 
     let workQueue: String
@@ -122,6 +126,23 @@ final class FakeBroker: MessageBroker {
     }
 
     func publish(_ message: AMQPOutboundMessage) async throws {
+        if state.withLock({ $0.stallPublishes }) {
+            let id = state.withLock { state in
+                state.nextTag += 1
+                return state.nextTag
+            }
+            do {
+                try await withCancellableWait(
+                    register: { continuation -> Result<Void, any Error>? in
+                        state.withLock { $0.stalled[id] = continuation }
+                        return nil
+                    },
+                    withdraw: { [self] in self.state.withLock { $0.stalled.removeValue(forKey: id) } })
+            } catch {
+                state.withLock { $0.publishesCancelled += 1 }
+                throw error
+            }
+        }
         try state.withLock { state in
             if state.failPublishes { throw AMQPError(.connectionLost, "the fake broker refuses publishes") }
             state.published.append(message)
