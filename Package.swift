@@ -139,11 +139,21 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // One queue consumer with hold, probe, pause, drain and a delivery bound: a pure state
+        // machine and its shell, run by the bundle pipelines and the registry's consumers.
+        .target(
+            name: "QueueConsumer",
+            dependencies: [
+                "AMQPClient", "CancellableWait",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // The worker: per-bundle pipelines from the broker to APNs and back.
         .target(
             name: "APNSWorker",
             dependencies: [
-                "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport",
+                "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport", "QueueConsumer",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "Logging", package: "swift-log"),
@@ -158,7 +168,7 @@ let package = Package(
         .target(
             name: "APNSRegistry",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology",
+                "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "QueueConsumer",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
@@ -322,7 +332,7 @@ let package = Package(
         .testTarget(
             name: "APNSRegistryTests",
             dependencies: [
-                "APNSRegistry", "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSSimulator", "TestSupport",
+                "APNSRegistry", "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSSimulator", "TestSupport", "QueueConsumer",
                 "APNSTracing", "APNSWorkerClient",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
@@ -334,6 +344,11 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "QueueConsumerTests",
+            dependencies: ["QueueConsumer"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "APNSOperationsTests",
             dependencies: ["APNSOperations", "AMQPClient", "APNSCore", "APNSTopology", "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSettings
@@ -342,6 +357,7 @@ let package = Package(
             name: "APNSWorkerTests",
             dependencies: [
                 "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker", "CancellableWait", "TestSupport",
+                "QueueConsumer",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

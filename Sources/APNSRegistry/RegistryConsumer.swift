@@ -3,7 +3,7 @@ import APNSCore
 import APNSTopology
 import Foundation
 import Logging
-import ServiceLifecycle
+import QueueConsumer
 
 /// What a handler decided for one message of `apns.registry` or `apns.groups`.
 public enum RegistryDisposition: Sendable {
@@ -17,10 +17,13 @@ public enum RegistryDisposition: Sendable {
     case requeue(String)
 }
 
-/// Consumes one of §6's queues with bounded concurrency (the prefetch), hands every message to
-/// `handle`, and carries out its disposition. While `health` is held it stops consuming, probes
-/// the registry once per probe interval, and consumes again when a probe succeeds.
-struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendable {
+/// The work of one of §6's queue consumers (`apns.registry`, `apns.groups`) on the generic
+/// `QueueConsumer`: every message is handed to `handle` in the consumer's settle runner (bounded
+/// by the prefetch), and its disposition carried out. A registry failure holds the consumer
+/// (`ConsumerStateMachine`, one hold breaker) and its sibling with it (`sibling`: the two share
+/// PostgreSQL); while held, the probe is a ping of PostgreSQL once per probe interval, and the
+/// consumer consumes again when one succeeds.
+struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: ConsumerWork {
     let queue: String
     let deadQueue: String
     let prefetch: UInt16
@@ -28,84 +31,72 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendabl
     let maxBodySize: Int
     let broker: Broker
     let store: RegistryStore
-    let health: RegistryHealth
     let logger: Logger
+    /// The times written into dead letters.
+    let clock: any ConsumerClock
+    /// The other registry consumer, held along with this one.
+    let sibling: QueueConsumer<RegistryConsumer>?
     let handle: @Sendable (AMQPDelivery) async -> RegistryDisposition
 
-    func run() async throws {
-        logger.info("registry consumer started", metadata: ["amqp.queue": "\(queue)"])
-        while !Task.isShuttingDownGracefully && !Task.isCancelled {
-            if health.isHeld {
-                await probe()
-            } else {
-                try await consumeUntilHeldOrShutdown()
-            }
+    var oversizedDeadLetter: AMQPOversizedDeadLetter? {
+        let (deadQueue, maxBodySize, clock) = (deadQueue, maxBodySize, clock)
+        return { properties, size in
+            let error = JobError(kind: .malformedJob, field: "body", message: "\(size) bytes, over the \(maxBodySize) allowed")
+            return Self.deadLetter(properties: properties, body: [], queue: deadQueue, error: error, now: clock.wallTime)
         }
-        logger.info("registry consumer stopped", metadata: ["amqp.queue": "\(queue)"])
     }
 
-    private func probe() async {
-        guard health.probeDue() == .probe else {
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(200)) }
-            return
-        }
+    /// The registry keeps no queue latency.
+    func publishTime(of delivery: AMQPDelivery) -> Date? { nil }
+
+    /// A held registry consumer's probe: PostgreSQL answers or not; no message is taken.
+    func probe() async throws -> ConsumerProbe {
         do {
             try await store.ping()
-            if let heldFor = health.succeeded() {
-                logger.notice(
-                    "registry reachable again: registration and group consumers resume",
-                    metadata: ["held.seconds": "\(heldFor.components.seconds)"])
-            }
+            return .healthy
         } catch {
-            logger.debug("registry probe failed", metadata: ["error": "\(error)"])
+            logger.debug("registry probe failed", metadata: ["amqp.queue": "\(queue)", "error": "\(error)"])
+            return .nothing
         }
     }
 
-    private func consumeUntilHeldOrShutdown() async throws {
-        let consumer: Broker.Consumer
-        do {
-            let (deadQueue, maxBodySize) = (deadQueue, maxBodySize)
-            consumer = try await broker.consume(
-                queue: queue, prefetch: prefetch, maxBodySize: maxBodySize,
-                oversizedDeadLetter: { properties, size in
-                    let error = JobError(kind: .malformedJob, field: "body", message: "\(size) bytes, over the \(maxBodySize) allowed")
-                    return Self.deadLetter(properties: properties, body: [], queue: deadQueue, error: error, now: Date())
-                })
-        } catch {
-            logger.warning("cannot consume; trying again", metadata: ["amqp.queue": "\(queue)", "error": "\(error)"])
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
-            return
+    /// The handler awaits PostgreSQL: the message is worked in the consumer's settle runner.
+    func start(_ delivery: AMQPDelivery, probe: Bool, on consumer: QueueConsumer<RegistryConsumer>) {
+        consumer.settleLater { await self.settle(delivery, probe: probe, on: consumer) }
+    }
+
+    /// One message worked and settled, its verdict told to `consumer` (and a hold to the sibling).
+    func settle(_ delivery: AMQPDelivery, probe: Bool, on consumer: QueueConsumer<RegistryConsumer>) async {
+        let settled = await process(delivery, isHeld: { consumer.isHeld }) { verdict in
+            if case .hold(let reason, _) = verdict { sibling?.holdAlongside(reason: reason) }
+            return consumer.answered(verdict) == .settle
         }
-        let limit = max(Int(prefetch), 1)
-        await withGracefulShutdownHandler {
-            await withTaskGroup(of: Void.self) { group in
-                var running = 0
-                var iterator = consumer.makeAsyncIterator()
-                while !health.isHeld, !Task.isShuttingDownGracefully, let delivery = try? await iterator.next() {
-                    if health.isHeld || Task.isShuttingDownGracefully {
-                        await broker.nack(delivery, requeue: true)
-                        break
-                    }
-                    if running >= limit, await group.next() != nil { running -= 1 }
-                    running += 1
-                    group.addTask {
-                        await self.process(delivery)
-                        // Held (by this message or the other consumer): stop the delivery stream.
-                        if self.health.isHeld { await consumer.cancel() }
-                    }
-                }
-                await consumer.cancel()
-                while let leftover = try? await iterator.next() {
-                    await broker.nack(leftover, requeue: true)
-                }
-                await group.waitForAll()
-            }
-        } onGracefulShutdown: {
-            Task { await consumer.cancel() }
+        if settled { consumer.settled(probe: probe) }
+    }
+
+    /// One error line when a hold starts (the sibling, held along, says nothing), one notice when
+    /// a probe ends it.
+    static func announce(_ news: QueueConsumer<RegistryConsumer>.Machine.News, queue: String, logger: Logger) {
+        switch news {
+        case .none:
+            break
+        case .held(let reason, _):
+            logger.error(
+                "device registry (PostgreSQL) unavailable: registration and group consumers HELD, messages stay in the broker until a probe succeeds",
+                metadata: ["amqp.queue": "\(queue)", "error": "\(reason)"])
+        case .resumed(let heldFor):
+            logger.notice(
+                "registry reachable again: its consumer resumes", metadata: ["amqp.queue": "\(queue)", "held.seconds": "\(heldFor.components.seconds)"])
+        case .abandoned(let messages):
+            logger.warning(
+                "messages still in flight at the deadline are left to the broker", metadata: ["amqp.queue": "\(queue)", "messages": "\(messages)"])
         }
     }
 
-    func process(_ delivery: AMQPDelivery) async {
+    /// Works one message and settles it. `judged` tells the consumer's machine the verdict
+    /// before the settle and answers whether to settle at all (not after the shutdown deadline);
+    /// returns false when it did not. `isHeld`: a hold came meanwhile.
+    func process(_ delivery: AMQPDelivery, isHeld: () -> Bool, judged: (ConsumerVerdict) -> Bool) async -> Bool {
         if let size = delivery.message.oversizedBodySize {
             if delivery.message.oversizedBodyDeadLettered {
                 // Copied to the dead queue as it arrived, confirmed (docs/decisions.md).
@@ -117,43 +108,41 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Sendabl
                     "message too large: rejected for the broker to dead-letter", metadata: ["amqp.queue": "\(queue)", "amqp.body_size": "\(size)"])
                 await broker.nack(delivery, requeue: false)
             }
-            return
+            return true
         }
         if let size = delivery.message.oversizedPropertiesSize {
             await deadLetter(delivery, error: JobError.oversizedProperties(size, limit: AMQPProperties.maximumEncodedSize))
-            return
+            return true
         }
         if delivery.message.headersNestedTooDeep {
             await deadLetter(delivery, error: JobError.nestedHeaders(limit: AMQPProperties.maximumHeaderDepth))
-            return
+            return true
         }
         // Once held, messages still in flight go back untouched.
-        if health.isHeld {
+        if isHeld() {
             await broker.nack(delivery, requeue: true)
-            return
+            return true
         }
         switch await handle(delivery) {
         case .ack:
+            guard judged(.healthy) else { return false }
             await broker.ack(delivery)
         case .dead(let error):
             await deadLetter(delivery, error: error)
         case .registryFailed(let error):
-            if health.failed() == .holdAndAlert {
-                logger.error(
-                    "device registry (PostgreSQL) unavailable: registration and group consumers HELD, messages stay in the broker until a probe succeeds",
-                    metadata: ["error": "\(String(reflecting: error).prefix(300))"])
-            }
+            guard judged(.hold(reason: String(String(reflecting: error).prefix(300)), status: 0)) else { return false }
             await broker.nack(delivery, requeue: true)
         case .requeue(let why):
             logger.warning("message requeued", metadata: ["amqp.queue": "\(queue)", "why": "\(why)"])
             await broker.nack(delivery, requeue: true)
         }
+        return true
     }
 
     private func deadLetter(_ delivery: AMQPDelivery, error: JobError) async {
         logger.warning("malformed message dead-lettered", metadata: ["amqp.queue": "\(queue)", "job.error": "\(error)"])
         do {
-            try await broker.publish(Self.deadLetter(delivery.message, queue: deadQueue, error: error, now: Date()))
+            try await broker.publish(Self.deadLetter(delivery.message, queue: deadQueue, error: error, now: clock.wallTime))
             await broker.ack(delivery)
         } catch {
             logger.warning("could not dead-letter; the broker will deliver it again", metadata: ["amqp.error": "\(error)"])

@@ -4,6 +4,7 @@ import APNSCore
 import APNSTopology
 import Foundation
 import Logging
+import QueueConsumer
 import ServiceLifecycle
 
 /// How the registry service consumes and fans out (`RegistryService.Settings`).
@@ -13,6 +14,10 @@ public struct RegistryServiceSettings: Sendable {
     /// Devices read and published per page of a fan-out.
     public var fanOutBatchSize = 500
     public var probeInterval: Duration = .seconds(5)
+    /// On graceful shutdown, how long messages in flight may take to finish (`[worker] shutdownDeadline`).
+    public var shutdownDeadline: Duration = .seconds(30)
+    /// The time of the consumers' holds and probes and of the trailing pushes' breaker.
+    public var clock: any ConsumerClock = SystemConsumerClock()
     /// The type of §6's queues (`[amqp] queueType`).
     public var queueType: QueueType = .quorum
     /// `[registry] syncWindow`.
@@ -36,13 +41,16 @@ public typealias RegistryBroker = MessageConsuming & ConfirmedPublishing & Topol
 /// PostgreSQL pool, the schema migrations at start, the `apns.registry` and `apns.groups`
 /// consumers (held together while the registry is down), the trailing pushes of the sync window
 /// (`TrailingPusher`), and the recorder that writes counts and invalid marks every
-/// `countsFlushInterval`.
+/// `countsFlushInterval`. The two consumers are `QueueConsumer`s, each with its own hold
+/// breaker; a registry failure in one holds the other along with it.
 public final class RegistryService<Broker: RegistryBroker>: Service, Sendable {
     public typealias Settings = RegistryServiceSettings
 
     public let store: RegistryStore
     public let recorder: RegistryRecorder
-    public let health: RegistryHealth
+    typealias Consumer = QueueConsumer<RegistryConsumer<Broker>>
+    let registrations: Consumer
+    let groups: Consumer
     let broker: Broker
     let settings: Settings
     let logger: Logger
@@ -51,15 +59,21 @@ public final class RegistryService<Broker: RegistryBroker>: Service, Sendable {
         self.store = store
         self.broker = broker
         self.settings = settings
-        self.health = RegistryHealth(probeInterval: settings.probeInterval)
         var logger = logger
         logger[metadataKey: "component"] = "registry"
         self.logger = logger
+        let announcer = logger
+        registrations = Consumer(
+            limit: Int(settings.registrationPrefetch), probeInterval: settings.probeInterval, shutdownDeadline: settings.shutdownDeadline,
+            clock: settings.clock, announce: { RegistryConsumer<Broker>.announce($0, queue: TopologyNames.registry, logger: announcer) })
+        groups = Consumer(
+            limit: Int(settings.groupPrefetch), probeInterval: settings.probeInterval, shutdownDeadline: settings.shutdownDeadline,
+            clock: settings.clock, announce: { RegistryConsumer<Broker>.announce($0, queue: TopologyNames.groups, logger: announcer) })
         self.recorder = RegistryRecorder(store: store, flushInterval: flushInterval, logger: logger)
     }
 
     /// Whether the registry consumers are held because PostgreSQL is unavailable (`/ready`).
-    public var isHeld: Bool { health.isHeld }
+    public var isHeld: Bool { registrations.isHeld || groups.isHeld }
 
     /// Runs until graceful shutdown. The pool (`store.client`) is a service of its own, placed
     /// before this one in the group so that it shuts down after it: the last flush and the
@@ -70,25 +84,26 @@ public final class RegistryService<Broker: RegistryBroker>: Service, Sendable {
         try await broker.declare(plan)
         let applied = try await store.migrate()
         logger.info("registry schema ready", metadata: ["registry.schema": "\(RegistrySchema.latestVersion)", "registry.applied": "\(applied)"])
-        let registrations = RegistryConsumer(
+        let registrationWork = RegistryConsumer(
             queue: TopologyNames.registry, deadQueue: TopologyNames.registryDead, prefetch: settings.registrationPrefetch,
-            maxBodySize: RegistrationMessage.maxBodyBytes,
-            broker: broker, store: store, health: health, logger: logger,
-            handle: RegistrationHandler(store: store, logger: logger).handle)
-        let groups = RegistryConsumer(
+            maxBodySize: RegistrationMessage.maxBodyBytes, broker: broker, store: store, logger: logger, clock: settings.clock,
+            sibling: groups, handle: RegistrationHandler(store: store, logger: logger).handle)
+        let groupWork = RegistryConsumer(
             queue: TopologyNames.groups, deadQueue: TopologyNames.groupsDead, prefetch: settings.groupPrefetch,
-            maxBodySize: JobParser.Limits().maxBodyBytes,
-            broker: broker, store: store, health: health, logger: logger,
+            maxBodySize: JobParser.Limits().maxBodyBytes, broker: broker, store: store, logger: logger, clock: settings.clock,
+            sibling: registrations,
             handle: GroupFanOut(
                 store: store, broker: broker, recorder: recorder, batchSize: settings.fanOutBatchSize,
                 window: SyncWindow(length: settings.syncWindow), logger: logger, tracing: settings.tracing
             ).handle)
         let trailing = TrailingPusher(
             store: store, broker: broker, recorder: recorder, window: SyncWindow(length: settings.syncWindow),
-            batchSize: settings.fanOutBatchSize, leaseMS: SyncWindow(length: settings.trailingLease).lengthMS, logger: logger)
+            batchSize: settings.fanOutBatchSize, leaseMS: SyncWindow(length: settings.trailingLease).lengthMS, logger: logger,
+            clock: settings.clock)
+        logger.info("registry consumers started", metadata: ["amqp.queues": "\(TopologyNames.registry), \(TopologyNames.groups)"])
         try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await registrations.run() }
-            group.addTask { try await groups.run() }
+            group.addTask { try await self.registrations.run(registrationWork) }
+            group.addTask { try await self.groups.run(groupWork) }
             group.addTask { await trailing.run() }
             group.addTask { try await self.recorder.run() }
         }

@@ -2,6 +2,7 @@ import AMQPClient
 import APNSCore
 import Foundation
 import Logging
+import QueueConsumer
 import ServiceLifecycle
 
 /// Sends the trailing pushes of contract §6 when their window ends, without a timer per device:
@@ -11,6 +12,12 @@ import ServiceLifecycle
 /// window (compare-and-set: a push merged or sent meanwhile is not lost). A claim whose instance
 /// died runs out and the push is claimed again, so a push due while every instance was down goes
 /// out when one comes back. Why a poll rather than delayed broker messages: docs/decisions.md.
+///
+/// It is no queue consumer (nothing is consumed: it polls), so it does not run on
+/// `QueueConsumer`; its registry outage is the code base's one hold breaker (`HoldBreaker`):
+/// the first failed poll holds it with one error, the first poll that succeeds ends the hold
+/// with one notice. Every poll while held is the probe, at the poll interval, so it asks the
+/// breaker for no probe schedule.
 struct TrailingPusher<Publisher: ConfirmedPublishing>: Sendable {
     let store: RegistryStore
     let broker: Publisher
@@ -19,6 +26,8 @@ struct TrailingPusher<Publisher: ConfirmedPublishing>: Sendable {
     let batchSize: Int
     let leaseMS: Int64
     let logger: Logger
+    /// The breaker's time.
+    let clock: any ConsumerClock
 
     /// How long an idle poll waits: a twentieth of the window (a 30 s window's pushes go out at
     /// most about a second late), between 50 ms and 1 s.
@@ -28,24 +37,22 @@ struct TrailingPusher<Publisher: ConfirmedPublishing>: Sendable {
 
     func run() async {
         let interval = Self.pollInterval(for: window)
-        var failing = false
+        var breaker = HoldBreaker<ContinuousClock.Instant>(probeInterval: interval)
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             do {
                 let claimed = try await pushDue()
-                if failing {
-                    failing = false
-                    logger.notice("trailing pushes resume: the registry answers again")
+                if let heldFor = breaker.succeeded(now: clock.now) {
+                    logger.notice("trailing pushes resume: the registry answers again", metadata: ["held.seconds": "\(heldFor.components.seconds)"])
                 }
                 if claimed == batchSize { continue }
             } catch {
-                if !failing {
-                    failing = true
+                if breaker.fault("registry unavailable", now: clock.now) {
                     logger.error(
                         "trailing pushes wait: the registry (PostgreSQL) is unavailable; they go out once it answers",
                         metadata: ["error": "\(String(reflecting: error).prefix(300))"])
                 }
             }
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
+            try? await cancelWhenGracefulShutdown { try await clock.sleep(for: interval) }
         }
     }
 

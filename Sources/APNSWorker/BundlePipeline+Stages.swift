@@ -2,6 +2,7 @@ import AMQPClient
 import APNSCore
 import Foundation
 import Logging
+import QueueConsumer
 import Synchronization
 
 /// The stages of one job, composed once (`compose`) for a consumed job and a held bundle's
@@ -19,7 +20,7 @@ extension BundlePipeline {
     struct JobInFlight: Sendable {
         var delivery: AMQPDelivery
         var started: ContinuousClock.Instant
-        /// A held bundle's probe (`PipelineStateMachine.settled(probe:now:)`).
+        /// A held bundle's probe (`ConsumerStateMachine.settled(probe:now:)`).
         var isProbe: Bool
         /// The job's span when `[tracing]` is on (`JobTracing.swift`); nil, one branch, when off.
         var trace: JobTrace?
@@ -33,7 +34,7 @@ extension BundlePipeline {
 
     /// One job the machine counted in flight, through every stage to exactly one end.
     func compose(_ delivery: AMQPDelivery, probe: Bool) {
-        let job = JobInFlight(delivery: delivery, started: .now, isProbe: probe, trace: beginTrace(delivery))
+        let job = JobInFlight(delivery: delivery, started: clock.now, isProbe: probe, trace: beginTrace(delivery))
         bundleStatistics.jobStarted()
         let admission = admit(delivery)
         job.trace?.admitted(admission)
@@ -41,7 +42,7 @@ extension BundlePipeline {
         case .ended(let route, let end):
             settle(job, route, .unsent(end))
         case .send(let parsed, let context):
-            let sent = ContinuousClock.now
+            let sent = clock.now
             transport.send(parsed.notification) { result in
                 self.answered(result, job: job, context: context, sentAt: sent)
             }
@@ -53,10 +54,10 @@ extension BundlePipeline {
     /// nothing: the job stays unacked for the broker to deliver again.
     private func answered(_ result: TransportResult, job: JobInFlight, context: OutcomeRouter.JobContext, sentAt sent: ContinuousClock.Instant) {
         job.trace?.answered(result)
-        bundleStatistics.apnsAnswered(after: sent.duration(to: .now))
+        bundleStatistics.apnsAnswered(after: sent.duration(to: clock.now))
         let outcome = OutcomeClassifier.classify(result)
-        let decision = router.decide(outcome, job: context, now: Date())
-        switch event({ $0.answered(decision.breaker, now: clock.now) }) {
+        let decision = router.decide(outcome, job: context, now: clock.wallTime)
+        switch consumer.answered(decision.breaker) {
         case .settle:
             settle(job, decision.route, .answered(outcome, decision.end, context))
         case .drop:
@@ -65,21 +66,22 @@ extension BundlePipeline {
     }
 
     /// The one settle: a bare ack at once, from any thread (`ackNow` never blocks); a route that
-    /// publishes must await the broker's confirm, so it continues in a task. Then the job's end
-    /// is counted and told to the machine.
+    /// publishes must await the broker's confirm, so it continues in the consumer's settle runner
+    /// (a child of `run()`: cancelled with it at the shutdown deadline). Then the job's end is
+    /// counted and told to the machine.
     func settle(_ job: JobInFlight, _ route: OutcomeRouter.Route, _ ending: Ending) {
         switch route {
         case .ack:
             broker.ackNow(job.delivery)
             finished(job, ending, route)
         case .publishThenAck(let message, _):
-            Task {
+            consumer.settleLater {
                 await self.publishThenAck(job.delivery, message)
                 self.finished(job, ending, route)
             }
         case .rejectToDeadLetter:
             // Without requeue, for the broker to dead-letter it (a job over the size limit).
-            Task {
+            consumer.settleLater {
                 await self.broker.nack(job.delivery, requeue: false)
                 self.finished(job, ending, route)
             }
@@ -117,7 +119,7 @@ extension BundlePipeline {
             job.trace?.settled(end, route: route)
         }
         bundleStatistics.jobFinished()
-        event { $0.settled(probe: job.isProbe, now: clock.now) }
+        consumer.settled(probe: job.isProbe)
     }
 
     /// One job reached `end`. The one place a job's end is counted: the tally behind the stop
@@ -125,7 +127,7 @@ extension BundlePipeline {
     /// `BundleStatistics.jobEnded`), and the registry's hourly counts (the observer).
     func count(_ end: OutcomeRouter.End, since started: ContinuousClock.Instant) {
         if let kind = JobEndKind(end) { observer?.jobEnded(bundleID: settings.bundleID, end: kind) }
-        bundleStatistics.jobEnded(end, after: started.duration(to: .now))
+        bundleStatistics.jobEnded(end, after: started.duration(to: clock.now))
     }
 
     /// The stages before sending: the delivery limit, parsing, the job's log line and the
@@ -149,7 +151,7 @@ extension BundlePipeline {
                 delivery.message.oversizedPropertiesSize.map { JobError.oversizedProperties($0, limit: AMQPProperties.maximumEncodedSize) }
                 ?? JobError.nestedHeaders(limit: AMQPProperties.maximumHeaderDepth)
             logger.warning("malformed job", metadata: ["job.error": "\(error)", "job.reason": "\(error.reason)"])
-            return .ended(router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: Date()), .dead)
+            return .ended(router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: clock.wallTime), .dead)
         }
         let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
         // A first delivery cannot be one too many; only redeliveries are counted.
@@ -166,7 +168,7 @@ extension BundlePipeline {
                         "worker.max_deliveries": "\(settings.maxDeliveries)",
                     ])
                 let route = router.routeDeliveryLimitExceeded(
-                    job: context, deliveries: deliveries, maxDeliveries: settings.maxDeliveries, now: Date())
+                    job: context, deliveries: deliveries, maxDeliveries: settings.maxDeliveries, now: clock.wallTime)
                 return .ended(route, .dead)
             }
         }
@@ -177,7 +179,7 @@ extension BundlePipeline {
                 message: delivery.message, jobID: delivery.message.properties.messageID, token: nil,
                 previousAttempts: previousAttempts)
             logger.warning("malformed job", metadata: ["job.error": "\(error)", "job.reason": "\(error.reason)"])
-            return .ended(router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: Date()), .dead)
+            return .ended(router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: clock.wallTime), .dead)
         case .success(let parsed):
             job = parsed
         }

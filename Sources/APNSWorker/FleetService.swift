@@ -109,22 +109,17 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         try await broker.declare(FleetTopology.plan(instanceID: identity.instanceID, messageTTL: interval * 3))
         let consumer = try await broker.consume(queue: queue, prefetch: 100, maxBodySize: FleetMessage.maxBodyBytes)
         logger.info("fleet: announcing this instance", metadata: ["amqp.queue": "\(queue)", "fleet.interval": "\(interval)"])
-        // Graceful shutdown and cancellation end it alike: the handlers must not block, and
-        // cancelling the consumer is what ends the listener's sequence; the beats end with it.
-        try await withTaskCancellationHandler {
-            try await withGracefulShutdownHandler {
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask { try await self.listen(consumer) }
-                    group.addTask { await self.beat() }
-                    try await group.next()
-                    group.cancelAll()
-                    try await group.waitForAll()
-                }
-            } onGracefulShutdown: {
-                Task { await consumer.cancel() }
+        // Graceful shutdown and cancellation end it alike: cancelling the consumer is what ends
+        // the listener's sequence, and the beats end with it. The cancel awaits the broker, so
+        // a child task waits for either (no unstructured task from a synchronous handler).
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await self.beat() }
+            group.addTask {
+                try? await gracefulShutdown()
+                await consumer.cancel()
             }
-        } onCancel: {
-            Task { await consumer.cancel() }
+            try await self.listen(consumer)
+            group.cancelAll()
         }
     }
 

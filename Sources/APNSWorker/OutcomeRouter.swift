@@ -2,6 +2,7 @@ import AMQPClient
 import APNSCore
 import APNSTopology
 import Foundation
+import QueueConsumer
 
 /// Turns a job's outcome into what the worker does with the broker (contract §4), with no IO:
 /// the message to publish (feedback event, retry, dead letter), if any, and how the job's own
@@ -82,13 +83,10 @@ public struct OutcomeRouter: Sendable {
         }
     }
 
-    /// What the hold breaker learns from an outcome (`PipelineStateMachine.answered`).
-    public enum BreakerEffect: Sendable, Hashable {
-        /// A provider fault: the bundle holds, or stays held.
-        case hold(reason: String, status: Int)
-        /// APNs judged the job, not the provider's credentials: a hold ends.
-        case healthy
-    }
+    /// What the hold breaker learns from an outcome (`ConsumerStateMachine.answered`): `.hold`
+    /// for a provider fault (the bundle holds, or stays held), `.healthy` when APNs judged the
+    /// job, not the provider's credentials (a hold ends).
+    public typealias BreakerEffect = ConsumerVerdict
 
     /// Everything the pipeline does with an outcome, decided in one place: the route for the
     /// job's delivery, its end, and the breaker's effect.

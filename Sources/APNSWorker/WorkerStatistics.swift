@@ -17,10 +17,10 @@ public final class WorkerStatistics: Sendable {
         public var jobs: [String: Int]
         /// Jobs brought to each end in the last minute, every end present.
         public var perMinute: [String: Int]
-        /// Jobs being processed right now.
+        /// Jobs being processed right now (the bundle consumer's own count).
         public var inFlight: Int
 
-        init(_ tally: Tally, atSecond second: Int64) {
+        init(_ tally: Tally, inFlight: Int, atSecond second: Int64) {
             var jobs: [String: Int] = [:]
             var perMinute: [String: Int] = [:]
             for (index, end) in OutcomeRouter.End.allCases.enumerated() {
@@ -29,14 +29,13 @@ public final class WorkerStatistics: Sendable {
             }
             self.jobs = jobs
             self.perMinute = perMinute
-            self.inFlight = tally.inFlight
+            self.inFlight = inFlight
         }
     }
 
     struct Tally: Sendable {
         var ended = [Int](repeating: 0, count: OutcomeRouter.End.allCases.count)
         var rates = [MinuteRate](repeating: MinuteRate(), count: OutcomeRouter.End.allCases.count)
-        var inFlight = 0
     }
 
     /// Retry attempts above this share one label value (`"5+"`), so the label set stays fixed
@@ -70,7 +69,7 @@ public final class WorkerStatistics: Sendable {
         var activity: [String: BundleActivity] = [:]
         for (bundleID, recorder) in all {
             guard let tally = recorder.tallyIfUsed() else { continue }
-            activity[bundleID] = BundleActivity(tally, atSecond: second)
+            activity[bundleID] = BundleActivity(tally, inFlight: recorder.inFlightNow, atSecond: second)
         }
         return activity
     }
@@ -78,7 +77,7 @@ public final class WorkerStatistics: Sendable {
     /// One bundle's activity; all zeros when it has seen no job yet.
     public func activity(bundle: String) -> BundleActivity {
         let recorder = bundles.withLock { $0[bundle] }
-        return BundleActivity(recorder?.tallyIfUsed() ?? Tally(), atSecond: currentSecond())
+        return BundleActivity(recorder?.tallyIfUsed() ?? Tally(), inFlight: recorder?.inFlightNow ?? 0, atSecond: currentSecond())
     }
 
     fileprivate func currentSecond() -> Int64 {
@@ -96,7 +95,9 @@ public final class BundleStatistics: Sendable {
     private let duration: Metrics.Timer
     private let apnsLatency: Metrics.Timer
     private let retries: [Counter]
-    private let paused: Gauge
+    /// The bundle consumer's in-flight count (`QueueConsumer.inFlight`), the one count kept: set
+    /// once by the pipeline; read for the status, never counted here.
+    private let inFlightSource = Mutex<(@Sendable () -> Int)?>(nil)
 
     fileprivate init(bundleID bundle: String, statistics: WorkerStatistics) {
         self.statistics = statistics
@@ -112,23 +113,29 @@ public final class BundleStatistics: Sendable {
             let bucket = attempt == WorkerStatistics.attemptBuckets ? "\(attempt)+" : "\(attempt)"
             return Counter(label: "apns_worker_retries_total", dimensions: [("bundle", bundle), ("attempt", bucket)])
         }
-        paused = Gauge(label: "apns_worker_consumer_paused", dimensions: label)
     }
 
     fileprivate func tallyIfUsed() -> WorkerStatistics.Tally? {
         tally.withLock { $0.used ? $0.0 : nil }
     }
 
+    /// Where the in-flight count is read from (the bundle's consumer machine).
+    func countInFlight(_ source: @escaping @Sendable () -> Int) {
+        inFlightSource.withLock { $0 = source }
+    }
+
+    fileprivate var inFlightNow: Int {
+        inFlightSource.withLock { $0 }?() ?? 0
+    }
+
+    /// A job started: the bundle is seen, and the in-flight metric (exported as the consumer
+    /// counts, moved at the same start and end) goes up.
     func jobStarted() {
-        tally.withLock {
-            $0.0.inFlight += 1
-            $0.used = true
-        }
+        tally.withLock { $0.used = true }
         inFlight.increment()
     }
 
     func jobFinished() {
-        tally.withLock { $0.0.inFlight -= 1 }
         inFlight.decrement()
     }
 
@@ -155,11 +162,6 @@ public final class BundleStatistics: Sendable {
 
     func apnsAnswered(after elapsed: Duration) {
         apnsLatency.recordNanoseconds(elapsed.nanoseconds)
-    }
-
-    /// 1 while a provider fault holds the bundle and its consumer is paused, 0 otherwise.
-    func held(_ held: Bool) {
-        paused.record(held ? 1 : 0)
     }
 }
 

@@ -56,6 +56,7 @@ struct RunCommand: AsyncParsableCommand {
             var registrySettings = RegistryServiceSettings(
                 probeInterval: configuration.worker.probeInterval, queueType: configuration.amqp.queueType,
                 syncWindow: settings.syncWindow)
+            registrySettings.shutdownDeadline = configuration.worker.shutdownDeadline
             registrySettings.tracing = tracing.map {
                 GroupFanOutTracing(tracer: $0.tracer, continuesProducerTrace: configuration.tracing?.parentBased ?? false)
             }

@@ -129,19 +129,6 @@ import Testing
         #expect(counts.counts[.init(bundleID: "b", hour: 7200, end: .dead)] == 8)
     }
 
-    @Test func holdStateAlertsOnceProbesAndResumes() {
-        var state = RegistryHoldState(probeInterval: .seconds(5))
-        let t0 = ContinuousClock.now
-        #expect(state.failed(now: t0) == .holdAndAlert)
-        #expect(state.failed(now: t0 + .seconds(1)) == .none)
-        #expect(state.probeDue(now: t0 + .seconds(2)) == .wait)
-        #expect(state.probeDue(now: t0 + .seconds(6)) == .probe)
-        #expect(state.probeDue(now: t0 + .seconds(7)) == .wait)
-        #expect(state.succeeded(now: t0 + .seconds(8)) == .seconds(8))
-        #expect(!state.isHeld)
-        #expect(state.succeeded(now: t0 + .seconds(9)) == nil)
-    }
-
     @Test func postgresURLsParseAndMaskThePassword() throws {
         let url = try PostgresURL(parsing: "postgres://apns:s%40cret@db.example:5433/apns?sslmode=disable")
         #expect(url.host == "db.example")

@@ -7,6 +7,7 @@ import APNSCore
 import APNSTopology
 import Foundation
 import Logging
+import QueueConsumer
 import Synchronization
 import Testing
 import TestSupport
@@ -37,12 +38,32 @@ struct RegistryConsumerSeamTests {
         return broker
     }
 
+    typealias Work = RegistryConsumer<InMemoryBroker>
+
+    /// A registry consumer's work and the generic consumer it runs on.
+    struct Consumer {
+        let work: Work
+        let shell: QueueConsumer<Work>
+        var isHeld: Bool { shell.isHeld }
+
+        /// One message through the work's settle, as the consumer's settle runner runs it.
+        func process(_ delivery: AMQPDelivery) async {
+            await work.settle(delivery, probe: false, on: shell)
+        }
+
+        func run() async throws { try await shell.run(work) }
+    }
+
     static func consumer(
-        _ broker: InMemoryBroker, store: RegistryStore, health: RegistryHealth = RegistryHealth(probeInterval: .seconds(60)),
+        _ broker: InMemoryBroker, store: RegistryStore, sibling: QueueConsumer<Work>? = nil,
         handle: @escaping @Sendable (AMQPDelivery) async -> RegistryDisposition
-    ) -> RegistryConsumer<InMemoryBroker> {
-        RegistryConsumer(
-            queue: queue, deadQueue: deadQueue, prefetch: 8, maxBodySize: RegistrationMessage.maxBodyBytes, broker: broker, store: store, health: health, logger: logger, handle: handle)
+    ) -> Consumer {
+        let shell = QueueConsumer<Work>(
+            limit: 8, probeInterval: .seconds(60), shutdownDeadline: .seconds(30), clock: SystemConsumerClock(), announce: { _ in })
+        let work = RegistryConsumer(
+            queue: queue, deadQueue: deadQueue, prefetch: 8, maxBodySize: RegistrationMessage.maxBodyBytes, broker: broker, store: store,
+            logger: logger, clock: SystemConsumerClock(), sibling: sibling, handle: handle)
+        return Consumer(work: work, shell: shell)
     }
 
     /// Takes the next message of the test queue as the consumer would get it.
@@ -111,23 +132,23 @@ struct RegistryConsumerSeamTests {
 
     @Test func anUnconfirmedFanOutIsRequeuedWithoutHoldingTheRegistry() async throws {
         let broker = try await Self.broker()
-        let health = RegistryHealth(probeInterval: .seconds(60))
-        let consumer = Self.consumer(broker, store: try Self.storeWithoutServer(), health: health) { _ in .requeue("a publish was not confirmed") }
+        let consumer = Self.consumer(broker, store: try Self.storeWithoutServer()) { _ in .requeue("a publish was not confirmed") }
         await consumer.process(try await Self.take(broker, body: "g"))
         #expect(broker.settled.map(\.requeue) == [true])
-        #expect(!health.isHeld)
+        #expect(!consumer.isHeld)
     }
 
     @Test func aRegistryFailureRequeuesHoldsAndSendsLaterMessagesBackUntouched() async throws {
         let broker = try await Self.broker()
-        let health = RegistryHealth(probeInterval: .seconds(60))
         let handled = Mutex(0)
-        let consumer = Self.consumer(broker, store: try Self.storeWithoutServer(), health: health) { _ in
+        let sibling = Self.consumer(broker, store: try Self.storeWithoutServer()) { _ in .ack }
+        let consumer = Self.consumer(broker, store: try Self.storeWithoutServer(), sibling: sibling.shell) { _ in
             handled.withLock { $0 += 1 }
             return .registryFailed(TestSupportError("connection refused"))
         }
         await consumer.process(try await Self.take(broker, body: "first"))
-        #expect(health.isHeld)
+        #expect(consumer.isHeld)
+        #expect(sibling.isHeld, "the other registry consumer is held along with it")
         await consumer.process(try await Self.take(broker, body: "second"))
         #expect(handled.withLock { $0 } == 1)
         #expect(broker.settled.map(\.requeue) == [true, true])
@@ -139,15 +160,14 @@ struct RegistryConsumerSeamTests {
     func withPostgreSQLDownARegistrationStaysInTheBrokerAndTheConsumerHolds() async throws {
         let broker = try await Self.broker()
         let store = try Self.storeWithoutServer()
-        let health = RegistryHealth(probeInterval: .seconds(60))
-        let consumer = Self.consumer(broker, store: store, health: health, handle: RegistrationHandler(store: store, logger: Self.logger).handle)
+        let consumer = Self.consumer(broker, store: store, handle: RegistrationHandler(store: store, logger: Self.logger).handle)
         let token = String(repeating: "ab", count: 32)
         let body = #"{"op":"register","bundleId":"com.example.app","token":"\#(token)","group":"account-1","at":5}"#
         broker.enqueue(Self.queue, body: Array(body.utf8))
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await store.run() }
             group.addTask { try await consumer.run() }
-            try await waitUntil("the consumer held", timeout: .seconds(50)) { health.isHeld && broker.consumerCount == 0 }
+            try await waitUntil("the consumer held", timeout: .seconds(50)) { consumer.isHeld && broker.consumerCount == 0 }
             group.cancelAll()
         }
         // Not dead-lettered, not lost: back in its queue for when PostgreSQL answers again.

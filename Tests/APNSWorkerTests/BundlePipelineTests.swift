@@ -165,6 +165,25 @@ import Testing
         #expect(OutcomeRouter.End.allCases.allSatisfy { rig.jobs($0) == 0 })
     }
 
+    /// A settle that awaits the broker (here a feedback event's confirm that never comes) is a
+    /// child of `run()`: at the shutdown deadline it is cancelled, it does not outlive the pipeline.
+    @Test func aSettleStillAwaitingTheBrokerAtTheShutdownDeadlineEndsWithRun() async throws {
+        let rig = Rig(answer: ScriptedTransport.unregistered, shutdownDeadline: .seconds(30))
+        rig.broker.state.withLock { $0.stallPublishes = true }
+        try await rig.running { trigger in
+            rig.enqueueJob()
+            try await waitUntil("the feedback event's publish waiting for its confirm") { rig.broker.snapshot.stalled.count == 1 }
+            trigger.triggerGracefulShutdown()
+            try await waitUntil("the deadline's timer") { rig.clock.sleepers == 1 }
+            rig.clock.advance(by: .seconds(30))
+        }
+        // run() has returned: the settle's publish was cancelled before, not left waiting.
+        #expect(rig.broker.snapshot.stalled.isEmpty)
+        #expect(rig.broker.snapshot.publishesCancelled == 1)
+        #expect(rig.broker.snapshot.acked.isEmpty, "nothing acked without the confirm")
+        #expect(rig.broker.snapshot.published.isEmpty)
+    }
+
     @Test func jobsThatFinishBeforeTheShutdownDeadlineAreSettled() async throws {
         let rig = Rig(answer: nil)
         try await rig.running { trigger in

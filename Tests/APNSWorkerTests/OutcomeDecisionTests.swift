@@ -1,6 +1,7 @@
 import AMQPClient
 import APNSCore
 import Foundation
+import QueueConsumer
 import Testing
 
 @testable import APNSWorker

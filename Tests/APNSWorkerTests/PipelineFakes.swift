@@ -5,6 +5,7 @@ import AMQPClient
 import APNSCore
 import CancellableWait
 import Foundation
+import QueueConsumer
 import Synchronization
 
 @testable import APNSWorker
@@ -27,6 +28,10 @@ final class FakeBroker: MessageBroker {
         var nextTag: UInt64 = 0
         /// When set, publishes fail as a lost connection would.
         var failPublishes = false
+        /// When set, publishes wait for a confirm that never comes, until their task is cancelled.
+        var stallPublishes = false
+        var stalled: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+        var publishesCancelled = 0
     }
 
     let workQueue: String
@@ -121,6 +126,23 @@ final class FakeBroker: MessageBroker {
     }
 
     func publish(_ message: AMQPOutboundMessage) async throws {
+        if state.withLock({ $0.stallPublishes }) {
+            let id = state.withLock { state in
+                state.nextTag += 1
+                return state.nextTag
+            }
+            do {
+                try await withCancellableWait(
+                    register: { continuation -> Result<Void, any Error>? in
+                        state.withLock { $0.stalled[id] = continuation }
+                        return nil
+                    },
+                    withdraw: { [self] in self.state.withLock { $0.stalled.removeValue(forKey: id) } })
+            } catch {
+                state.withLock { $0.publishesCancelled += 1 }
+                throw error
+            }
+        }
         try state.withLock { state in
             if state.failPublishes { throw AMQPError(.connectionLost, "the fake broker refuses publishes") }
             state.published.append(message)
@@ -176,7 +198,7 @@ final class ScriptedTransport: NotificationTransport {
 }
 
 /// A clock that moves only when the test says; sleepers wake when it passes their deadline.
-final class ManualClock: PipelineClock {
+final class ManualClock: ConsumerClock {
     private struct State {
         var offset: Duration = .zero
         var sleepers: [UInt64: (deadline: Duration, continuation: CheckedContinuation<Void, any Error>)] = [:]
@@ -184,9 +206,15 @@ final class ManualClock: PipelineClock {
     }
 
     private let origin = ContinuousClock.now
+    private let wallOrigin = Date()
     private let state = Mutex(State())
 
     var now: ContinuousClock.Instant { origin.advanced(by: state.withLock { $0.offset }) }
+    /// Moves with `now`, from the wall-clock time the clock was made.
+    var wallTime: Date {
+        let offset = state.withLock { $0.offset }
+        return wallOrigin.addingTimeInterval(Double(offset.components.seconds) + Double(offset.components.attoseconds) / 1e18)
+    }
 
     /// Tasks asleep on this clock right now.
     var sleepers: Int { state.withLock { $0.sleepers.count } }

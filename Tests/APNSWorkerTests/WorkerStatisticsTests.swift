@@ -37,12 +37,16 @@ import Testing
         #expect(statistics.snapshot()["b"]?.jobs["retry"] == 1)
     }
 
-    @Test func inFlightFollowsStartedAndFinishedJobs() {
+    @Test func inFlightIsTheConsumersOwnCount() {
         let statistics = WorkerStatistics()
+        let consumerCount = Mutex(0)
+        statistics.bundle("a").countInFlight { consumerCount.withLock { $0 } }
         statistics.bundle("a").jobStarted()
-        statistics.bundle("a").jobStarted()
-        statistics.bundle("a").jobFinished()
+        consumerCount.withLock { $0 = 1 }
         #expect(statistics.activity(bundle: "a").inFlight == 1)
+        #expect(statistics.snapshot()["a"]?.inFlight == 1)
+        consumerCount.withLock { $0 = 0 }
+        #expect(statistics.activity(bundle: "a").inFlight == 0)
         #expect(statistics.activity(bundle: "unseen") == statistics.activity(bundle: "other"))
         #expect(statistics.activity(bundle: "unseen").jobs.values.allSatisfy { $0 == 0 })
     }

@@ -1,32 +1,64 @@
-@testable import APNSWorker
+import Foundation
 
-/// The world around a `PipelineStateMachine`, as the pipeline's shell and the broker would
-/// make it, in plain values: it carries out each action the machine returns (a consumer that
-/// starts, a `basic.get` out, timers, jobs in flight, a parked delivery) and records every
-/// action that could not be carried out in a real pipeline as a violation: a second consumer,
-/// a cancel with no consumer, a probe while consuming, a job composed while held, paused or
-/// draining, a second alert, a second finish, a count that disagrees with the world's.
-struct PipelineWorld {
-    typealias Machine = PipelineStateMachine<Int>
+@testable import QueueConsumer
+
+/// The world around a `ConsumerStateMachine`, as a user's shell and the broker would make it,
+/// in plain values: it carries out each action the machine returns (a consumer that starts, a
+/// probe out, timers, jobs in flight, a parked delivery) and records every action that could
+/// not be carried out in a real consumer as a violation: a second consumer, a cancel with no
+/// consumer, a probe while consuming, a job started while held, paused or draining, a second
+/// alert, a second finish, a count that disagrees with the world's.
+struct ConsumerWorld {
+    typealias Machine = ConsumerStateMachine<Int, ContinuousClock.Instant>
+
+    /// The machine's users, each with the configuration it runs with (bounds made small so a
+    /// few deliveries reach them).
+    enum User: String, CaseIterable, Sendable {
+        /// A bundle's pipeline: probes by taking one job (`basic.get`), paused by operators.
+        case bundle
+        /// `apns.registry`: probes by pinging PostgreSQL, held along with its sibling.
+        case registrations
+        /// `apns.groups`: as the registrations, with a bound of one.
+        case groups
+
+        var limit: Int { self == .groups ? 1 : 2 }
+        var probeTakesAJob: Bool { self == .bundle }
+        var pausable: Bool { self == .bundle }
+        var hasSibling: Bool { self != .bundle }
+
+        /// Whether `stimulus` can happen to this user at all.
+        func allows(_ stimulus: Stimulus) -> Bool {
+            switch stimulus {
+            case .probeFinds: probeTakesAJob
+            case .probeHealthy, .siblingHolds: hasSibling
+            case .pause, .resume: pausable
+            default: true
+            }
+        }
+
+        var stimuli: [Stimulus] { Stimulus.allCases.filter(allows) }
+    }
 
     enum ConsumerState: Equatable {
         case none, starting, live, cancelling
     }
 
-    /// What can happen to a pipeline from outside the machine, one step each. A step that
+    /// What can happen to a consumer from outside the machine, one step each. A step that
     /// cannot happen in the world's state (an answer with no job in flight) does nothing.
     enum Stimulus: String, CaseIterable, Sendable {
         case deliver, answerHealthy, answerHeld, endUnsent
         case pause, resume, shutdown
         case consumerConfirms, consumerEnds
-        case probeFinds, probeEmpty
+        case probeFinds, probeEmpty, probeHealthy
+        case siblingHolds
         case timePasses, deadlinePasses
     }
 
     static let probeInterval = Duration.seconds(5)
     static let shutdownDeadline = Duration.seconds(30)
 
-    var machine = Machine(limit: 2, probeInterval: probeInterval, shutdownDeadline: shutdownDeadline)
+    let user: User
+    var machine: Machine
     var now = ContinuousClock.now
     var consumer = ConsumerState.none
     var probeOut = false
@@ -37,17 +69,21 @@ struct PipelineWorld {
     var timers: [ContinuousClock.Instant] = []
     var finishes = 0
     var alertOpen = false
+    /// Held along with a sibling: no alert of its own.
+    var heldAlongside = false
     var alerts = 0
     var nacked = 0
     var violations: [String] = []
     var log: [String] = []
 
-    init() {
+    init(_ user: User) {
+        self.user = user
+        machine = Machine(limit: user.limit, probeInterval: Self.probeInterval, shutdownDeadline: Self.shutdownDeadline)
         carryOut(machine.start(now: now), "start")
     }
 
     mutating func violation(_ text: String) {
-        violations.append("\(text) after \(log.joined(separator: " → "))")
+        violations.append("\(user): \(text) after \(log.joined(separator: " → "))")
     }
 
     mutating func carryOut(_ action: Machine.Action, _ step: String) {
@@ -55,7 +91,7 @@ struct PipelineWorld {
         if let wake = action.wake {
             if parked != wake.waiter { violation("woke waiter \(wake.waiter), parked \(String(describing: parked))") }
             parked = nil
-            if wake.admitted { composed(probe: false) } else { nacked += 1 }
+            if wake.admitted { started(probe: false) } else { nacked += 1 }
         }
         switch action.control {
         case .none:
@@ -80,12 +116,13 @@ struct PipelineWorld {
         if let timer = action.timer { timers.append(timer) }
         switch action.news {
         case .held:
-            if alertOpen { violation("a second alert in one hold") }
+            if alertOpen || heldAlongside { violation("a second alert in one hold") }
             alertOpen = true
             alerts += 1
         case .resumed:
-            if !alertOpen { violation("resumed with no hold") }
+            if !alertOpen && !heldAlongside { violation("resumed with no hold") }
             alertOpen = false
+            heldAlongside = false
         case .none, .abandoned:
             break
         }
@@ -105,32 +142,35 @@ struct PipelineWorld {
         case .cancelling: expected = .cancelling
         }
         if machine.consumer != expected { violation("machine's consumer \(machine.consumer), the world's \(consumer)") }
-        if machine.isHeld != alertOpen { violation("held \(machine.isHeld) but alert open \(alertOpen)") }
+        if machine.isHeld != (alertOpen || heldAlongside) {
+            violation("held \(machine.isHeld) but alert open \(alertOpen), held alongside \(heldAlongside)")
+        }
         if machine.probeTaking != probeOut { violation("probe taking \(machine.probeTaking), out \(probeOut)") }
         if machine.hasRoomWaiter != (parked != nil) { violation("machine has a waiter \(machine.hasRoomWaiter), parked \(String(describing: parked))") }
     }
 
-    private mutating func composed(probe: Bool) {
+    private mutating func started(probe: Bool) {
         jobs.append(probe)
         if !probe && (machine.paused || machine.isHeld || machine.lifecycle != .running) {
-            violation("a job composed while paused \(machine.paused), held \(machine.isHeld), \(machine.lifecycle)")
+            violation("a job started while paused \(machine.paused), held \(machine.isHeld), \(machine.lifecycle)")
         }
     }
 
     /// One step; returns whether it could happen.
     @discardableResult
     mutating func apply(_ stimulus: Stimulus) -> Bool {
+        guard user.allows(stimulus) else { return false }
         let step = stimulus.rawValue
         switch stimulus {
         case .deliver:
             guard consumer == .live || consumer == .cancelling, parked == nil else { return false }
             switch machine.delivered(publishedAt: nil) {
-            case .compose: composed(probe: false)
+            case .start: started(probe: false)
             case .refuse: nacked += 1
             case .waitForRoom:
                 nextWaiter += 1
                 switch machine.parkForRoom(nextWaiter) {
-                case .compose?: composed(probe: false)
+                case .start?: started(probe: false)
                 case .refuse?: nacked += 1
                 case .waitForRoom?: violation("told to wait again")
                 case nil: parked = nextWaiter
@@ -140,8 +180,8 @@ struct PipelineWorld {
             checkInvariants()
         case .answerHealthy, .answerHeld:
             guard !jobs.isEmpty else { return false }
-            let effect: OutcomeRouter.BreakerEffect = stimulus == .answerHealthy ? .healthy : .hold(reason: "BadCertificate", status: 403)
-            let (settlement, action) = machine.answered(effect, now: now)
+            let verdict: Machine.Verdict = stimulus == .answerHealthy ? .healthy : .hold(reason: "BadCertificate", status: 403)
+            let (settlement, action) = machine.answered(verdict, now: now)
             if settlement == .drop {
                 jobs.removeFirst()
                 if machine.lifecycle != .finished { violation("dropped an answer while \(machine.lifecycle)") }
@@ -157,6 +197,9 @@ struct PipelineWorld {
             carryOut(action, step)
         case .shutdown:
             carryOut(machine.shutdown(now: now), step)
+        case .siblingHolds:
+            if !machine.isHeld { heldAlongside = true }
+            carryOut(machine.holdAlongside(reason: "registry unavailable", now: now), step)
         case .consumerConfirms:
             guard consumer == .starting else { return false }
             consumer = .live
@@ -166,12 +209,18 @@ struct PipelineWorld {
             guard consumer == .live || consumer == .cancelling, parked == nil else { return false }
             consumer = .none
             carryOut(machine.consumerEnded(now: now), step)
-        case .probeFinds, .probeEmpty:
+        case .probeFinds, .probeEmpty, .probeHealthy:
             guard probeOut else { return false }
             probeOut = false
-            let (intake, action) = machine.probeTaken(found: stimulus == .probeFinds, publishedAt: nil, now: now)
-            if intake == .compose { composed(probe: true) } else if intake == .refuse { nacked += 1 }
-            if stimulus == .probeEmpty, intake != nil { violation("an empty probe gave \(String(describing: intake))") }
+            let result: Machine.ProbeResult =
+                switch stimulus {
+                case .probeFinds: .found(publishedAt: nil)
+                case .probeHealthy: .healthy
+                default: .nothing
+                }
+            let (intake, action) = machine.probeTaken(result, now: now)
+            if intake == .start { started(probe: true) } else if intake == .refuse { nacked += 1 }
+            if stimulus != .probeFinds, intake != nil { violation("a probe that took no job gave \(String(describing: intake))") }
             carryOut(action, step)
         case .timePasses:
             passTime(Self.probeInterval, step)
@@ -194,8 +243,8 @@ struct PipelineWorld {
         for _ in due { carryOut(machine.tick(now: now), step) }
     }
 
-    /// Lets everything under way finish without new news from APNs: the consumer's start or
-    /// cancel completes, a probe finds the queue empty, jobs in flight end unsent.
+    /// Lets everything under way finish without new verdicts: the consumer's start or cancel
+    /// completes, a probe proves nothing, jobs in flight end unsent.
     mutating func quiesce() {
         for _ in 0..<50 {
             if consumer == .starting {

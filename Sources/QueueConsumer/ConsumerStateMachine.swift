@@ -1,0 +1,418 @@
+import Foundation
+
+/// The whole state of one queue's consumer as a value, with no IO and no clock of its own (in
+/// the manner of postgres-nio's `PoolStateMachine`): events go in as mutating calls, each given
+/// the time when it needs one, and what the consumer must do comes out as values that
+/// `QueueConsumer` carries out. Every combination of events is therefore testable without a
+/// socket, a task or a real clock (`ConsumerStateMachineTests`, with each user's configuration).
+///
+/// Its users: every bundle's pipeline (`BundlePipeline`, probe: one job by `basic.get`), the
+/// registry's `apns.registry` and `apns.groups` consumers (`RegistryConsumer`, probe: a ping of
+/// PostgreSQL). Four questions are answered here and nowhere else:
+/// - **may a delivery start?** Only while running, consuming, not paused by an operator, not
+///   held by a fault, and under the in-flight bound (`limit`, the prefetch);
+/// - **the hold** (`HoldBreaker`; contract §4 and §6): the first fault holds the consumer (one
+///   loud line), the consumer is cancelled, and a probe is taken every `probeInterval` until a
+///   success ends the hold (one line);
+/// - **the consumer's life**: started and cancelled only when the machine says so, so a pause, a
+///   hold and a shutdown that overlap cannot start two or cancel none;
+/// - **draining**: after a graceful shutdown no job starts; once the consumer has ended, jobs
+///   in flight get `shutdownDeadline`; those still out then are abandoned to the broker (their
+///   late answers settle nothing; unacked, they are delivered again: at-least-once).
+///
+/// `Waiter` is what a delivery over the in-flight bound waits on (a continuation in production,
+/// a number in tests); only a broker that ignores the prefetch makes one wait. `Instant` is the
+/// injected clock's (`ConsumerClock`).
+package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable> where Instant.Duration == Duration {
+    package typealias Breaker = HoldBreaker<Instant>
+
+    /// The broker consumer, as far as the machine knows.
+    package enum Consumer: Hashable, Sendable {
+        case idle
+        /// `basic.consume` asked for, not answered yet.
+        case starting
+        case consuming
+        /// `basic.cancel` asked for; deliveries still arriving are sent back.
+        case cancelling
+    }
+
+    package enum Lifecycle: Hashable, Sendable {
+        /// Made, `run()` not called yet.
+        case created
+        case running
+        /// Graceful shutdown: no new job; `deadline` is set once the consumer has ended.
+        case draining(deadline: Instant?)
+        /// `run()` returns (or has returned). Answers that still come settle nothing.
+        case finished
+    }
+
+    /// What becomes of one delivery.
+    package enum Intake: Hashable, Sendable {
+        /// Counted in flight: do its work.
+        case start
+        /// Not to be started (held, paused, draining, consumer cancelled): nack it with requeue.
+        case refuse
+        /// Over the in-flight bound: wait (`parkForRoom`) until a job settles.
+        case waitForRoom
+    }
+
+    package typealias Verdict = ConsumerVerdict
+
+    /// What a probe found.
+    package enum ProbeResult: Hashable, Sendable {
+        /// A job, taken to be worked as the probe; its answer decides (`basic.get`).
+        case found(publishedAt: Date?)
+        /// Nothing proven (an empty queue, a ping that failed): held still, probe again later.
+        case nothing
+        /// The probe itself proved the fault gone (a ping that succeeded).
+        case healthy
+    }
+
+    /// What becomes of an answered job.
+    package enum Settlement: Hashable, Sendable {
+        case settle
+        /// The shutdown deadline passed: leave the job unacked for the broker to deliver again.
+        case drop
+    }
+
+    /// What only the consumer's control loop can do (it awaits the broker).
+    package enum Control: Hashable, Sendable {
+        case none
+        case startConsumer
+        case cancelConsumer
+        /// Take a probe and report it with `probeTaken`.
+        case probe
+        /// `run()` is done.
+        case finish
+    }
+
+    /// What the operator is told (one line each, not one per job) and the gauges.
+    package enum News: Hashable, Sendable {
+        case none
+        case held(reason: String, status: Int)
+        case resumed(heldFor: Duration)
+        case abandoned(jobs: Int)
+    }
+
+    /// A waiting delivery to resume: `admitted` true when it was counted in flight.
+    package struct Wake {
+        package var waiter: Waiter
+        package var admitted: Bool
+    }
+
+    /// The side effects of one event; the fields are independent and carried out together.
+    package struct Action {
+        package var wake: Wake?
+        package var control: Control = .none
+        /// Tell the machine `tick(now:)` at this time (a probe or the shutdown deadline is due).
+        package var timer: Instant?
+        package var news: News = .none
+
+        package init(wake: Wake? = nil, control: Control = .none, timer: Instant? = nil, news: News = .none) {
+            self.wake = wake
+            self.control = control
+            self.timer = timer
+            self.news = news
+        }
+
+        package static var none: Action { Action() }
+        /// Whether the control loop has anything to do.
+        package var needsControl: Bool { control != .none || timer != nil }
+
+        /// Takes the fields `other` sets (two rules of one event never set the same field).
+        mutating func add(_ other: Action) {
+            if let wake = other.wake { self.wake = wake }
+            if other.control != .none { control = other.control }
+            if let timer = other.timer { self.timer = timer }
+            if other.news != .none { news = other.news }
+        }
+    }
+
+    package let limit: Int
+    package let shutdownDeadline: Duration
+
+    package private(set) var breaker: Breaker
+    package private(set) var consumer: Consumer = .idle
+    package private(set) var lifecycle: Lifecycle = .created
+    /// An operator's fleet-wide pause (contract §5): no consuming, no probing.
+    package private(set) var paused = false
+    /// Jobs started and not yet settled (or dropped): the one in-flight count of the consumer.
+    package private(set) var inFlight = 0
+    /// A probe (`basic.get`, a ping) is under way.
+    package private(set) var probeTaking = false
+    private var roomWaiter: Waiter?
+    /// The publish time of the newest job taken (the fleet's queue latency estimate).
+    package private(set) var lastTakenPublishedAt: Date?
+
+    package init(limit: Int, probeInterval: Duration, shutdownDeadline: Duration) {
+        self.limit = max(limit, 1)
+        self.breaker = Breaker(probeInterval: probeInterval)
+        self.shutdownDeadline = shutdownDeadline
+    }
+
+    package var probeInterval: Duration { breaker.probeInterval }
+    package var isHeld: Bool { breaker.isHeld }
+    package var hasRoomWaiter: Bool { roomWaiter != nil }
+
+    /// New jobs may start from the consumer.
+    private var accepting: Bool { lifecycle == .running && !paused && !breaker.isHeld && consumer == .consuming }
+    private var isDraining: Bool {
+        if case .draining = lifecycle { return true }
+        return false
+    }
+
+    // MARK: - The control loop's events
+
+    /// `run()` begins.
+    package mutating func start(now: Instant) -> Action {
+        switch lifecycle {
+        case .created:
+            lifecycle = .running
+            return takeAgain(now: now)
+        case .draining:
+            return drain(now: now)
+        case .running, .finished:
+            return .none
+        }
+    }
+
+    /// Graceful shutdown: start no job, end the consumer, give jobs in flight their deadline.
+    package mutating func shutdown(now: Instant) -> Action {
+        switch lifecycle {
+        case .created, .running:
+            lifecycle = .draining(deadline: nil)
+            var action = stopTaking()
+            action.add(drain(now: now))
+            return action
+        case .draining, .finished:
+            return .none
+        }
+    }
+
+    /// An operator paused or resumed the consumer; `changed` is false when it already was so.
+    package mutating func setPaused(_ paused: Bool, now: Instant) -> (changed: Bool, action: Action) {
+        guard self.paused != paused else { return (false, .none) }
+        self.paused = paused
+        return (true, paused ? stopTaking() : takeAgain(now: now))
+    }
+
+    /// The fault that holds a sibling holds this consumer too (the registry's two consumers
+    /// share PostgreSQL): held without news of its own; its own probes end the hold.
+    package mutating func holdAlongside(reason: String, now: Instant) -> Action {
+        guard !breaker.isHeld, breaker.fault(reason, now: now) else { return .none }
+        var action = stopTaking()
+        action.add(takeAgain(now: now))
+        return action
+    }
+
+    /// `basic.consume` answered.
+    package mutating func consumerStarted() -> Action {
+        guard consumer == .starting else { return .none }
+        if lifecycle == .running && !paused && !breaker.isHeld {
+            consumer = .consuming
+            return .none
+        }
+        consumer = .cancelling
+        return Action(control: .cancelConsumer)
+    }
+
+    /// The consumer's deliveries ended (cancelled by us or by the broker).
+    package mutating func consumerEnded(now: Instant) -> Action {
+        consumer = .idle
+        var action = Action()
+        if let waiter = roomWaiter {
+            roomWaiter = nil
+            action.wake = Wake(waiter: waiter, admitted: false)
+        }
+        action.add(isDraining ? drain(now: now) : takeAgain(now: now))
+        return action
+    }
+
+    /// A timer set by an earlier action went off (a stale one changes nothing).
+    package mutating func tick(now: Instant) -> Action {
+        switch lifecycle {
+        case .draining(let deadline?) where now >= deadline:
+            lifecycle = .finished
+            return Action(control: .finish, news: .abandoned(jobs: inFlight))
+        case .running:
+            guard case .held(_, _, let next) = breaker.state, now >= next else { return .none }
+            return takeAgain(now: now)
+        default:
+            return .none
+        }
+    }
+
+    /// The probe returned; `.start` counts the job it found in flight, `.refuse` sends it back.
+    package mutating func probeTaken(_ result: ProbeResult, now: Instant) -> (intake: Intake?, action: Action) {
+        probeTaking = false
+        let found: Bool
+        switch result {
+        case .found(let publishedAt):
+            found = true
+            if breaker.isProbing, lifecycle == .running, !paused {
+                inFlight += 1
+                taken(publishedAt: publishedAt)
+                return (.start, .none)
+            }
+        case .healthy:
+            if breaker.isProbing, let heldFor = breaker.succeeded(now: now) {
+                var action = isDraining ? drain(now: now) : takeAgain(now: now)
+                action.news = .resumed(heldFor: heldFor)
+                return (nil, action)
+            }
+            found = false
+        case .nothing:
+            found = false
+        }
+        // Nothing proven, or paused or shut down meanwhile: probe later. (A job in flight before
+        // the hold may have answered meanwhile and moved the breaker: a job taken is then no
+        // probe any more and goes back.)
+        breaker.inconclusive(now: now)
+        return (found ? .refuse : nil, isDraining ? drain(now: now) : takeAgain(now: now))
+    }
+
+    // MARK: - A job's events (any thread)
+
+    /// A delivery from the consumer.
+    package mutating func delivered(publishedAt: Date?) -> Intake {
+        guard accepting else { return .refuse }
+        taken(publishedAt: publishedAt)
+        guard inFlight < limit else { return .waitForRoom }
+        inFlight += 1
+        return .start
+    }
+
+    /// A delivery told `.waitForRoom` waits here; nil: parked until a `Wake`.
+    package mutating func parkForRoom(_ waiter: Waiter) -> Intake? {
+        guard accepting else { return .refuse }
+        guard inFlight < limit else {
+            roomWaiter = waiter
+            return nil
+        }
+        inFlight += 1
+        return .start
+    }
+
+    /// The parked delivery's task was cancelled: the waiter to resume, unadmitted, if still parked.
+    package mutating func cancelRoomWait() -> Waiter? {
+        defer { roomWaiter = nil }
+        return roomWaiter
+    }
+
+    /// A job's work was judged (`verdict`). `now` is read only when the breaker changes.
+    package mutating func answered(_ verdict: Verdict, now: @autoclosure () -> Instant) -> (Settlement, Action) {
+        guard lifecycle != .finished else {
+            inFlight -= 1
+            return (.drop, .none)
+        }
+        switch verdict {
+        case .hold(let reason, let status):
+            let wasProbing = breaker.isProbing
+            if breaker.fault(reason, now: now()) {
+                let now = now()
+                var action = stopTaking()
+                action.add(takeAgain(now: now))
+                action.news = .held(reason: reason, status: status)
+                return (.settle, action)
+            }
+            // Jobs already in flight when the hold began end as held too: no new alert. A probe
+            // that failed schedules the next one.
+            return (.settle, wasProbing ? takeAgain(now: now()) : .none)
+        case .healthy:
+            guard breaker.isHeld else { return (.settle, .none) }
+            let now = now()
+            let heldFor = breaker.succeeded(now: now) ?? .zero
+            var action = takeAgain(now: now)
+            action.news = .resumed(heldFor: heldFor)
+            return (.settle, action)
+        }
+    }
+
+    /// A job reached its end and was settled (or sent back). `probe`: it was a held consumer's
+    /// probe; one that ended without a verdict (malformed, gated, poison) proved nothing, so the
+    /// consumer stays held and probes again after the interval.
+    package mutating func settled(probe: Bool, now: @autoclosure () -> Instant) -> Action {
+        inFlight -= 1
+        var action = Action()
+        if probe, breaker.inconclusive(now: now()) {
+            action = takeAgain(now: now())
+        }
+        if let waiter = roomWaiter, inFlight < limit {
+            roomWaiter = nil
+            let admitted = accepting
+            if admitted { inFlight += 1 }
+            action.wake = Wake(waiter: waiter, admitted: admitted)
+        }
+        if isDraining { action.add(drain(now: now())) }
+        return action
+    }
+
+    // MARK: - Rules
+
+    private mutating func taken(publishedAt: Date?) {
+        guard let publishedAt else { return }
+        if publishedAt > (lastTakenPublishedAt ?? .distantPast) { lastTakenPublishedAt = publishedAt }
+    }
+
+    /// Held, paused or draining: take nothing more from the consumer.
+    private mutating func stopTaking() -> Action {
+        var action = Action()
+        if let waiter = roomWaiter {
+            roomWaiter = nil
+            action.wake = Wake(waiter: waiter, admitted: false)
+        }
+        if consumer == .consuming {
+            consumer = .cancelling
+            action.control = .cancelConsumer
+        }
+        // `.starting`: `consumerStarted` cancels it.
+        return action
+    }
+
+    /// Running and not paused: consume when flowing, probe when held and due. Nothing while the
+    /// consumer still ends or a probe is out (their ends call this again).
+    private mutating func takeAgain(now: Instant) -> Action {
+        guard lifecycle == .running, !paused, consumer == .idle, !probeTaking else { return .none }
+        switch breaker.probeDue(now: now) {
+        case .flowing:
+            consumer = .starting
+            return Action(control: .startConsumer)
+        case .wait(let next):
+            return Action(timer: next)
+        case .probe:
+            probeTaking = true
+            return Action(control: .probe)
+        case .probing:
+            return .none
+        }
+    }
+
+    /// Draining: finish once nothing is out; else, once the consumer and any probe have ended,
+    /// start the shutdown deadline.
+    private mutating func drain(now: Instant) -> Action {
+        guard case .draining(let deadline) = lifecycle, consumer == .idle, !probeTaking else { return .none }
+        if inFlight == 0 {
+            lifecycle = .finished
+            return Action(control: .finish)
+        }
+        guard deadline == nil else { return .none }
+        let due = now.advanced(by: shutdownDeadline)
+        lifecycle = .draining(deadline: due)
+        return Action(timer: due)
+    }
+}
+
+extension ConsumerStateMachine.Wake: Equatable where Waiter: Equatable {}
+extension ConsumerStateMachine.Action: Equatable where Waiter: Equatable {}
+extension ConsumerStateMachine.Wake: Sendable where Waiter: Sendable {}
+extension ConsumerStateMachine.Action: Sendable where Waiter: Sendable {}
+extension ConsumerStateMachine: Sendable where Waiter: Sendable {}
+
+/// What a job's answer says of the fault that holds (or would hold) its consumer
+/// (`OutcomeRouter.BreakerEffect` for a bundle's APNs outcomes).
+public enum ConsumerVerdict: Hashable, Sendable {
+    /// The fault is not the job's: hold, or stay held (a bundle's credentials, the registry down).
+    case hold(reason: String, status: Int)
+    /// The work was judged on its merits: a hold ends.
+    case healthy
+}

@@ -1,0 +1,242 @@
+import AMQPClient
+import CancellableWait
+import Foundation
+import ServiceLifecycle
+import Synchronization
+
+/// The shell of one queue consumer: carries out what its `ConsumerStateMachine` decides, with
+/// the per-message work behind `ConsumerWork`. Users: every bundle's pipeline, the registry's
+/// registration and group consumers (`docs/architecture.md`, "One queue consumer").
+///
+/// Execution model:
+/// - **the control loop** (`run()`) is the only code that awaits the broker for the consumer's
+///   own state: it starts and cancels the consumer, takes a held consumer's probe, and sleeps for
+///   the machine's timers, each in a child task of `run()`'s task group. It wakes only on mail
+///   from the machine's actions, never to poll;
+/// - **the consumer task** (a child of `run()`) reads deliveries and starts each in turn;
+/// - **the settle runner** (a child of `run()`): work that must await something after its start
+///   (a confirmed publish, a database) is mailed with `settleLater` and runs as a child task of
+///   it, so no settle outlives `run()`: at the shutdown deadline they are cancelled with it;
+/// - the work's synchronous ends (`answered`, `settled`) may come from any thread (a
+///   transport's event loop) and never block.
+///
+/// The machine sits under one lock, taken a few times per job, never across a suspension.
+package final class QueueConsumer<Work: ConsumerWork>: Sendable {
+    package typealias Machine = ConsumerStateMachine<CheckedContinuation<Bool, Never>, ContinuousClock.Instant>
+    package typealias Settle = @Sendable () async -> Void
+
+    /// What the machine's actions ask of the control loop.
+    private enum Mail: Sendable {
+        case control(Machine.Control, timer: ContinuousClock.Instant?)
+        /// A timer went off.
+        case tick
+        /// The consumer's deliveries ended with an error: `run()` throws it.
+        case failed(any Error)
+    }
+
+    /// The time of the breaker, the probes, the shutdown deadline and the work's timings.
+    package let clock: any ConsumerClock
+    /// The consumer's whole state: hold breaker, pause, consumer, jobs in flight, shutdown.
+    let machine: Mutex<Machine>
+    private let announce: @Sendable (Machine.News) -> Void
+    private let mail: AsyncStream<Mail>
+    private let mailbox: AsyncStream<Mail>.Continuation
+    private let settles: AsyncStream<Settle>
+    private let settleBox: AsyncStream<Settle>.Continuation
+
+    /// - Parameter announce: the machine's news, told where it happens (the work's `announce`,
+    ///   given here because news comes from any thread, outside `run()`).
+    package init(
+        limit: Int, probeInterval: Duration, shutdownDeadline: Duration, clock: any ConsumerClock,
+        announce: @escaping @Sendable (Machine.News) -> Void
+    ) {
+        self.clock = clock
+        self.announce = announce
+        machine = Mutex(Machine(limit: limit, probeInterval: probeInterval, shutdownDeadline: shutdownDeadline))
+        (mail, mailbox) = AsyncStream.makeStream()
+        (settles, settleBox) = AsyncStream.makeStream()
+    }
+
+    package var isHeld: Bool { machine.withLock { $0.isHeld } }
+    package var isPaused: Bool { machine.withLock { $0.paused } }
+    package var inFlight: Int { machine.withLock { $0.inFlight } }
+    package var lastTakenPublishedAt: Date? { machine.withLock { $0.lastTakenPublishedAt } }
+
+    /// Pauses or resumes consuming (an operator's pause); returns whether that changed anything.
+    package func setPaused(_ paused: Bool) -> Bool {
+        event { $0.setPaused(paused, now: clock.now) }
+    }
+
+    /// A sibling's fault holds this consumer too (`ConsumerStateMachine.holdAlongside`).
+    package func holdAlongside(reason: String) {
+        event { $0.holdAlongside(reason: reason, now: clock.now) }
+    }
+
+    /// Consumes `work`'s queue until graceful shutdown (or cancellation). Jobs in flight at
+    /// shutdown get the shutdown deadline; whatever is unacked then goes back to the broker and
+    /// the settles still running are cancelled. Runs once.
+    package func run(_ work: Work) async throws {
+        defer { settleBox.finish() }
+        try await withGracefulShutdownHandler {
+            try await withThrowingDiscardingTaskGroup { group in
+                group.addTask { await self.runSettles() }
+                try await control(work, &group)
+                // Timers may still sleep and settles abandoned at the deadline still run.
+                group.cancelAll()
+            }
+        } onGracefulShutdown: {
+            self.event { $0.shutdown(now: self.clock.now) }
+        }
+    }
+
+    // MARK: - For the work
+
+    /// A job's work was judged; `.drop` after the shutdown deadline (settle nothing).
+    package func answered(_ verdict: Machine.Verdict) -> Machine.Settlement {
+        event { $0.answered(verdict, now: clock.now) }
+    }
+
+    /// A job reached its end and was settled (or sent back).
+    package func settled(probe: Bool) {
+        event { $0.settled(probe: probe, now: clock.now) }
+    }
+
+    /// Runs `settle` as a child of `run()` (the settle runner's task group). After `run()` has
+    /// returned nothing runs: the job stays unacked and the broker delivers it again.
+    package func settleLater(_ settle: @escaping Settle) {
+        settleBox.yield(settle)
+    }
+
+    // MARK: - The control loop
+
+    /// Carries out the machine's control actions until it says `finish` (or the task is
+    /// cancelled, which ends the mail). The consumer and the timers are child tasks of `group`.
+    private func control(_ work: Work, _ group: inout ThrowingDiscardingTaskGroup<any Error>) async throws {
+        var consumer: Work.Broker.Consumer?
+        event { $0.start(now: clock.now) }
+        do {
+            for await mail in mail {
+                switch mail {
+                case .failed(let error):
+                    throw error
+                case .tick:
+                    event { $0.tick(now: clock.now) }
+                case .control(let control, let timer):
+                    if let timer {
+                        group.addTask { [clock, mailbox] in
+                            guard (try? await clock.sleep(for: clock.now.duration(to: timer))) != nil else { return }
+                            mailbox.yield(.tick)
+                        }
+                    }
+                    switch control {
+                    case .none:
+                        break
+                    case .startConsumer:
+                        let started = try await work.broker.consume(
+                            queue: work.queue, prefetch: work.prefetch, maxBodySize: work.maxBodySize,
+                            oversizedDeadLetter: work.oversizedDeadLetter)
+                        consumer = started
+                        group.addTask { await self.consume(started, work) }
+                        event { $0.consumerStarted() }
+                    case .cancelConsumer:
+                        await consumer?.cancel()
+                    case .probe:
+                        try await probe(work)
+                    case .finish:
+                        return
+                    }
+                }
+            }
+        } catch {
+            await endConsumer(consumer)
+            throw error
+        }
+        // Cancelled: end the consumer, or the task group would wait for it forever.
+        await endConsumer(consumer)
+    }
+
+    private func endConsumer(_ consumer: Work.Broker.Consumer?) async {
+        guard let consumer, machine.withLock({ $0.consumer != .idle }) else { return }
+        await consumer.cancel()
+    }
+
+    /// The consumer task: every delivery in turn, until the consumer is cancelled.
+    private func consume(_ consumer: Work.Broker.Consumer, _ work: Work) async {
+        do {
+            for try await delivery in consumer { await take(delivery, work) }
+        } catch {
+            mailbox.yield(.failed(error))
+        }
+        event { $0.consumerEnded(now: clock.now) }
+    }
+
+    private func take(_ delivery: AMQPDelivery, _ work: Work) async {
+        var intake = machine.withLock { $0.delivered(publishedAt: work.publishTime(of: delivery)) }
+        if intake == .waitForRoom {
+            let admitted = await withCancellableWait(
+                register: { waiter in machine.withLock { $0.parkForRoom(waiter) }.map { $0 == .start } },
+                withdraw: { self.machine.withLock { $0.cancelRoomWait() } },
+                cancelled: false)
+            intake = admitted ? .start : .refuse
+        }
+        if intake == .start {
+            work.start(delivery, probe: false, on: self)
+        } else {
+            // Held, paused, shutting down, or sent after the cancel: back to the broker untouched.
+            await work.broker.nack(delivery, requeue: true)
+        }
+    }
+
+    /// A held consumer's probe: a job taken and worked like any other, or an answer of its own.
+    private func probe(_ work: Work) async throws {
+        let probe: ConsumerProbe
+        do {
+            probe = try await work.probe()
+        } catch {
+            event { $0.probeTaken(.nothing, now: clock.now) }
+            throw error
+        }
+        let result: Machine.ProbeResult
+        switch probe {
+        case .found(let delivery): result = .found(publishedAt: work.publishTime(of: delivery))
+        case .nothing: result = .nothing
+        case .healthy: result = .healthy
+        }
+        let intake = event { $0.probeTaken(result, now: clock.now) }
+        guard case .found(let delivery) = probe else { return }
+        if intake == .start {
+            work.start(delivery, probe: true, on: self)
+        } else {
+            await work.broker.nack(delivery, requeue: true)
+        }
+    }
+
+    /// The settle runner: each mailed settle in a child task, until `run()` ends.
+    private func runSettles() async {
+        await withDiscardingTaskGroup { group in
+            for await settle in settles {
+                group.addTask { await settle() }
+            }
+        }
+    }
+
+    // MARK: - Carrying out actions
+
+    /// Applies an event to the machine and carries out its action: control work is mailed under
+    /// the lock (so the control loop sees it in the machine's order), the rest after it.
+    @discardableResult
+    func event<Result: Sendable>(_ body: (inout Machine) -> (Result, Machine.Action)) -> Result {
+        let (result, action) = machine.withLock { machine in
+            let (result, action) = body(&machine)
+            if action.needsControl { mailbox.yield(.control(action.control, timer: action.timer)) }
+            return (result, action)
+        }
+        if let wake = action.wake { wake.waiter.resume(returning: wake.admitted) }
+        if action.news != .none { announce(action.news) }
+        return result
+    }
+
+    func event(_ body: (inout Machine) -> Machine.Action) {
+        event { machine in ((), body(&machine)) }
+    }
+}
