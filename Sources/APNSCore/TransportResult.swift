@@ -76,20 +76,27 @@ public enum TransportFailure: Sendable, Hashable, CustomStringConvertible {
 
 /// A transport: sends one notification and reports what became of it. Implementations own their
 /// connections; `send` may be called concurrently and must never throw away a notification
-/// silently: every call returns a result.
+/// silently: every call ends in exactly one result.
+///
+/// One requirement, with a completion: the transports live on NIO event loops and learn each
+/// result there, and the worker's hot path handles it right there (a Swift task and a
+/// continuation per notification, and the thread hops they cost, were a large share of its CPU;
+/// docs/benchmarks.md, "No task per job"). Callers already in a task await the same send through
+/// the extension below. See docs/architecture.md, "Execution model per layer".
 public protocol NotificationTransport: Sendable {
-    func send(_ notification: PushNotification) async -> TransportResult
-    /// The same without a task: `completion` runs exactly once with the result, on whatever
-    /// thread the transport learns it on (the connection's event loop for HTTP/2), so it must
-    /// be quick and never block. The worker's hot path uses this: a Swift task and a
-    /// continuation per notification, and the thread hops they cost, were a large share of
-    /// its CPU.
+    /// Sends `notification`; `completion` runs exactly once with the result, on whatever thread
+    /// the transport learns it on (the connection's event loop), so it must be quick and never
+    /// block. It may run before `send` returns (a notification refused before it is sent).
     func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void)
 }
 
 extension NotificationTransport {
-    /// For transports with no cheaper way: one task per notification.
-    public func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
-        Task { completion(await send(notification)) }
+    /// The same send, awaited: a continuation resumed by the completion, no task of its own.
+    /// Cancelling the caller does not withdraw the notification; every send ends by the
+    /// transport's request deadline or its shutdown.
+    public func send(_ notification: PushNotification) async -> TransportResult {
+        await withCheckedContinuation { continuation in
+            send(notification) { continuation.resume(returning: $0) }
+        }
     }
 }

@@ -1,7 +1,7 @@
 /// The legacy binary provider API transport: persistent TLS connections with a client
 /// certificate, frames written as they come and flushed once per event-loop pass (so under load
 /// many share a TLS record), Apple's 6-byte error responses read back, and the in-flight buffer
-/// and replay of `BinaryReplayStateMachine`. `send` returns only when the frame is settled: an
+/// and replay of `BinaryReplayStateMachine`. A send completes only when the frame is settled: an
 /// error response named it, or its hold window passed with the connection up. A ServiceLifecycle
 /// `Service`: `run()` owns the connections.
 import APNSCore
@@ -64,7 +64,9 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
 
     // MARK: sending
 
-    public func send(_ notification: PushNotification) async -> TransportResult {
+    /// Queues the frame on a connection's event loop; `completion` runs there when the frame is
+    /// settled (or at once when it cannot be framed or the transport is shutting down).
+    public func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
         let started = ContinuousClock.now
         let encoded: EncodedFrame
         do {
@@ -74,19 +76,15 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
             logger.info(
                 "notification cannot be framed for the binary API",
                 metadata: ["apns.id": .string(notification.id.uuidString.lowercased()), "apns.error": .string("\(error)")])
-            return .binaryRejected(status: BinaryStatus.protocolError.rawValue)
+            return completion(.binaryRejected(status: BinaryStatus.protocolError.rawValue))
         }
-        if shuttingDown.load(ordering: .relaxed) { return .failed(.shutdown) }
+        if shuttingDown.load(ordering: .relaxed) { return completion(.failed(.shutdown)) }
         firstUse.open()
         let slot = slots[nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue % slots.count]
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<TransportResult, Never>) in
-            let pending = PendingFrame(frame: encoded, continuation: continuation, token: notification.target.redacted)
-            slot.eventLoop.execute { [self] in
-                settle(slot) { $0.submit(pending, now: .now) }
-            }
+        let pending = PendingFrame(frame: encoded, token: notification.target.redacted, started: started, completion: completion)
+        slot.eventLoop.execute { [self] in
+            settle(slot) { $0.submit(pending, now: .now) }
         }
-        latency.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
-        return result
     }
 
     public func connectionStates() -> [TransportConnectionState: Int] {
@@ -122,7 +120,8 @@ public final class BinaryTransport: NotificationTransport, Service, TransportSta
                         "binary gateway rejected a frame",
                         metadata: ["apns.token": .string(pending.token), "apns.binary_status": .stringConvertible(status)])
                 }
-                pending.continuation.resume(returning: result)
+                latency.recordNanoseconds((ContinuousClock.now - pending.started).nanoseconds)
+                pending.completion(result)
             case .scheduleHoldTimer(let at):
                 let delay = max(.zero, at - ContinuousClock.now)
                 slot.eventLoop.scheduleTask(in: delay.timeAmount) { [self] in
@@ -371,9 +370,11 @@ extension BinaryTransport {
 
     fileprivate struct PendingFrame: Sendable {
         let frame: EncodedFrame
-        let continuation: CheckedContinuation<TransportResult, Never>
         /// For logs only; never the full token.
         let token: String
+        let started: ContinuousClock.Instant
+        /// The sender's completion; the machine completes each frame exactly once.
+        let completion: @Sendable (TransportResult) -> Void
     }
 
     fileprivate struct SlotState: Sendable {

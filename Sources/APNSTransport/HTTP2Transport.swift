@@ -3,7 +3,6 @@
 /// replaced when they go away, with a deadline per request and a classified result for every
 /// notification. A ServiceLifecycle `Service`: `run()` owns the connections.
 import APNSCore
-import CancellableWait
 import Foundation
 import Logging
 import Metrics
@@ -68,24 +67,11 @@ public final class HTTP2Transport: NotificationTransport, Service {
 
     // MARK: sending
 
-    public func send(_ notification: PushNotification) async -> TransportResult {
-        let end = started(id: notification.id, target: notification.target)
-        let result: TransportResult
-        switch firstToken() {
-        case .success(let token):
-            result = await sendWithRetries(
-                notification, deadline: NIODeadline.now() + configuration.requestTimeout.timeAmount, token: token,
-                renewedAfterExpiry: false)
-        case .failure(let failure):
-            result = .failed(failure)
-        }
-        end(result)
-        return result
-    }
-
-    /// The hot path: when a stream is free now, the request is written and its answer handled
-    /// on the connection's event loop with no task; anything else (waiting for a stream, a
-    /// resend after GOAWAY, a renewed token) continues in a task, through the same steps.
+    /// The one send path. When a stream is free now, the request is written at once; otherwise
+    /// the notification waits in the pool's queue as a closure. Its answer is handled on the
+    /// connection's event loop, where a resend (after GOAWAY, or with a renewed token) starts
+    /// the next attempt the same way: no task anywhere (see docs/architecture.md, "Execution
+    /// model per layer").
     public func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
         let end = started(id: notification.id, target: notification.target, then: completion)
         let token: ProviderToken?
@@ -94,47 +80,50 @@ public final class HTTP2Transport: NotificationTransport, Service {
         case .failure(let failure): return end(.failed(failure))
         }
         let deadline = NIODeadline.now() + configuration.requestTimeout.timeAmount
-        guard let lease = state.withLock({ $0.pool.leaseIfFree() }) else {
-            return acquire(deadline: deadline) { [self] grant in
-                switch grant {
-                case .leased(let lease): write(notification, on: lease, deadline: deadline, token: token, end: end)
-                case .timedOut: end(.failed(.timeout))
-                case .shutdown: end(.failed(.shutdown))
-                }
-            }
-        }
-        write(notification, on: lease, deadline: deadline, token: token, end: end)
+        attempt(notification, deadline: deadline, token: token, renewedAfterExpiry: false, end: end)
     }
 
-    /// One attempt on a leased stream, its answer handled on the connection's event loop.
+    /// One attempt: a stream leased (at once or when one is given back), the request written on
+    /// it, and what follows its answer.
+    private func attempt(
+        _ notification: PushNotification, deadline: NIODeadline, token: ProviderToken?, renewedAfterExpiry: Bool,
+        end: @escaping @Sendable (TransportResult) -> Void
+    ) {
+        // The hot path: a stream is free and nobody waits; no closure, waiter or timer is made.
+        if let lease = state.withLock({ $0.pool.leaseIfFree() }) {
+            return write(notification, on: lease, deadline: deadline, token: token, renewedAfterExpiry: renewedAfterExpiry, end: end)
+        }
+        waitForStream(deadline: deadline) { [self] grant in
+            switch grant {
+            case .leased(let lease):
+                write(notification, on: lease, deadline: deadline, token: token, renewedAfterExpiry: renewedAfterExpiry, end: end)
+            case .timedOut: end(.failed(.timeout))
+            case .shutdown: end(.failed(.shutdown))
+            }
+        }
+    }
+
+    /// Writes the request on a leased stream; its answer is handled on the connection's event loop.
     private func write(
         _ notification: PushNotification, on lease: Pool.Lease, deadline: NIODeadline, token: ProviderToken?,
-        end: @escaping @Sendable (TransportResult) -> Void
+        renewedAfterExpiry: Bool, end: @escaping @Sendable (TransportResult) -> Void
     ) {
         let request = HTTP2Request(notification: notification, authority: configuration.host, authorization: token?.authorization)
         lease.connection.send(
             StreamRequest(request: request, deadline: deadline) { [self] answered in
-                switch afterAttempt(answered, on: lease, deadline: deadline, token: token, renewedAfterExpiry: false) {
+                switch afterAttempt(answered, on: lease, deadline: deadline, token: token, renewedAfterExpiry: renewedAfterExpiry) {
                 case .done(let result):
                     end(result)
                 case .again(let token, let renewed):
-                    continueInTask(notification, deadline: deadline, token: token, renewedAfterExpiry: renewed, end: end)
+                    attempt(notification, deadline: deadline, token: token, renewedAfterExpiry: renewed, end: end)
                 }
             })
-    }
-
-    /// The rest of a send that must wait (for a stream, or after an attempt), in a task.
-    private func continueInTask(
-        _ notification: PushNotification, deadline: NIODeadline, token: ProviderToken?, renewedAfterExpiry: Bool,
-        end: @escaping @Sendable (TransportResult) -> Void
-    ) {
-        Task { end(await sendWithRetries(notification, deadline: deadline, token: token, renewedAfterExpiry: renewedAfterExpiry)) }
     }
 
     /// Counts a send as begun; the function returned records its end (metrics, and a debug line
     /// for a notification that got no answer), then passes the result to `completion`.
     private func started(
-        id: UUID, target: PushTarget, then completion: @escaping @Sendable (TransportResult) -> Void = { _ in }
+        id: UUID, target: PushTarget, then completion: @escaping @Sendable (TransportResult) -> Void
     ) -> @Sendable (TransportResult) -> Void {
         let started = ContinuousClock.now
         firstUse.open()
@@ -173,7 +162,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
         case again(token: ProviderToken?, renewed: Bool)
     }
 
-    /// Gives the stream back and decides what follows an attempt; shared by both send paths.
+    /// Gives the stream back and decides what follows an attempt.
     private func afterAttempt(
         _ result: StreamResult, on lease: Pool.Lease, deadline: NIODeadline, token: ProviderToken?, renewedAfterExpiry: Bool
     ) -> NextStep {
@@ -202,50 +191,17 @@ public final class HTTP2Transport: NotificationTransport, Service {
         }
     }
 
-    private func sendWithRetries(
-        _ notification: PushNotification, deadline: NIODeadline, token: ProviderToken?, renewedAfterExpiry: Bool
-    ) async -> TransportResult {
-        var token = token
-        var renewedAfterExpiry = renewedAfterExpiry
-        while true {
-            let lease: Pool.Lease
-            switch await acquire(deadline: deadline) {
-            case .leased(let l): lease = l
-            case .timedOut: return .failed(.timeout)
-            case .shutdown: return .failed(.shutdown)
-            }
-            let request = HTTP2Request(
-                notification: notification, authority: configuration.host, authorization: token?.authorization)
-            let result = await execute(request, on: lease, deadline: deadline)
-            switch afterAttempt(result, on: lease, deadline: deadline, token: token, renewedAfterExpiry: renewedAfterExpiry) {
-            case .done(let result):
-                return result
-            case .again(let newToken, let renewed):
-                token = newToken
-                renewedAfterExpiry = renewed
-            }
-        }
-    }
-
-    private func execute(_ request: HTTP2Request, on lease: Pool.Lease, deadline: NIODeadline) async -> StreamResult {
-        let connection = lease.connection
-        // The handler answers every request it receives (answer, reset, timeout, close).
-        return await withCheckedContinuation { continuation in
-            connection.send(StreamRequest(request: request, deadline: deadline) { continuation.resume(returning: $0) })
-        }
-    }
-
     // MARK: the pool under its lock
 
-    /// Waits for a stream without a task: `granted` runs once, with a lease (at once when one
-    /// is free, else when one is given back), `.timedOut` at `deadline`, or `.shutdown`. A
-    /// waiting notification costs a closure in the pool's queue and a timer, not a task and its
-    /// stack: at the start of a drain every job of a bundle but the first waits for the first
-    /// answer (one stream until then), which made these tasks most of a bundle's peak memory
-    /// (issue 30, docs/benchmarks.md).
-    private func acquire(deadline: NIODeadline, granted: @escaping @Sendable (PoolGrant) -> Void) {
+    /// Waits for a stream without a task: `granted` runs once, with a lease (at once when one is
+    /// free, else when one is given back), `.timedOut` at `deadline`, or `.shutdown`. A waiting
+    /// notification costs a closure in the pool's queue and a timer, not a task and its stack:
+    /// at the start of a drain every job of a bundle but the first waits for the first answer
+    /// (one stream until then), which made those tasks most of a bundle's peak memory (issue 30,
+    /// docs/benchmarks.md).
+    private func waitForStream(deadline: NIODeadline, granted: @escaping @Sendable (PoolGrant) -> Void) {
         let timer = WaitTimer()
-        let waiter = StreamWaiter.callback { grant in
+        let waiter = StreamWaiter { grant in
             timer.cancel()
             granted(grant)
         }
@@ -259,33 +215,6 @@ public final class HTTP2Transport: NotificationTransport, Service {
         case .wait:
             timer.start(eventLoopGroup.any().scheduleTask(deadline: deadline) { [self] in giveUp(waiter: id, with: .timedOut) })
         }
-    }
-
-    private func acquire(deadline: NIODeadline) async -> PoolGrant {
-        let id = state.withLock { s -> UInt64 in
-            s.nextWaiterID += 1
-            return s.nextWaiterID
-        }
-        // The deadline's timer is cancelled once the wait is over, however it ended.
-        var timer: Scheduled<Void>?
-        defer { timer?.cancel() }
-        return await withCancellableWait(
-            register: { continuation -> PoolGrant? in
-                switch state.withLock({ $0.pool.acquire(id: id, waiter: .task(continuation)) }) {
-                case .leased(let lease): return .leased(lease)
-                case .shutdown: return .shutdown
-                case .wait:
-                    timer = eventLoopGroup.any().scheduleTask(deadline: deadline) { [self] in
-                        giveUp(waiter: id, with: .timedOut)
-                    }
-                    return nil
-                }
-            },
-            withdraw: { [self] in
-                guard case .task(let continuation) = state.withLock({ $0.pool.removeWaiter(id: id) }) else { return nil }
-                return continuation
-            },
-            cancelled: .shutdown)
     }
 
     private func giveUp(waiter id: UInt64, with grant: PoolGrant) {
@@ -461,21 +390,14 @@ extension HTTP2Transport: TransportStatusReporting {
     }
 }
 
-/// Who waits for a stream: a task suspended in `sendWithRetries`, or a notification of the
-/// task-free path with what follows its lease.
-fileprivate enum StreamWaiter: Sendable {
-    case task(CheckedContinuation<HTTP2Transport.PoolGrant, Never>)
-    case callback(@Sendable (HTTP2Transport.PoolGrant) -> Void)
+/// A notification waiting for a stream, with what follows its lease.
+fileprivate struct StreamWaiter: Sendable {
+    let granted: @Sendable (HTTP2Transport.PoolGrant) -> Void
 
-    func resume(returning grant: HTTP2Transport.PoolGrant) {
-        switch self {
-        case .task(let continuation): continuation.resume(returning: grant)
-        case .callback(let granted): granted(grant)
-        }
-    }
+    func resume(returning grant: HTTP2Transport.PoolGrant) { granted(grant) }
 }
 
-/// The deadline timer of one task-free wait, cancelled when the wait ends, even when it ends
+/// The deadline timer of one wait, cancelled when the wait ends, even when it ends
 /// (another thread gave back a stream) before the timer is started.
 private final class WaitTimer: Sendable {
     private let state = Mutex<(ended: Bool, scheduled: Scheduled<Void>?)>((false, nil))

@@ -10,11 +10,6 @@ public struct EnvironmentRouter: NotificationTransport {
         self.transports = transports
     }
 
-    public func send(_ notification: PushNotification) async -> TransportResult {
-        guard let transport = transports[notification.environment] else { return Self.notConfigured }
-        return await transport.send(notification)
-    }
-
     public func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
         guard let transport = transports[notification.environment] else { return completion(Self.notConfigured) }
         transport.send(notification, completion: completion)

@@ -65,38 +65,19 @@ enum HTTP2Integration {
             collapseID: nil, payload: Array(payload.utf8), environment: .production)
     }
 
-    /// Sends one notification the way `path` says.
-    static func send(_ notification: PushNotification, through transport: HTTP2Transport, path: SendPath) async -> TransportResult {
-        switch path {
-        case .task:
-            return await transport.send(notification)
-        case .completion:
-            return await withCheckedContinuation { continuation in
-                transport.send(notification) { continuation.resume(returning: $0) }
-            }
-        }
-    }
-
     /// Sends all of `notifications` at once; results in the same order.
     static func sendAll(
-        _ notifications: [PushNotification], through transport: HTTP2Transport, path: SendPath = .task
+        _ notifications: [PushNotification], through transport: HTTP2Transport
     ) async -> [TransportResult] {
         await withTaskGroup(of: (Int, TransportResult).self) { group in
             for (index, notification) in notifications.enumerated() {
-                group.addTask { (index, await send(notification, through: transport, path: path)) }
+                group.addTask { (index, await transport.send(notification)) }
             }
             var results = [TransportResult?](repeating: nil, count: notifications.count)
             for await (index, result) in group { results[index] = result }
             return results.map { $0! }
         }
     }
-}
-
-/// The transport's two ways to send: in the caller's task, and with a completion handler and
-/// no task (the worker's hot path). Both must reach the same results.
-enum SendPath: CaseIterable, Sendable {
-    case task
-    case completion
 }
 
 extension TransportResult {

@@ -14,11 +14,11 @@ private typealias Env = HTTP2Integration
 // two-core machine and their short deadlines measure the load instead of the transport.
 @Suite("HTTP2Transport against the simulator", .serialized)
 struct HTTP2TransportIntegrationTests {
-    @Test("200: the apns-id is echoed and the simulator records the notification under it", arguments: SendPath.allCases)
-    func accepted(path: SendPath) async throws {
+    @Test("200: the apns-id is echoed and the simulator records the notification under it")
+    func accepted() async throws {
         try await Env.withTransport { simulator, transport in
             let notification = Env.notification()
-            let answer = try #require(await Env.send(notification, through: transport, path: path).answer)
+            let answer = try #require(await transport.send(notification).answer)
             #expect(answer.status == 200)
             #expect(answer.reason == nil)
             #expect(answer.apnsID == notification.id)
@@ -79,17 +79,17 @@ struct HTTP2TransportIntegrationTests {
         }
     }
 
-    @Test("403 ExpiredProviderToken: the token is renewed and the notification sent once more", arguments: SendPath.allCases)
-    func expiredProviderTokenRenewed(path: SendPath) async throws {
+    @Test("403 ExpiredProviderToken: the token is renewed and the notification sent once more")
+    func expiredProviderTokenRenewed() async throws {
         // The first token is signed two hours in the past, as after a long suspension.
         let clock = HTTP2IntegrationClock(staleReadings: 1, offset: -2 * 3600)
         let tokens = Env.tokenSource(now: { clock.now() })
         try await Env.withTransport(authentication: .token(tokens)) { simulator, transport in
-            // With a connection ready, the completion path writes at once and meets the refusal
-            // on the event loop; the renewed send then continues in a task.
+            // With a connection ready, the request is written at once and meets the refusal on
+            // the event loop; the renewed attempt starts from there, on the same path.
             try await waitUntil("a ready connection") { transport.connectionStates()[.ready] == 1 }
             let notification = Env.notification()
-            let answer = try #require(await Env.send(notification, through: transport, path: path).answer)
+            let answer = try #require(await transport.send(notification).answer)
             #expect(answer.status == 200)
             #expect(answer.apnsID == notification.id)
             #expect(tokens.renewals == 2)
@@ -119,34 +119,34 @@ struct HTTP2TransportIntegrationTests {
         }
     }
 
-    @Test("an unanswered request fails with .timeout at its deadline and frees its stream", arguments: SendPath.allCases)
-    func requestDeadline(path: SendPath) async throws {
+    @Test("an unanswered request fails with .timeout at its deadline and frees its stream")
+    func requestDeadline() async throws {
         try await Env.withTransport(transport: { $0.requestTimeout = .seconds(1) }) { simulator, transport in
             // The first answer raises the one-stream limit of token authentication. The deadline
             // also covers the first connect, which a loaded machine can stretch past it: try again.
-            try await waitUntil("a first answer") { await Env.send(Env.notification(), through: transport, path: path).isAccepted }
+            try await waitUntil("a first answer") { await transport.send(Env.notification()).isAccepted }
             let silent = SimulatorTestEnvironment.deviceToken()
             simulator.script(token: silent, .neverAnswer)
             let started = ContinuousClock.now
-            let result = await Env.send(Env.notification(token: silent), through: transport, path: path)
+            let result = await transport.send(Env.notification(token: silent))
             let elapsed = started.duration(to: .now)
             #expect(result == .failed(.timeout))
             #expect(elapsed >= .milliseconds(950))
             #expect(elapsed < .seconds(10), "at its deadline, not much later")
             try await waitUntil("the simulator counts the unanswered request") { simulator.counters().unanswered == 1 }
             // The same connection still serves.
-            try await waitUntil("an answer after the timeout") { await Env.send(Env.notification(), through: transport, path: path).isAccepted }
+            try await waitUntil("an answer after the timeout") { await transport.send(Env.notification()).isAccepted }
             #expect(simulator.counters().connections == 1)
         }
     }
 
-    @Test("a notification that waits for a stream that never comes fails with .timeout at its deadline", arguments: SendPath.allCases)
-    func waitingForAStreamTimesOut(path: SendPath) async throws {
+    @Test("a notification that waits for a stream that never comes fails with .timeout at its deadline")
+    func waitingForAStreamTimesOut() async throws {
         // Nothing listens on port 1: connecting fails again and again, no stream is ever free,
-        // and both send paths wait in the pool's queue (the completion path without a task).
+        // and every send waits in the pool's queue, as a closure, until its deadline.
         try await Env.withTransport(transport: { $0.port = 1; $0.requestTimeout = .seconds(1) }) { _, transport in
             let started = ContinuousClock.now
-            let results = await Env.sendAll((0..<20).map { _ in Env.notification() }, through: transport, path: path)
+            let results = await Env.sendAll((0..<20).map { _ in Env.notification() }, through: transport)
             let elapsed = started.duration(to: .now)
             #expect(results.allSatisfy { $0 == .failed(.timeout) }, "\(results)")
             #expect(elapsed >= .milliseconds(950))
@@ -154,15 +154,15 @@ struct HTTP2TransportIntegrationTests {
         }
     }
 
-    @Test("GOAWAY after N streams: every notification still gets 200, unprocessed ones on a fresh connection", arguments: SendPath.allCases)
-    func goaway(path: SendPath) async throws {
+    @Test("GOAWAY after N streams: every notification still gets 200, unprocessed ones on a fresh connection")
+    func goaway() async throws {
         // A generous deadline: this test is about resending, and a loaded CI machine must not
         // turn a slow reconnect into a timeout.
         try await Env.withTransport(transport: { $0.requestTimeout = .seconds(30) }) { simulator, transport in
-            #expect(await Env.send(Env.notification(), through: transport, path: path).isAccepted)
+            #expect(await transport.send(Env.notification()).isAccepted)
             simulator.setFaults(SimulatorFaults(goawayAfterStreams: 10))
             let notifications = (0..<60).map { _ in Env.notification() }
-            let results = await Env.sendAll(notifications, through: transport, path: path)
+            let results = await Env.sendAll(notifications, through: transport)
             #expect(results.allSatisfy { $0.isAccepted }, "\(results.filter { !$0.isAccepted })")
             let counters = simulator.counters()
             #expect(counters.goawaysSent >= 1)
@@ -174,12 +174,12 @@ struct HTTP2TransportIntegrationTests {
         }
     }
 
-    @Test("an abrupt drop fails the streams in flight with .connectionLost; later sends use a new connection", arguments: SendPath.allCases)
-    func droppedConnection(path: SendPath) async throws {
+    @Test("an abrupt drop fails the streams in flight with .connectionLost; later sends use a new connection")
+    func droppedConnection() async throws {
         try await Env.withTransport(transport: { $0.requestTimeout = .seconds(30) }) { simulator, transport in
-            #expect(await Env.send(Env.notification(), through: transport, path: path).isAccepted)
+            #expect(await transport.send(Env.notification()).isAccepted)
             simulator.setFaults(SimulatorFaults(latency: .milliseconds(50), dropAfterStreams: 5))
-            let results = await Env.sendAll((0..<20).map { _ in Env.notification() }, through: transport, path: path)
+            let results = await Env.sendAll((0..<20).map { _ in Env.notification() }, through: transport)
             let lost = results.filter {
                 if case .failed(.connectionLost) = $0 { return true }
                 return false
@@ -189,20 +189,20 @@ struct HTTP2TransportIntegrationTests {
             #expect(simulator.counters().droppedConnections >= 1)
 
             simulator.setFaults(.none)
-            let later = await Env.sendAll((0..<10).map { _ in Env.notification() }, through: transport, path: path)
+            let later = await Env.sendAll((0..<10).map { _ in Env.notification() }, through: transport)
             #expect(later.allSatisfy { $0.isAccepted }, "\(later)")
             #expect(simulator.counters().connections >= 2)
         }
     }
 
-    @Test("the server's limit of 5 concurrent streams holds with 200 sends at once, all answered", arguments: SendPath.allCases)
-    func streamLimit(path: SendPath) async throws {
+    @Test("the server's limit of 5 concurrent streams holds with 200 sends at once, all answered")
+    func streamLimit() async throws {
         let latency = Duration.milliseconds(20)
         // 200 sends through 5 streams queue for 40 rounds, each waiting counted in its deadline.
         try await Env.withTransport(simulator: { $0.maxConcurrentStreams = 5 }, transport: { $0.requestTimeout = .seconds(60) }) { simulator, transport in
             simulator.setFaults(SimulatorFaults(latency: latency))
             let started = ContinuousClock.now
-            let results = await Env.sendAll((0..<200).map { _ in Env.notification() }, through: transport, path: path)
+            let results = await Env.sendAll((0..<200).map { _ in Env.notification() }, through: transport)
             let elapsed = started.duration(to: .now)
             #expect(results.allSatisfy { $0.isAccepted })
             #expect(simulator.counters().accepted == 200)
