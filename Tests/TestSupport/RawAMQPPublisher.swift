@@ -14,12 +14,13 @@ public final class RawAMQPPublisher {
     public private(set) var frameMax = 0
     private var published: UInt64 = 0
 
-    /// Connects to `127.0.0.1:port` as `user`, opens channel 1 in confirm mode.
-    public init(port: Int, user: String = "guest", password: String = "guest") throws {
+    /// Connects to `127.0.0.1:port` as `user`, opens channel 1 in confirm mode. `timeout`: how
+    /// long to wait for any one answer of the broker.
+    public init(port: Int, user: String = "guest", password: String = "guest", timeout: Duration = .seconds(60)) throws {
         socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socket >= 0 else { throw TestSupportError("socket: \(errno)") }
-        var timeout = timeval(tv_sec: 60, tv_usec: 0)
-        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var wait = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)
+        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &wait, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
