@@ -128,20 +128,58 @@ private func cutKeys(_ value: AMQPFieldValue) -> AMQPFieldValue? {
     }
 }
 
-/// Every table librabbitmq decodes, the byte walker walks (its 4-byte length and what it counts).
+/// Every table of the strict grammar (each value within its container's length, as RabbitMQ
+/// parses it) that librabbitmq decodes, the byte walker walks. librabbitmq itself is laxer: a
+/// value may run past its table's length into what follows (the fuzzer found one); RabbitMQ
+/// refuses such a publish, and a copy of one would go out as librabbitmq re-encodes it.
 private func checkWalkerAgrees(_ bytes: [UInt8]) {
     let length = bytes.prefix(4).reduce(0) { $0 << 8 | Int($1) }
     let table = Array(bytes.prefix(4 + length))
+    guard isStrictTable(table[...]) else { return }
     guard HeaderTableBytes.removing(keys: [], from: table) == table else {
-        fatalError("librabbitmq decoded a table the byte walker refuses: \(table)")
+        fatalError("librabbitmq decoded a strict table the byte walker refuses: \(table)")
     }
+}
+
+/// A length-prefixed table or array whose every value lies within its own length, recursively
+/// (at most `AMQPProperties.maximumHeaderDepth` levels, as kept tables are).
+private func isStrictTable(_ bytes: ArraySlice<UInt8>, array: Bool = false, depth: Int = 1) -> Bool {
+    guard depth <= AMQPProperties.maximumHeaderDepth, bytes.count >= 4 else { return false }
+    let length = bytes.prefix(4).reduce(0) { $0 << 8 | Int($1) }
+    guard bytes.count == 4 + length else { return false }
+    var offset = bytes.startIndex + 4
+    while offset < bytes.endIndex {
+        if !array {
+            offset += 1 + Int(bytes[offset])
+            guard offset < bytes.endIndex else { return false }
+        }
+        let kind = bytes[offset]
+        offset += 1
+        let fixed: [UInt8: Int] = [0x74: 1, 0x62: 1, 0x42: 1, 0x73: 2, 0x75: 2, 0x49: 4, 0x69: 4, 0x66: 4, 0x44: 5, 0x6C: 8, 0x4C: 8, 0x64: 8, 0x54: 8, 0x56: 0]
+        if let size = fixed[kind] {
+            offset += size
+        } else {
+            guard offset + 4 <= bytes.endIndex else { return false }
+            let size = 4 + bytes[offset..<offset + 4].reduce(0) { $0 << 8 | Int($1) }
+            guard offset + size <= bytes.endIndex else { return false }
+            switch kind {
+            case UInt8(ascii: "S"), UInt8(ascii: "x"): break
+            case UInt8(ascii: "F"), UInt8(ascii: "A"):
+                guard isStrictTable(bytes[offset..<offset + size], array: kind == UInt8(ascii: "A"), depth: depth + 1) else { return false }
+            default: return false
+            }
+            offset += size
+        }
+        guard offset <= bytes.endIndex else { return false }
+    }
+    return true
 }
 
 /// A received table goes out as it came (librabbitmq writes a boolean's byte as 0 or 1, the
 /// one change); a header written on a copy replaces every entry of its key, once, at the end,
 /// and leaves the other entries' bytes as they were.
 private func checkHeaderTableBytes(_ properties: AMQPProperties) {
-    guard let received = properties.receivedHeaderTable, let view = properties.headers else { return }
+    guard let received = properties.receivedHeaderTable, let view = properties.headers, isStrictTable(received[...]) else { return }
     guard let encoded = AMQPWireFormat.encodeProperties(properties),
         let range = encoded.withUnsafeBytes({ HeaderTableBytes.headerTable(inProperties: $0) })
     else { fatalError("properties with a kept header table do not encode, or lose the table") }
