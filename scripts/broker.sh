@@ -12,6 +12,9 @@
 # With APNS_BROKER_TLS_PORT set, the node also listens for amqps on that port, with a CA and a
 # server certificate for the host name `localhost` (not 127.0.0.1) made here with openssl in
 # DIR/tls; the exports name the port and the CA file.
+#
+# With APNS_BROKER_FRAME_MAX set, the node offers that frame_max (bytes) instead of RabbitMQ's
+# 131,072: a test's own node, for content headers as large as the worker accepts.
 set -euo pipefail
 
 cmd=${1:-}
@@ -24,6 +27,7 @@ mgmt_port=${APNS_BROKER_MGMT_PORT:-15682}
 dist_port=${APNS_BROKER_DIST_PORT:-25682}
 node=${APNS_BROKER_NODENAME:-apnsw-$amqp_port@localhost}
 tls_port=${APNS_BROKER_TLS_PORT:-}
+frame_max=${APNS_BROKER_FRAME_MAX:-}
 
 node_env() {
   export RABBITMQ_NODENAME=$node
@@ -56,6 +60,9 @@ loopback_users = none
 log.console = false
 log.file.level = info
 CONF
+  if [ -n "$frame_max" ]; then
+    echo "frame_max = $frame_max" >> "$dir/rabbitmq.conf"
+  fi
   if [ -n "$tls_port" ]; then
     tls=$dir/tls
     mkdir -p "$tls"

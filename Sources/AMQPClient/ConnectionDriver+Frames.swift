@@ -31,7 +31,10 @@ extension ConnectionDriver {
                 headersNestedTooDeep: tooDeep
             ) {
                 header.decoded.map {
-                    FieldDecoder.properties($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee, keepHeaders: keepHeaders && !tooDeep) {
+                    FieldDecoder.properties(
+                        $0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee, keepHeaders: keepHeaders && !tooDeep,
+                        encoded: UnsafeRawBufferPointer(start: header.raw.bytes, count: header.raw.len)
+                    ) {
                         repeatedStrings.shortString($0, .contentType, channel: channel)
                     }
                 }

@@ -136,9 +136,11 @@ enum FieldDecoder {
     /// channel's previous one, `RepeatedStrings`). With `keepHeaders` false the header table is
     /// left out (properties over `AMQPProperties.maximumEncodedSize`: the message is malformed
     /// and its headers are not copied into memory); so is one nested deeper than
-    /// `AMQPProperties.maximumHeaderDepth`, whatever `keepHeaders` says.
+    /// `AMQPProperties.maximumHeaderDepth`, whatever `keepHeaders` says. `encoded`, the
+    /// properties as they arrived (the frame's bytes, flags first), gives a kept header table
+    /// its bytes too, which republished copies send unchanged (`HeaderTableBytes`).
     static func properties(
-        _ p: amqp_basic_properties_t, keepHeaders: Bool = true,
+        _ p: amqp_basic_properties_t, keepHeaders: Bool = true, encoded: UnsafeRawBufferPointer? = nil,
         contentType: (amqp_bytes_t) -> AMQPShortString = FieldDecoder.shortString
     ) -> AMQPProperties {
         let flags = p._flags
@@ -146,7 +148,13 @@ enum FieldDecoder {
         var result = AMQPProperties()
         if has(PropertyFlag.contentType) { result.setShortString(.contentType, contentType(p.content_type)) }
         if has(PropertyFlag.contentEncoding) { result.setShortString(.contentEncoding, shortString(p.content_encoding)) }
-        if has(PropertyFlag.headers) && keepHeaders && !headersNestTooDeep(p) { result.headers = table(p.headers) }
+        if has(PropertyFlag.headers) && keepHeaders && !headersNestTooDeep(p) {
+            if let encoded, let range = HeaderTableBytes.headerTable(inProperties: encoded) {
+                result.setReceivedHeaders(table(p.headers), bytes: Array(encoded[range]))
+            } else {
+                result.headers = table(p.headers)
+            }
+        }
         if has(PropertyFlag.deliveryMode) { result.deliveryMode = p.delivery_mode }
         if has(PropertyFlag.priority) { result.priority = p.priority }
         if has(PropertyFlag.correlationID) { result.setShortString(.correlationID, shortString(p.correlation_id)) }
@@ -227,6 +235,32 @@ final class EncodingArena {
         return text[..<end].utf8
     }
 
+    /// The headers of a message going out: a received table's bytes as they arrived, less the
+    /// entries of every key the worker wrote, then the view's values of those keys (sorted, so
+    /// the encoding is deterministic). The kept bytes go through librabbitmq's decoder and back
+    /// out through its encoder, which writes every kind as it read it, with one exception: a
+    /// boolean's byte other than 0 or 1 goes out as 1. Without received bytes (or when they no
+    /// longer decode, which the decoder that read them rules out) the view is encoded.
+    func headerTable(_ view: AMQPTable, received: ReceivedHeaderTable?) -> amqp_table_t {
+        guard let received, let kept = HeaderTableBytes.removing(keys: received.written, from: received.bytes) else { return table(view) }
+        // librabbitmq's decoded values point into the bytes decoded: they live in the pool.
+        var decoded = amqp_table_t()
+        var offset = 0
+        guard amqp_decode_table(bytes(kept), pool, &decoded, &offset) == AMQP_STATUS_OK.rawValue else { return table(view) }
+        let appended = received.written.filter { view[$0] != nil }.sorted()
+        guard !appended.isEmpty else { return decoded }
+        let count = Int(decoded.num_entries) + appended.count
+        let entries = allocate(MemoryLayout<amqp_table_entry_t>.stride * count).bindMemory(to: amqp_table_entry_t.self, capacity: count)
+        if let received = decoded.entries {
+            for i in 0..<Int(decoded.num_entries) { (entries + i).initialize(to: received[i]) }
+        }
+        for (i, key) in appended.enumerated() {
+            (entries + Int(decoded.num_entries) + i).initialize(
+                to: amqp_table_entry_t(key: bytes(Self.shortString(key)), value: value(view[key]!)))
+        }
+        return amqp_table_t(num_entries: Int32(count), entries: entries)
+    }
+
     func table(_ arguments: [String: TopologyArgument]) -> amqp_table_t {
         table(arguments.mapValues(\.fieldValue))
     }
@@ -275,7 +309,7 @@ final class EncodingArena {
         var flags: UInt32 = 0
         if let v = p.shortString(.contentType) { flags |= PropertyFlag.contentType; c.content_type = bytes(v) }
         if let v = p.shortString(.contentEncoding) { flags |= PropertyFlag.contentEncoding; c.content_encoding = bytes(v) }
-        if let v = p.headers { flags |= PropertyFlag.headers; c.headers = table(v) }
+        if let v = p.headers { flags |= PropertyFlag.headers; c.headers = headerTable(v, received: p.receivedHeadersForEncoding) }
         if let v = p.deliveryMode { flags |= PropertyFlag.deliveryMode; c.delivery_mode = v }
         if let v = p.priority { flags |= PropertyFlag.priority; c.priority = v }
         if let v = p.shortString(.correlationID) { flags |= PropertyFlag.correlationID; c.correlation_id = bytes(v) }

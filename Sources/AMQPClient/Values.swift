@@ -146,7 +146,9 @@ public struct AMQPShortString: Sendable, Hashable, CustomStringConvertible, Expr
 ///
 /// Short strings are kept as the bytes that arrived (`AMQPShortString`), so a republished copy is
 /// the same byte for byte. The `String` accessors are views for readers that need text: bytes that
-/// are not UTF-8 read as U+FFFD there; `shortString(_:)` gives the bytes themselves.
+/// are not UTF-8 read as U+FFFD there; `shortString(_:)` gives the bytes themselves. A received
+/// header table is kept as its bytes too, beside the decoded `headers` (see there). Equality
+/// compares the decoded view, not those bytes.
 public struct AMQPProperties: Sendable, Hashable {
     /// The short-string properties, for `shortString(_:)` and `setShortString(_:_:)`.
     public enum ShortStringField: Sendable, CaseIterable {
@@ -170,6 +172,8 @@ public struct AMQPProperties: Sendable, Hashable {
         var contentType: AMQPShortString?
         var contentEncoding: AMQPShortString?
         var headers: AMQPTable?
+        /// The header table as it arrived, when it was kept (`ReceivedHeaderTable`).
+        var receivedHeaders: ReceivedHeaderTable?
         var deliveryMode: UInt8?
         var priority: UInt8?
         var correlationID: AMQPShortString?
@@ -236,10 +240,58 @@ public struct AMQPProperties: Sendable, Hashable {
         get { text(.contentEncoding) }
         set { setText(.contentEncoding, newValue) }
     }
+    /// The header table, decoded. On a received message this is a view of the table's bytes,
+    /// which are kept too: a copy the worker republishes sends those bytes unchanged, less the
+    /// entries of every key set, changed or removed here, which go out with the view's values
+    /// after them (contract §4, byte for byte; `setHeaders(_:writing:)`).
     public var headers: AMQPTable? {
         get { storage.fields.headers }
-        set { change { $0.headers = newValue } }
+        set {
+            change { fields in
+                fields.receivedHeaders?.noteChanges(from: fields.headers, to: newValue)
+                fields.headers = newValue
+            }
+        }
     }
+
+    /// Sets the headers, naming the keys the worker writes on this copy even where their value
+    /// stays the same: every received entry of such a key is replaced by the view's (so a copy
+    /// never carries a publisher's second value for a header the worker writes).
+    public mutating func setHeaders(_ headers: AMQPTable?, writing keys: some Sequence<String>) {
+        change { fields in
+            if fields.receivedHeaders != nil {
+                fields.receivedHeaders?.noteChanges(from: fields.headers, to: headers)
+                fields.receivedHeaders?.written.formUnion(keys)
+            }
+            fields.headers = headers
+        }
+    }
+
+    /// The header table's bytes as they arrived (4-byte length first), when they were kept; nil
+    /// for properties the worker made, or whose table it did not keep (over the size or depth bound).
+    public var receivedHeaderTable: [UInt8]? { storage.fields.receivedHeaders?.bytes }
+
+    /// Sets the headers to a table given as its bytes on the wire (4-byte length first), as if
+    /// received: they go out unchanged, the worker's own headers after them. For publishing a
+    /// table a dictionary cannot hold (duplicate keys, unsigned kinds, order); false, and nothing
+    /// changed, when librabbitmq cannot decode them or they nest deeper than `maximumHeaderDepth`.
+    @discardableResult
+    public mutating func setHeaderTable(bytes: [UInt8]) -> Bool {
+        guard let view = AMQPWireFormat.decodeTable(bytes) else { return false }
+        setReceivedHeaders(view, bytes: bytes)
+        return true
+    }
+
+    /// The decoded table and its bytes as they arrived, nothing written yet.
+    mutating func setReceivedHeaders(_ view: AMQPTable, bytes: [UInt8]) {
+        change { fields in
+            fields.headers = view
+            fields.receivedHeaders = ReceivedHeaderTable(bytes: bytes)
+        }
+    }
+
+    /// What `EncodingArena` sends for the headers: the received bytes and the keys written since.
+    var receivedHeadersForEncoding: ReceivedHeaderTable? { storage.fields.receivedHeaders }
     /// 1 = transient, 2 = persistent.
     public var deliveryMode: UInt8? {
         get { storage.fields.deliveryMode }
@@ -327,6 +379,8 @@ public struct AMQPProperties: Sendable, Hashable {
                 var headers = fields.headers ?? [:]
                 headers[Self.originalUserIDHeader] = userID.utf8Text.map(AMQPFieldValue.string) ?? .bytes(userID.bytes)
                 fields.headers = headers
+                // A publisher's own x-apns-user-id entries go: the copy carries one, ours.
+                fields.receivedHeaders?.written.insert(Self.originalUserIDHeader)
                 fields.userID = nil
             }
             fields.expiration = nil

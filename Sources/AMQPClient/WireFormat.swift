@@ -34,7 +34,8 @@ public enum AMQPWireFormat {
                 guard amqp_decode_properties(UInt16(AMQP_BASIC_CLASS), pool, encoded, &decoded) == AMQP_STATUS_OK.rawValue,
                     let decoded
                 else { return nil }
-                return FieldDecoder.properties(decoded.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee)
+                return FieldDecoder.properties(
+                    decoded.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee, encoded: UnsafeRawBufferPointer(raw))
             }
         }
     }

@@ -25,7 +25,7 @@ struct AckedMessages {
             properties = message.properties
             var envelope = JobEnvelope(properties.headers)
             envelope.forward()
-            properties.headers = envelope.amqpHeaders
+            properties.setHeaders(envelope)
             body = message.body
         }
     }

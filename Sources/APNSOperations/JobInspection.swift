@@ -107,7 +107,7 @@ public enum JobInspection {
         var properties = message.properties.republished()
         var envelope = JobEnvelope(properties.headers)
         envelope.requeue()
-        properties.headers = envelope.amqpHeaders
+        properties.setHeaders(envelope)
         return AMQPOutboundMessage(
             exchange: "", routingKey: TopologyNames.workQueue(bundleID), body: message.body, properties: properties)
     }

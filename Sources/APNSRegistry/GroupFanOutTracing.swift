@@ -67,7 +67,7 @@ final class GroupTrace: Sendable {
         }
         var envelope = JobEnvelope(message.properties.headers)
         tracer.inject(create.context, into: &envelope, using: JobEnvelopeTraceInjector())
-        message.properties.headers = envelope.amqpHeaders
+        message.properties.setHeaders(envelope)
         create.end()
         let count = stamped.add(1, ordering: .relaxed).newValue
         guard count <= GroupFanOutTracing.maximumLinks else { return }

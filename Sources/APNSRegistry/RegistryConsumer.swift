@@ -163,7 +163,7 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
         envelope.record(
             JobEnvelope.Failure(
                 reason: JobError.Kind.malformedJob.rawValue, status: 0, attempts: 0, failedAt: now, error: error.description))
-        properties.headers = envelope.amqpHeaders
+        properties.setHeaders(envelope)
         return AMQPOutboundMessage(exchange: "", routingKey: queue, body: body, properties: properties)
     }
 }

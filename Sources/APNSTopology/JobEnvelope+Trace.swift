@@ -29,8 +29,8 @@ extension JobEnvelope {
 
     /// Sets (or, with nil, removes) the trace context a consumer of this message continues.
     public mutating func setTraceContext(_ context: TraceContext?) {
-        headers[JobHeaders.traceParent] = context.map { .string($0.traceParentHeaderValue) }
-        headers[JobHeaders.traceState] = context?.traceStateHeaderValue.map { .string($0) }
+        write(JobHeaders.traceParent, context.map { .string($0.traceParentHeaderValue) })
+        write(JobHeaders.traceState, context?.traceStateHeaderValue.map { .string($0) })
     }
 
     /// A text header's value, if it is one (string or UTF-8 bytes) of at most `limit` bytes.

@@ -13,7 +13,9 @@ import Foundation
 /// Anyone with publish rights can set any of these headers to anything, so every number is
 /// validated here, once: a value that is not an integer from 0 to 2^31−1 (an AMQP integer of
 /// any width, or a decimal string) counts as absent, so arithmetic on what this type returns
-/// cannot overflow. Writers clamp to the same range. Every other header is carried unchanged.
+/// cannot overflow. Writers clamp to the same range. Every other header is carried unchanged;
+/// the headers written here replace, on a republished copy, every entry of their key the
+/// received table had (`AMQPProperties.setHeaders(_:)`).
 public struct JobEnvelope: Sendable, Hashable {
     /// The largest count a header may carry: AMQP's signed 32-bit integer, what the worker writes.
     public static let maximumCount = Int(Int32.max)
@@ -21,9 +23,21 @@ public struct JobEnvelope: Sendable, Hashable {
     /// Every header of the message, those of other parties included.
     public internal(set) var headers: AMQPTable
 
+    /// The keys a writer of this envelope set or removed, whatever their value was.
+    public private(set) var writtenKeys: Set<String> = []
+
     public init(_ headers: AMQPTable?) {
         self.headers = headers ?? [:]
     }
+
+    /// Sets (nil removes) a header the worker writes.
+    mutating func write(_ key: String, _ value: AMQPFieldValue?) {
+        headers[key] = value
+        writtenKeys.insert(key)
+    }
+
+    public static func == (lhs: JobEnvelope, rhs: JobEnvelope) -> Bool { lhs.headers == rhs.headers }
+    public func hash(into hasher: inout Hasher) { hasher.combine(headers) }
 
     public init(_ message: AMQPDeliveredMessage) {
         self.init(message.properties.headers)
@@ -123,12 +137,12 @@ public struct JobEnvelope: Sendable, Hashable {
     /// For a message that carries the job on (retry, dead letter, held job sent back): the
     /// broker's delivery count is dropped, so a count always belongs to the delivery it came with.
     public mutating func forward() {
-        if headers[JobHeaders.deliveryCount] != nil { headers[JobHeaders.deliveryCount] = nil }
+        if headers[JobHeaders.deliveryCount] != nil { write(JobHeaders.deliveryCount, nil) }
     }
 
     /// Sets the attempts made so far (clamped to 0...2^31−1).
     public mutating func setAttempt(_ attempts: Int) {
-        headers[JobHeaders.attempt] = .int32(Self.clamped(attempts))
+        write(JobHeaders.attempt, .int32(Self.clamped(attempts)))
     }
 
     /// What a dead letter says about the failure (contract §4).
@@ -152,11 +166,11 @@ public struct JobEnvelope: Sendable, Hashable {
 
     /// Writes the failure headers of a dead letter.
     public mutating func record(_ failure: Failure) {
-        headers[JobHeaders.reason] = .string(failure.reason)
-        headers[JobHeaders.status] = .int32(Self.clamped(failure.status))
-        headers[JobHeaders.attempts] = .int32(Self.clamped(failure.attempts))
-        headers[JobHeaders.failedAt] = .string(failure.failedAt.formatted(.iso8601))
-        headers[JobHeaders.error] = .string(Self.oneLine(failure.error))
+        write(JobHeaders.reason, .string(failure.reason))
+        write(JobHeaders.status, .int32(Self.clamped(failure.status)))
+        write(JobHeaders.attempts, .int32(Self.clamped(failure.attempts)))
+        write(JobHeaders.failedAt, .string(failure.failedAt.formatted(.iso8601)))
+        write(JobHeaders.error, .string(Self.oneLine(failure.error)))
     }
 
     /// Headers the worker (or the broker) writes about a failure or a delivery; a requeued job
@@ -170,8 +184,8 @@ public struct JobEnvelope: Sendable, Hashable {
     /// failed with is kept in `x-apns-last-reason` (an earlier one when this failure has none).
     public mutating func requeue() {
         let reason = headers[JobHeaders.reason] ?? (rejectedByWorker ? .string(Self.messageTooLarge) : nil)
-        for name in Self.clearedOnRequeue { headers[name] = nil }
-        if let reason { headers[JobHeaders.lastReason] = reason }
+        for name in Self.clearedOnRequeue { write(name, nil) }
+        if let reason { write(JobHeaders.lastReason, reason) }
     }
 
     /// Header values are read by people in a list: one line, bounded length.
@@ -182,5 +196,14 @@ public struct JobEnvelope: Sendable, Hashable {
 
     private static func clamped(_ value: Int) -> Int32 {
         Int32(min(max(value, 0), maximumCount))
+    }
+}
+
+extension AMQPProperties {
+    /// The envelope's headers on these properties: each header it wrote replaces every entry of
+    /// its key the received table had, so a republished copy carries one value for it, the
+    /// worker's; the publisher's other entries go out as they arrived (contract §4).
+    public mutating func setHeaders(_ envelope: JobEnvelope) {
+        setHeaders(envelope.amqpHeaders, writing: envelope.writtenKeys)
     }
 }

@@ -177,7 +177,7 @@ public struct OutcomeRouter: Sendable {
             JobEnvelope.Failure(
                 reason: JobError.Kind.malformedJob.rawValue, status: 0, attempts: 0, failedAt: now,
                 error: "body: \(bodySize) bytes, over the \(maxBodyBytes) allowed"))
-        copy.headers = envelope.amqpHeaders
+        copy.setHeaders(envelope)
         return AMQPOutboundMessage(exchange: "", routingKey: TopologyNames.deadQueue(bundleID), body: [], properties: copy)
     }
 
@@ -233,7 +233,7 @@ public struct OutcomeRouter: Sendable {
         var envelope = JobEnvelope(properties.headers)
         envelope.forward()
         write(&envelope)
-        properties.headers = envelope.amqpHeaders
+        properties.setHeaders(envelope)
         return properties
     }
 

@@ -97,6 +97,49 @@ struct QueueInspectorTests {
         #expect(try await bundle.drain(bundle.dead).map(\.jobID) == ids.filter { $0 != "job-00003" && $0 != "job-00007" })
     }
 
+    /// Contract §4 "byte for byte" on an operator's requeue: the table the dead job carried goes
+    /// back to the work queue as its bytes (keys twice and out of order, unsigned kinds, a value
+    /// that is not UTF-8), less the failure headers, with `x-apns-last-reason` after them.
+    @Test func requeueKeepsTheReceivedHeaderTableByteForByte() async throws {
+        func entry(_ key: String, _ kind: Character, _ value: [UInt8]) -> [UInt8] {
+            RawAMQPPublisher.short(key) + [UInt8(ascii: kind.unicodeScalars.first!)] + value
+        }
+        func text(_ text: String) -> [UInt8] { RawAMQPPublisher.long(Array(text.utf8)) }
+        let kept = [
+            entry("zeta", "S", text("z")), entry("dup", "B", [1]), entry("u32", "i", RawAMQPPublisher.bigEndian(UInt32.max)),
+            entry("not-utf8", "S", RawAMQPPublisher.long([0xFF, 0xC3])), entry("dup", "u", RawAMQPPublisher.bigEndian(UInt16(2))),
+        ]
+        let failure = [
+            entry(JobHeaders.reason, "S", text("BadDeviceToken")), entry(JobHeaders.attempt, "I", RawAMQPPublisher.bigEndian(Int32(2))),
+            entry(JobHeaders.reason, "S", text("BadDeviceToken")),
+        ]
+        let table = RawAMQPPublisher.long([kept[0], failure[0], kept[1], kept[2], failure[1], kept[3], failure[2], kept[4]].flatMap { $0 })
+        let bundle = try await TestBundle.make()
+        var properties = AMQPProperties.persistentJSON
+        properties.messageID = "job-raw"
+        let set = properties.setHeaderTable(bytes: table)
+        #expect(set)
+        try await bundle.withConnection { connection in
+            try await connection.publish(AMQPOutboundMessage(exchange: "", routingKey: bundle.dead, body: jobBody("job-raw"), properties: properties))
+        }
+
+        let report = try await bundle.inspector().requeue(.dead, .jobIDs(["job-raw"]))
+        #expect(report == MoveReport(moved: 1, notFound: []))
+        // Read by a consumer: the frames' path keeps the table's bytes (basic.get does not).
+        let moved = try await bundle.withConnection { connection -> AMQPDeliveredMessage? in
+            let consumer = try await connection.consume(queue: bundle.work, prefetch: 1)
+            for try await delivery in consumer {
+                await connection.ack(delivery)
+                await consumer.cancel()
+                return delivery.message
+            }
+            return nil
+        }
+        let message = try #require(moved)
+        #expect(message.body == jobBody("job-raw"))
+        #expect(message.properties.receivedHeaderTable == RawAMQPPublisher.long((kept + [entry(JobHeaders.lastReason, "S", text("BadDeviceToken"))]).flatMap { $0 }))
+    }
+
     @Test func requeueAllWithAFilterAndFromRetryQueues() async throws {
         let bundle = try await TestBundle.make(.quorum)
         let ids = jobIDs(30)

@@ -92,13 +92,16 @@ public final class PrivateBroker: Sendable {
         self.directory = directory
     }
 
-    public static func start() async throws -> PrivateBroker {
+    /// `frameMax`: the frame size the node offers (bytes); nil: RabbitMQ's 131,072.
+    public static func start(frameMax: Int? = nil) async throws -> PrivateBroker {
         let dir = NSTemporaryDirectory() + "apnsw-broker-\(UUID().uuidString.prefix(8))"
         let amqp = try freePort(), mgmt = try freePort(), dist = try freePort()
         var env = ProcessInfo.processInfo.environment
         env["APNS_BROKER_PORT"] = String(amqp)
         env["APNS_BROKER_MGMT_PORT"] = String(mgmt)
         env["APNS_BROKER_DIST_PORT"] = String(dist)
+        env["APNS_BROKER_TLS_PORT"] = nil
+        env["APNS_BROKER_FRAME_MAX"] = frameMax.map(String.init)
         let result = try await runProcess(repositoryRoot + "/scripts/broker.sh", ["start", dir], environment: env)
         guard result.status == 0 else { throw TestSupportError("private broker did not start: \(result.stderr)") }
         let coordinates = BrokerCoordinates(
@@ -117,8 +120,8 @@ public final class PrivateBroker: Sendable {
 }
 
 /// Runs `body` with a private broker and stops the broker afterwards, whether `body` threw or not.
-public func withPrivateBroker<T>(_ body: (PrivateBroker) async throws -> T) async throws -> T {
-    let broker = try await PrivateBroker.start()
+public func withPrivateBroker<T>(frameMax: Int? = nil, _ body: (PrivateBroker) async throws -> T) async throws -> T {
+    let broker = try await PrivateBroker.start(frameMax: frameMax)
     do {
         let result = try await body(broker)
         await broker.stop()
