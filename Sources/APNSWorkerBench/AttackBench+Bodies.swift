@@ -20,8 +20,8 @@ extension AttackBench {
         return [bytes[0]] + [UInt8](repeating: UInt8(ascii: " "), count: size - bytes.count) + bytes[1...]
     }
 
-    /// The id of the worker's own instance, from `/api/fleet` (the one not sent by the forger).
-    func ownInstanceID() throws -> String {
+    /// `/api/fleet` as JSON.
+    func fleetReport() throws -> [String: Any] {
         let curl = Process()
         curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
         curl.arguments = ["-s", "-m", "120", "http://127.0.0.1:\(adminPort)/api/fleet"]
@@ -30,12 +30,15 @@ extension AttackBench {
         try curl.run()
         let data = out.fileHandleForReading.readDataToEndOfFile()
         curl.waitUntilExit()
-        let report = try JSONSerialization.jsonObject(with: data) as? [String: Any]
-        let instances = report?["instances"] as? [[String: Any]] ?? []
-        guard let own = instances.first(where: { $0["host"] as? String != "forger" })?["id"] as? String else {
-            throw ValidationError("/api/fleet named no instance of the worker's own")
-        }
-        return own
+        return try JSONSerialization.jsonObject(with: data) as? [String: Any] ?? [:]
+    }
+
+    /// Forged instances the worker's fleet listener has decoded: kept in its view or dropped.
+    func forgedInstancesHeard() throws -> Int {
+        let report = try fleetReport()
+        let kept = (report["instances"] as? [[String: Any]] ?? []).filter { $0["host"] as? String == "forger" }.count
+        let dropped = (report["dropped"] as? [String: Any])?["instances"] as? Int ?? 0
+        return kept + dropped
     }
 
     func bodies(_ connection: AMQPConnection, _ probe: ProcessProbe, _ process: Process, bundles: [String]) async throws {
@@ -64,12 +67,6 @@ extension AttackBench {
                 + "peak RSS \(String(format: "%.1f", probe.peakRSS())) MiB, now \(String(format: "%.1f", probe.rss())) MiB")
 
         // The fleet listener's prefetch (100) of heartbeats just under 64 KiB, several times over.
-        // Its queue is named by the worker's instance id, read before the flood fills the view.
-        var instanceID = ""
-        try await BenchWorkerSetup.waitUntil(limit: .seconds(60)) {
-            instanceID = (try? ownInstanceID()) ?? ""
-            return !instanceID.isEmpty
-        }
         let heartbeats = 500
         for n in 0..<heartbeats {
             let keys = (0..<170).map { index -> String in
@@ -108,10 +105,9 @@ extension AttackBench {
             }
             consumed += ", registry: \(registrations) registrations, groups: \(groupJobs) group jobs (all taken)"
         }
-        // The heartbeats are decoded at the listener's pace: its queue empties when they are.
-        try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) {
-            (try? await connection.inspectQueue(TopologyNames.fleetQueue(instanceID: instanceID)))?.messageCount == 0
-        }
+        // The heartbeats are decoded at the listener's pace (its queue is exclusive to the
+        // worker's connection): each forged instance is either in the view or counted dropped.
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) { (try? forgedInstancesHeard()) ?? 0 >= heartbeats }
         print(
             """
             bodies: \(consumed) while the jobs were held; \

@@ -82,7 +82,7 @@ struct AttackBench: AsyncParsableCommand {
         if scenario == "bodies" {
             // APNs answers nothing for as long as the bench runs: every job taken stays in flight.
             setup.simulator.setFaults(SimulatorFaults(latency: .seconds(3600)))
-            config += "[worker]\nrequestTimeout = 5m\n"
+            config += "[worker]\nrequestTimeout = 5m\nshutdownDeadline = 1s\n"
             if let postgresURL { config += "[registry]\nurl = \(postgresURL)\n" }
         }
         for bundle in bundles { config += BenchWorkerSetup.bundleSection(bundle, port: setup.simulator.port, extraKeys: []) }
