@@ -75,11 +75,17 @@ struct AdminRegistryRoutes: Sendable {
         }
     }
 
-    /// Devices per bundle and the counts of the last 48 UTC hours.
+    /// Devices per bundle and the counts of the last 48 UTC hours, each for the busiest bundle IDs
+    /// only (`RegistryStore.deviceCountBundleLimit`, `.countedBundleLimit`) with what the rest hold.
     func summary(now: Date = Date()) async throws -> RegistrySummary {
         let hour = CountAggregator.hour(ofEpochSeconds: Int64(now.timeIntervalSince1970))
         let since = hour - 47 * 3600
-        return RegistrySummary(devices: try await store.deviceCounts(), since: since, counts: try await store.counts(sinceEpochSeconds: since))
+        let devices = try await store.deviceCounts()
+        let counts = try await store.countSummary(sinceEpochSeconds: since)
+        return RegistrySummary(
+            devices: devices.bundles, since: since, counts: counts.rows,
+            devicesNotShown: .init(bundles: devices.bundlesNotShown, active: devices.activeNotShown, invalid: devices.invalidNotShown),
+            countsNotShown: .init(bundles: counts.bundlesNotShown, count: counts.countNotShown))
     }
 
     static func parameter(_ context: some RequestContext, _ name: String) throws -> String {
@@ -116,8 +122,25 @@ struct GroupDevices: Codable {
 }
 
 struct RegistrySummary: Codable {
+    /// The bundle IDs with the most devices, busiest first.
     var devices: [BundleDeviceCount]
     /// The first hour of `counts`, seconds since the epoch.
     var since: Int64
+    /// The counts of the bundle IDs with the most notifications since `since`.
     var counts: [CountRow]
+    /// What the bundle IDs left out of `devices` hold.
+    var devicesNotShown = DevicesNotShown()
+    /// What the bundle IDs left out of `counts` counted.
+    var countsNotShown = CountsNotShown()
+
+    struct DevicesNotShown: Codable, Equatable {
+        var bundles: Int64 = 0
+        var active: Int64 = 0
+        var invalid: Int64 = 0
+    }
+
+    struct CountsNotShown: Codable, Equatable {
+        var bundles: Int64 = 0
+        var count: Int64 = 0
+    }
 }

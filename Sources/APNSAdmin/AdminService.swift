@@ -2,12 +2,15 @@
 /// ServiceGroup: a Hummingbird 2 application on `[admin] listen` with the routes of
 /// `AdminRoutes`, behind the access checks of `AdminAuthentication` and the bound on operator
 /// requests of `AdminRequestLimit`; over TLS (HummingbirdTLS) with `[admin] certFile`/`keyFile`.
+/// Connections are bounded too (`AdminConnectionLimits`): an idle one is closed, and past a number
+/// open at once the server stops accepting until one closes.
 import APNSConfig
 import APNSOperations
 import APNSRegistry
 import APNSWorker
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import HummingbirdTLS
 import Logging
 import NIOCore
@@ -38,6 +41,8 @@ public final class AdminService: Service, Sendable {
     /// Operator requests (listings, moves, the page) served at once by default: each listing
     /// holds up to a page of messages and a broker connection of its own.
     public static let defaultConcurrentRequests = 4
+    /// How long a connection may stay idle and how many may be open at once.
+    public let connectionLimits: AdminConnectionLimits
 
     /// - Parameters:
     ///   - worker: the running worker's state (`WorkerService`).
@@ -51,9 +56,11 @@ public final class AdminService: Service, Sendable {
         settings: AdminSettings, worker: any WorkerStatusProviding, queues: QueueInspector?,
         registry: PrometheusCollectorRegistry?, logger: Logger, registryStore: RegistryStore? = nil, fleet: (any FleetOperating)? = nil,
         channels: (any BroadcastChannelManaging)? = nil, concurrentRequests: Int = defaultConcurrentRequests,
+        connectionLimits: AdminConnectionLimits = AdminConnectionLimits(),
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws {
         self.requestGate = AdminRequestGate(limit: concurrentRequests)
+        self.connectionLimits = connectionLimits
         self.channels = channels
         self.registryStore = registryStore
         self.fleet = fleet
@@ -89,7 +96,8 @@ public final class AdminService: Service, Sendable {
     /// The plain HTTP application (without `certFile`; the router tests use it either way).
     public func makeApplication() -> some ApplicationProtocol {
         Application(
-            router: makeRouter(), configuration: applicationConfiguration, onServerRunning: serverRunning, logger: logger)
+            router: makeRouter(), server: .http1(configuration: http1Configuration), configuration: applicationConfiguration,
+            onServerRunning: serverRunning, logger: logger)
     }
 
     /// The HTTPS application of `[admin] certFile`/`keyFile`.
@@ -101,12 +109,18 @@ public final class AdminService: Service, Sendable {
         let key = try NIOSSLPrivateKey(file: keyFile, format: .pem)
         let tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
         return Application(
-            router: makeRouter(), server: try .tls(.http1(), tlsConfiguration: tls), configuration: applicationConfiguration,
+            router: makeRouter(), server: try .tls(.http1(configuration: http1Configuration), tlsConfiguration: tls), configuration: applicationConfiguration,
             onServerRunning: serverRunning, logger: logger)
     }
 
     private var applicationConfiguration: ApplicationConfiguration {
-        ApplicationConfiguration(address: .hostname(settings.listen.host, port: settings.listen.port), serverName: "apns-worker")
+        ApplicationConfiguration(
+            address: .hostname(settings.listen.host, port: settings.listen.port), serverName: "apns-worker",
+            availableConnectionsDelegate: MaximumAvailableConnections(connectionLimits.maximumConnections, logger: logger))
+    }
+
+    private var http1Configuration: HTTP1Channel.Configuration {
+        HTTP1Channel.Configuration(idleTimeout: TimeAmount(connectionLimits.idleTimeout))
     }
 
     private var serverRunning: @Sendable (any Channel) async -> Void {
@@ -129,6 +143,27 @@ public final class AdminService: Service, Sendable {
             throw error
         }
         await queues?.close()
+    }
+}
+
+/// Bounds on the admin server's connections, which Hummingbird enforces. The admin port is behind
+/// a token, but a connection is accepted (and holds a socket, buffers and a task) before any
+/// request says who it is.
+public struct AdminConnectionLimits: Sendable, Hashable {
+    /// A connection on which nothing arrives for this long is closed (Hummingbird's HTTP/1
+    /// `idleTimeout`: no request bytes, including a request that trickles in slower than that
+    /// between reads). The page refreshes every 5 s, so an open page keeps its connection.
+    public var idleTimeout: Duration
+    /// Connections open at once; past it the server accepts no more until one closes (they wait
+    /// in the listen backlog). Browsers open about 6 per origin, a Prometheus scrape one.
+    public var maximumConnections: Int
+
+    public static let defaultIdleTimeout = Duration.seconds(60)
+    public static let defaultMaximumConnections = 64
+
+    public init(idleTimeout: Duration = defaultIdleTimeout, maximumConnections: Int = defaultMaximumConnections) {
+        self.idleTimeout = idleTimeout
+        self.maximumConnections = maximumConnections
     }
 }
 

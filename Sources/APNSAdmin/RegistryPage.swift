@@ -1,5 +1,6 @@
 /// The registry's admin page (`GET /registry`): a group lookup, devices per bundle (active,
-/// invalid) and, per bundle, the last 48 UTC hours of counts as a stacked bar chart, drawn on the
+/// invalid) and, per bundle, the last 48 UTC hours of counts as a stacked bar chart, each for the
+/// busiest bundle IDs only with a line saying what the rest hold, drawn on the
 /// server as inline SVG so the page needs no script and no internet. Rendered through Mustache's
 /// escaping `{{ }}` like the status page (`Templates`): group names, tokens and reasons come from
 /// outside.
@@ -29,6 +30,19 @@ struct RegistryPage {
             },
         ]
         if let error { context["error"] = error }
+        let devicesNotShown = summary.devicesNotShown
+        if devicesNotShown.bundles > 0 {
+            context["devicesNotShown"] = [
+                "shown": String(summary.devices.count), "bundles": String(devicesNotShown.bundles),
+                "active": String(devicesNotShown.active), "invalid": String(devicesNotShown.invalid),
+            ]
+        }
+        if summary.countsNotShown.bundles > 0 {
+            context["countsNotShown"] = [
+                "shown": String(Set(summary.counts.map(\.bundleId)).count), "bundles": String(summary.countsNotShown.bundles),
+                "count": String(summary.countsNotShown.count),
+            ]
+        }
         if let group {
             context["group"] = [
                 "name": group,
@@ -96,6 +110,7 @@ struct RegistryPage {
             <table id="device-counts"><tr><th>bundle ID</th><th>active</th><th>invalid</th></tr>
             {{#bundles}}<tr><td>{{bundleID}}</td><td>{{active}}</td><td>{{invalid}}</td></tr>
             {{/bundles}}</table>
+            {{#devicesNotShown}}<p id="device-counts-not-shown">The {{shown}} bundle IDs with the most devices are shown; {{bundles}} more hold {{active}} active and {{invalid}} invalid devices.</p>{{/devicesNotShown}}
             <h2>Group-job pushes per bundle, last 48 hours (sync window)</h2>
             <table id="sync-window-counts"><tr><th>bundle ID</th><th>sent now</th><th>merged</th><th>trailing</th></tr>
             {{#syncWindows}}<tr><td>{{bundleID}}</td><td>{{sentNow}}</td><td>{{merged}}</td><td>{{trailing}}</td></tr>
@@ -112,6 +127,7 @@ struct RegistryPage {
             </svg>{{/chart}}
             {{/charts}}
             {{^charts}}<p>No counts yet.</p>{{/charts}}
+            {{#countsNotShown}}<p id="counts-not-shown">The {{shown}} bundle IDs with the most notifications are drawn; {{bundles}} more counted {{count}}.</p>{{/countsNotShown}}
             </body></html>
             """)
     }()

@@ -67,20 +67,38 @@ public struct FeedbackDecodingError: Error, Sendable, Hashable, CustomStringConv
 }
 
 /// Decodes a feedback stream as it arrives in pieces: feed each piece, then `finish` at the
-/// close, which refuses a tuple cut off in the middle.
+/// close, which refuses a tuple cut off in the middle. At most `maximumTuples` are decoded: the
+/// stream's length is the peer's choice (only the fetch's time limit bounded it), so past the
+/// count the decoder is `full`, keeps nothing more, and the caller closes the connection.
 public struct FeedbackStreamDecoder: Sendable {
     private var pending: [UInt8] = []
     /// Bytes consumed so far, for error messages.
     private var offset = 0
+    public let maximumTuples: Int
+    /// Tuples returned so far.
+    public private(set) var decoded = 0
+    /// `maximumTuples` were decoded: later bytes are dropped unread.
+    public var isFull: Bool { decoded >= maximumTuples }
 
-    public init() {}
+    /// Tuples one fetch keeps by default: 100,000 × 38 bytes on the wire, about 10 MB decoded.
+    /// Apple's service reported the tokens of one provider since its last poll.
+    public static let defaultMaximumTuples = 100_000
 
-    /// The tuples completed by `bytes`.
+    public init(maximumTuples: Int = defaultMaximumTuples) {
+        self.maximumTuples = max(maximumTuples, 0)
+    }
+
+    /// The tuples completed by `bytes`, up to `maximumTuples` in all.
     public mutating func feed(_ bytes: some Sequence<UInt8>) throws(FeedbackDecodingError) -> [FeedbackTuple] {
+        guard !isFull else { return [] }
         pending.append(contentsOf: bytes)
         var tuples: [FeedbackTuple] = []
         var start = 0
         while true {
+            if isFull {
+                pending = []
+                return tuples
+            }
             let result = pending.withUnsafeBytes { FeedbackTuple.decode(UnsafeRawBufferPointer(rebasing: $0[start...])) }
             switch result {
             case .needMoreData:
@@ -89,6 +107,7 @@ public struct FeedbackStreamDecoder: Sendable {
                 return tuples
             case .tuple(let tuple, let consumed):
                 tuples.append(tuple)
+                decoded += 1
                 start += consumed
             case .invalid(let error):
                 throw FeedbackDecodingError(message: "\(error.message) at byte \(offset + start)")
@@ -96,9 +115,10 @@ public struct FeedbackStreamDecoder: Sendable {
         }
     }
 
-    /// The stream ended: fine on a tuple boundary, an error inside a tuple.
+    /// The stream ended: fine on a tuple boundary (or when full: the rest was not read), an
+    /// error inside a tuple.
     public func finish() throws(FeedbackDecodingError) {
-        guard pending.isEmpty else {
+        guard pending.isEmpty || isFull else {
             throw FeedbackDecodingError(message: "stream ended \(pending.count) bytes into a tuple at byte \(offset)")
         }
     }

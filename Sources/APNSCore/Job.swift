@@ -119,14 +119,18 @@ public struct JobError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A message whose AMQP properties (headers included) took `size` bytes, over `limit`
     /// (contract §4 "The AMQP envelope is input too"): malformed, whatever its body.
     public static func oversizedProperties(_ size: Int, limit: Int) -> JobError {
-        malformed("properties", "the AMQP properties and headers take \(size) bytes, over the \(limit) allowed; the header table was dropped")
+        malformed("properties", "the AMQP properties and headers take \(size) bytes, over the \(limit) allowed; \(headerTableDropped)")
     }
 
     /// A message whose header table nested deeper than `limit` levels (contract §4): malformed,
     /// whatever its body.
     public static func nestedHeaders(limit: Int) -> JobError {
-        malformed("headers", "the AMQP header table nests deeper than \(limit) levels; the header table was dropped")
+        malformed("headers", "the AMQP header table nests deeper than \(limit) levels; \(headerTableDropped)")
     }
+
+    /// How the two errors above end, in `x-apns-error` too: the operator tools read it to say a
+    /// requeued copy goes back without the headers the job arrived with.
+    public static let headerTableDropped = "the header table was dropped"
 
     /// `x-apns-reason` for the dead letter.
     public var reason: String { kind.rawValue }

@@ -49,6 +49,9 @@ public enum TransportFailure: Sendable, Hashable, CustomStringConvertible {
     case connectFailed(String)
     /// The transport is shutting down and did not send this notification.
     case shutdown
+    /// The server answered with something no APNs answer is (a body over the transport's cap):
+    /// the stream was reset and the answer not read.
+    case malformedAnswer(String)
 
     public var description: String {
         switch self {
@@ -58,6 +61,7 @@ public enum TransportFailure: Sendable, Hashable, CustomStringConvertible {
         case .goaway: return "GOAWAY before the answer"
         case .connectFailed(let why): return "connect failed: \(why)"
         case .shutdown: return "transport shut down"
+        case .malformedAnswer(let why): return "malformed answer: \(why)"
         }
     }
 
@@ -70,6 +74,7 @@ public enum TransportFailure: Sendable, Hashable, CustomStringConvertible {
         case .goaway: return "GoAway"
         case .connectFailed: return "ConnectFailed"
         case .shutdown: return "Shutdown"
+        case .malformedAnswer: return "MalformedAnswer"
         }
     }
 }

@@ -98,6 +98,16 @@ public enum JobInspection {
         }
     }
 
+    /// Whether the worker dropped this dead job's header table when it ended it (properties over
+    /// 16 KiB, or nested too deep: contract §4): the headers the publisher sent (`traceparent`,
+    /// its own) are gone, so a requeued copy goes back without them. Read from the job's own
+    /// `x-apns-reason` and `x-apns-error`.
+    public static func headersWereDropped(_ message: AMQPDeliveredMessage) -> Bool {
+        let envelope = JobEnvelope(message)
+        guard envelope.reason == JobError.Kind.malformedJob.rawValue, let error = envelope.error else { return false }
+        return error.hasSuffix(JobError.headerTableDropped)
+    }
+
     /// The message that goes back to the bundle's work queue: body and properties unchanged
     /// except the headers, where attempts start again, the failure headers are dropped and the
     /// reason it failed with is kept in `x-apns-last-reason` (an earlier one when this failure

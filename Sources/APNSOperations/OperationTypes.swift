@@ -125,10 +125,15 @@ public struct MoveReport: Sendable, Codable, Hashable {
     public var moved: Int
     /// Job ids asked for by id that were in none of the queues searched.
     public var notFound: [String]
+    /// Of those moved, the jobs whose header table the worker had dropped for size when they
+    /// died (`JobInspection.headersWereDropped`): requeued without the headers they came with.
+    /// Their job ids (`-` for a job without one).
+    public var withoutTheirHeaders: [String]
 
-    public init(moved: Int, notFound: [String]) {
+    public init(moved: Int, notFound: [String], withoutTheirHeaders: [String] = []) {
         self.moved = moved
         self.notFound = notFound
+        self.withoutTheirHeaders = withoutTheirHeaders
     }
 }
 

@@ -6,6 +6,7 @@ import APNSConfig
 import APNSCore
 import Foundation
 import Logging
+import Synchronization
 
 /// Operator access to a bundle's dead and retry queues.
 ///
@@ -270,13 +271,26 @@ public final class QueueInspector: Sendable {
     public func requeue(
         _ kind: JobQueueKind, _ selection: JobSelection, progress: OperationProgressHandler? = nil
     ) async throws -> MoveReport {
+        let headerless = Mutex<[String]>([])
+        let logger = self.logger
         let (count, notFound) = try await settleSelected(kind, selection, purpose: "requeue", progress: progress) { connection, delivery, bundle in
             try await connection.publish(JobInspection.requeueMessage(delivery.message, bundleID: bundle))
+            if JobInspection.headersWereDropped(delivery.message) {
+                let id = delivery.message.properties.messageID.map { AMQPShortString.logSafe($0) } ?? "-"
+                headerless.withLock { $0.append(id) }
+                logger.warning(
+                    "requeued a job whose headers were dropped for size when it died; it goes back without them",
+                    metadata: ["job.id": "\(id)", "apns.bundle": "\(bundle)"])
+            }
         }
+        let withoutTheirHeaders = headerless.withLock { $0 }
         logger.info(
             "requeued jobs to their work queues",
-            metadata: ["operations.kind": "\(kind.rawValue)", "operations.moved": "\(count)", "operations.not_found": "\(notFound.count)"])
-        return MoveReport(moved: count, notFound: notFound)
+            metadata: [
+                "operations.kind": "\(kind.rawValue)", "operations.moved": "\(count)", "operations.not_found": "\(notFound.count)",
+                "operations.without_headers": "\(withoutTheirHeaders.count)",
+            ])
+        return MoveReport(moved: count, notFound: notFound, withoutTheirHeaders: withoutTheirHeaders)
     }
 
     /// Drops the selected jobs; reports how many, and the ids asked for that were not found.

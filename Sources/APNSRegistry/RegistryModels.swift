@@ -57,6 +57,38 @@ public struct BundleDeviceCount: Sendable, Hashable, Codable {
     public var invalid: Int64
 }
 
+/// Devices per bundle ID for the bundle IDs with the most devices, busiest first, and what the
+/// bundle IDs left out hold (`RegistryStore.deviceCounts`).
+public struct DeviceCountSummary: Sendable, Hashable, Codable {
+    public var bundles: [BundleDeviceCount]
+    public var bundlesNotShown: Int64
+    public var activeNotShown: Int64
+    public var invalidNotShown: Int64
+    public init(bundles: [BundleDeviceCount], bundlesNotShown: Int64 = 0, activeNotShown: Int64 = 0, invalidNotShown: Int64 = 0) {
+        self.bundles = bundles
+        self.bundlesNotShown = bundlesNotShown
+        self.activeNotShown = activeNotShown
+        self.invalidNotShown = invalidNotShown
+    }
+}
+
+/// Hourly counts of the bundle IDs with the most notifications, and how many bundle IDs (and
+/// notifications) were left out (`RegistryStore.countSummary`).
+public struct CountSummary: Sendable, Hashable, Codable {
+    public var rows: [CountRow]
+    /// Bundle IDs with counts in the time asked for, shown or not.
+    public var bundles: Int64
+    public var bundlesNotShown: Int64
+    /// Notifications counted for the bundle IDs not shown.
+    public var countNotShown: Int64
+    public init(rows: [CountRow], bundles: Int64, bundlesNotShown: Int64 = 0, countNotShown: Int64 = 0) {
+        self.rows = rows
+        self.bundles = bundles
+        self.bundlesNotShown = bundlesNotShown
+        self.countNotShown = countNotShown
+    }
+}
+
 /// A device as the registry holds it (operators' view: CLI and admin API).
 public struct DeviceRecord: Sendable, Hashable, Codable {
     public enum State: String, Sendable, Hashable, Codable {

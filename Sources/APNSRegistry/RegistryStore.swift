@@ -186,21 +186,48 @@ public final class RegistryStore: Sendable {
         }
     }
 
-    /// Counts of every hour from `sinceEpochSeconds` on, summed over instances.
-    public func counts(sinceEpochSeconds: Int64) async throws -> [CountRow] {
-        try await bounded { [client, logger] in
+    /// Counts of every hour from `sinceEpochSeconds` on, summed over instances, for the
+    /// `bundleLimit` bundle IDs with the most notifications in that time (see `countSummary`).
+    public func counts(sinceEpochSeconds: Int64, bundleLimit: Int = RegistryStore.countedBundleLimit) async throws -> [CountRow] {
+        try await countSummary(sinceEpochSeconds: sinceEpochSeconds, bundleLimit: bundleLimit).rows
+    }
+
+    /// Counts of every hour from `sinceEpochSeconds` on, summed over instances, of the
+    /// `bundleLimit` bundle IDs with the most notifications in that time (ties by bundle ID), with
+    /// how many bundle IDs and notifications were left out. Bounded in SQL because a bundle ID
+    /// comes from outside: a group job counts an end under every device's bundle, and anyone
+    /// allowed to publish on `apns.registry` can register devices of as many bundle IDs as they like.
+    public func countSummary(sinceEpochSeconds: Int64, bundleLimit: Int = RegistryStore.countedBundleLimit) async throws -> CountSummary {
+        let limit = Int64(max(bundleLimit, 1))
+        return try await bounded { [client, logger] in
             let rows = try await client.query(
                 """
-                SELECT bundle_id, extract(epoch FROM hour)::bigint, end_kind, count FROM apns_counts
-                WHERE hour >= to_timestamp(\(sinceEpochSeconds)) ORDER BY hour, bundle_id, end_kind
+                WITH per_bundle AS (
+                    SELECT bundle_id, sum(count) AS total FROM apns_counts
+                    WHERE hour >= to_timestamp(\(sinceEpochSeconds)) GROUP BY bundle_id),
+                shown AS (SELECT bundle_id FROM per_bundle ORDER BY total DESC, bundle_id LIMIT \(limit))
+                SELECT c.bundle_id, extract(epoch FROM c.hour)::bigint, c.end_kind, c.count,
+                    (SELECT count(*) FROM per_bundle), (SELECT coalesce(sum(total), 0)::bigint FROM per_bundle)
+                FROM apns_counts c JOIN shown USING (bundle_id)
+                WHERE c.hour >= to_timestamp(\(sinceEpochSeconds)) ORDER BY c.hour, c.bundle_id, c.end_kind
                 """, logger: logger)
-            var out: [CountRow] = []
-            for try await (bundle, hour, end, count) in rows.decode((String, Int64, String, Int64).self) {
-                out.append(CountRow(bundleId: bundle, hour: hour, end: end, count: count))
+            var summary = CountSummary(rows: [], bundles: 0, bundlesNotShown: 0, countNotShown: 0)
+            var everything: Int64 = 0
+            for try await (bundle, hour, end, count, bundles, total) in rows.decode((String, Int64, String, Int64, Int64, Int64).self) {
+                summary.rows.append(CountRow(bundleId: bundle, hour: hour, end: end, count: count))
+                summary.bundles = bundles
+                everything = total
             }
-            return out
+            let shown = Set(summary.rows.map(\.bundleId)).count
+            summary.bundlesNotShown = max(summary.bundles - Int64(shown), 0)
+            summary.countNotShown = max(everything - summary.rows.reduce(0) { $0 &+ $1.count }, 0)
+            return summary
         }
     }
+
+    /// How many bundle IDs `counts` and `countSummary` return by default: the admin page draws a
+    /// chart of up to 48 hours × 8 ends for each.
+    public static let countedBundleLimit = 50
 
     // MARK: - Operators
 
@@ -213,22 +240,40 @@ public final class RegistryStore: Sendable {
         try await records(where: "group_name = $1", [group], limit: limit)
     }
 
-    /// Per bundle ID: registered devices not marked invalid, and those marked invalid.
-    public func deviceCounts() async throws -> [BundleDeviceCount] {
-        try await bounded { [client, logger] in
+    /// Per bundle ID: registered devices not marked invalid, and those marked invalid, for the
+    /// `limit` bundle IDs with the most such devices (ties by bundle ID), with how many bundle IDs
+    /// and devices the rest hold. Bounded in SQL: anyone allowed to publish on `apns.registry` can
+    /// register one device in each of millions of bundle IDs, and the admin page draws this.
+    public func deviceCounts(limit: Int = RegistryStore.deviceCountBundleLimit) async throws -> DeviceCountSummary {
+        let limit = Int64(max(limit, 1))
+        return try await bounded { [client, logger] in
             let rows = try await client.query(
                 """
-                SELECT bundle_id, count(*) FILTER (WHERE registered AND invalid_reason IS NULL),
-                    count(*) FILTER (WHERE registered AND invalid_reason IS NOT NULL)
-                FROM apns_devices GROUP BY bundle_id ORDER BY bundle_id
+                WITH per_bundle AS (
+                    SELECT bundle_id, count(*) FILTER (WHERE registered AND invalid_reason IS NULL) AS active,
+                        count(*) FILTER (WHERE registered AND invalid_reason IS NOT NULL) AS invalid
+                    FROM apns_devices GROUP BY bundle_id)
+                SELECT bundle_id, active, invalid, count(*) OVER (), (sum(active) OVER ())::bigint, (sum(invalid) OVER ())::bigint
+                FROM per_bundle ORDER BY active + invalid DESC, bundle_id LIMIT \(limit)
                 """, logger: logger)
-            var out: [BundleDeviceCount] = []
-            for try await (bundle, active, invalid) in rows.decode((String, Int64, Int64).self) {
-                out.append(BundleDeviceCount(bundleId: bundle, active: active, invalid: invalid))
+            var summary = DeviceCountSummary(bundles: [], bundlesNotShown: 0, activeNotShown: 0, invalidNotShown: 0)
+            for try await (bundle, active, invalid, bundles, allActive, allInvalid) in rows.decode(
+                (String, Int64, Int64, Int64, Int64, Int64).self)
+            {
+                summary.bundles.append(BundleDeviceCount(bundleId: bundle, active: active, invalid: invalid))
+                summary.bundlesNotShown = bundles
+                summary.activeNotShown = allActive
+                summary.invalidNotShown = allInvalid
             }
-            return out
+            summary.bundlesNotShown -= Int64(summary.bundles.count)
+            summary.activeNotShown -= summary.bundles.reduce(0) { $0 + $1.active }
+            summary.invalidNotShown -= summary.bundles.reduce(0) { $0 + $1.invalid }
+            return summary
         }
     }
+
+    /// How many bundle IDs `deviceCounts` returns by default (one table row each on the page).
+    public static let deviceCountBundleLimit = 500
 
     private func records(where condition: String, _ values: [String], limit: Int) async throws -> [DeviceRecord] {
         try await bounded { [client, logger] in

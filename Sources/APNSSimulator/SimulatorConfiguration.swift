@@ -129,6 +129,9 @@ public enum ScriptedOutcome: Sendable, Hashable {
     /// The request is read but never answered (the stream stays open until the connection
     /// closes): for request deadlines.
     case neverAnswer
+    /// Every request for the token gets `status`/`reason` with a JSON body padded to `bodyBytes`
+    /// (no APNs answer is larger than about 60 bytes): for the client's cap on answer bodies.
+    case oversizedBody(status: Int, reason: APNSReason, bodyBytes: Int)
     /// Binary gateway only: every frame for the token gets an error response with this status
     /// (10 accepts the frame and names it as the last one processed, as Apple's shutdown does).
     /// HTTP/2 requests for the token are accepted.

@@ -32,11 +32,17 @@ struct SimulatorResponse: Sendable, Hashable {
     var extraHeaders: [HTTP2HeaderField] = []
     /// A JSON body of a successful answer (a channel's description, the channel list).
     var successBody: String?
+    /// The size an error body is padded to (`ScriptedOutcome.oversizedBody`); nil for Apple's own.
+    var paddedTo: Int?
 
     /// `{"reason":"…"}` with `"timestamp"` for 410; `successBody` or nil without a reason.
     var body: String? {
         guard let reason else { return successBody }
         if let timestamp { return "{\"reason\":\"\(reason.rawValue)\",\"timestamp\":\(timestamp)}" }
+        if let paddedTo {
+            let head = "{\"reason\":\"\(reason.rawValue)\",\"padding\":\"", tail = "\"}"
+            return head + String(repeating: "x", count: max(paddedTo - head.utf8.count - tail.utf8.count, 0)) + tail
+        }
         return "{\"reason\":\"\(reason.rawValue)\"}"
     }
 }
@@ -167,6 +173,7 @@ final class SimulatorEngine: Sendable {
         enum Verdict {
             case accept
             case fail(status: Int, reason: APNSReason, timestamp: Int64?)
+            case padded(status: Int, reason: APNSReason, bodyBytes: Int)
             case never
         }
         let verdict: Verdict = state.withLock { s in
@@ -189,6 +196,7 @@ final class SimulatorEngine: Sendable {
                 return entry.requests <= count ? .fail(status: status, reason: reason, timestamp: nil) : .accept
             case .always(let status, let reason): return .fail(status: status, reason: reason, timestamp: nil)
             case .neverAnswer: return .never
+            case .oversizedBody(let status, let reason, let bodyBytes): return .padded(status: status, reason: reason, bodyBytes: bodyBytes)
             case .binaryStatus: return .accept
             }
         }
@@ -200,6 +208,10 @@ final class SimulatorEngine: Sendable {
         case .fail(let status, let reason, let timestamp):
             var response = answer(status, reason, apnsID: answerID)
             response.timestamp = timestamp
+            return .respond(response, delay: faults.latency, raiseStreamLimit: raiseStreamLimit)
+        case .padded(let status, let reason, let bodyBytes):
+            var response = answer(status, reason, apnsID: answerID)
+            response.paddedTo = bodyBytes
             return .respond(response, delay: faults.latency, raiseStreamLimit: raiseStreamLimit)
         case .accept:
             let record = AcceptedNotification(
@@ -393,7 +405,8 @@ extension ScriptedOutcome {
         case .binaryStatus(let raw): return raw
         case .failFirst(let count, let status, let reason):
             return requestNumber <= count ? Self.binaryAnswer(httpStatus: status, reason: reason) : nil
-        case .always(let status, let reason): return Self.binaryAnswer(httpStatus: status, reason: reason)
+        case .always(let status, let reason), .oversizedBody(let status, let reason, _):
+            return Self.binaryAnswer(httpStatus: status, reason: reason)
         }
     }
 

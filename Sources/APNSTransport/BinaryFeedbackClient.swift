@@ -20,8 +20,14 @@ public struct BinaryFeedbackClient: Sendable {
         public var caFile: String?
         /// Connect, handshake and read everything; then `fetch` fails.
         public var timeout: Duration
+        /// Tuples one fetch keeps; past them the connection is closed unread (logged).
+        public var maximumTuples: Int
 
-        public init(host: String, port: Int = 2196, certFile: String, keyFile: String, caFile: String? = nil, timeout: Duration = .seconds(30)) {
+        public init(
+            host: String, port: Int = 2196, certFile: String, keyFile: String, caFile: String? = nil, timeout: Duration = .seconds(30),
+            maximumTuples: Int = FeedbackStreamDecoder.defaultMaximumTuples
+        ) {
+            self.maximumTuples = maximumTuples
             self.host = host
             self.port = port
             self.certFile = certFile
@@ -82,19 +88,27 @@ public struct BinaryFeedbackClient: Sendable {
                     return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
                 }
             }
-        let tuples = try await channel.executeThenClose { inbound, _ in
-            var decoder = FeedbackStreamDecoder()
+        let maximumTuples = configuration.maximumTuples
+        let (tuples, full) = try await channel.executeThenClose { inbound, _ in
+            var decoder = FeedbackStreamDecoder(maximumTuples: maximumTuples)
             var tuples: [FeedbackTuple] = []
             do {
                 for try await buffer in inbound {
                     tuples += try decoder.feed(buffer.readableBytesView)
+                    // Closing here is the only way to stop a peer that keeps writing.
+                    if decoder.isFull { break }
                 }
             } catch NIOSSLError.uncleanShutdown {
                 // A TCP close without close_notify still ends the stream; `finish` decides
                 // whether it ended on a tuple boundary.
             }
             try decoder.finish()
-            return tuples
+            return (tuples, decoder.isFull)
+        }
+        if full {
+            logger.warning(
+                "the feedback service sent more tuples than one fetch keeps; the connection was closed and the rest not read",
+                metadata: ["feedback.host": "\(configuration.host)", "feedback.kept": "\(tuples.count)"])
         }
         logger.debug(
             "feedback service read",

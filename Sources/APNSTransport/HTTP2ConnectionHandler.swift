@@ -259,6 +259,10 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             if headers.endStream { complete(stream) } else { streams[frame.streamID] = stream }
         case .data(let data):
             if case .byteBuffer(var bytes) = data.data {
+                guard (stream.body?.readableBytes ?? 0) + bytes.readableBytes <= Self.maximumAnswerBody else {
+                    answerTooLarge(frame.streamID, stream, context: context)
+                    return
+                }
                 if stream.body == nil {
                     stream.body = bytes
                 } else {
@@ -274,6 +278,21 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         default:
             streams[frame.streamID] = stream
         }
+    }
+
+    /// The most of an answer's body a stream keeps. Apple's answers carry no body (200) or a
+    /// JSON dictionary of `reason` and, with 410, `timestamp` ("Handling notification responses
+    /// from APNs"): about 60 bytes. 4 KiB leaves room for a server that pretty-prints; a body
+    /// larger than that is no APNs answer, and without a cap a peer (a proxy, a spoofed endpoint)
+    /// could make each of up to 1,000 streams per connection hold as much as flow control lets it.
+    static let maximumAnswerBody = 4096
+
+    /// A body over `maximumAnswerBody`: the stream is reset (CANCEL: this side no longer wants it;
+    /// NIOHTTP2 drops what still arrives for it) and ends as a transport fault, retried like any
+    /// answer that cannot be read. The connection and its other streams go on.
+    private func answerTooLarge(_ streamID: HTTP2StreamID, _ stream: InFlight, context: ChannelHandlerContext) {
+        context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
+        finish(stream, with: .failed(.malformedAnswer("answer body over \(Self.maximumAnswerBody) bytes")))
     }
 
     private func connectionFrame(_ payload: HTTP2Frame.FramePayload, context: ChannelHandlerContext) {

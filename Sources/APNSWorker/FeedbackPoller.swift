@@ -1,7 +1,8 @@
 /// Polls Apple's legacy feedback service for one binary bundle and publishes every token it
 /// reports to `apns.feedback` (contract §1, §4), as the same event the worker publishes for a
 /// dead token (`OutcomeRouter.feedbackServiceEvent`). The service forgets what it served, so a
-/// tuple whose publish failed is kept in memory and published again before the next fetch.
+/// tuple whose publish failed is kept in memory and published again before the next fetch, up
+/// to `maximumUnpublished`.
 import AMQPClient
 import APNSCore
 import APNSTransport
@@ -20,6 +21,9 @@ public struct FeedbackPoller<Publisher: ConfirmedPublishing>: Service {
     private let logger: Logger
     /// Told of every tuple (the registry marks the device invalid); never blocks.
     public var observer: (any JobEndObserver)?
+    /// Tuples kept for a broker that keeps refusing them, across intervals; past it the oldest
+    /// are dropped and logged (each fetch adds up to `FeedbackStreamDecoder.defaultMaximumTuples`).
+    public var maximumUnpublished = FeedbackStreamDecoder.defaultMaximumTuples
 
     public init(bundleID: String, interval: Duration, broker: Publisher, logger: Logger, fetch: @escaping Fetch) {
         self.bundleID = bundleID
@@ -63,6 +67,13 @@ public struct FeedbackPoller<Publisher: ConfirmedPublishing>: Service {
             logger.debug("feedback service polled", metadata: ["feedback.tuples": "\(fetched.count)"])
         } catch {
             logger.warning("feedback service poll failed; trying again at the next interval", metadata: ["error": "\(error)"])
+        }
+        if tuples.count > maximumUnpublished {
+            let dropped = tuples.count - maximumUnpublished
+            tuples.removeFirst(dropped)
+            logger.error(
+                "more feedback tokens waiting for the broker than are kept; the oldest are lost",
+                metadata: ["feedback.dropped": "\(dropped)", "feedback.kept": "\(tuples.count)"])
         }
         guard !tuples.isEmpty else { return [] }
 

@@ -66,6 +66,14 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         var applied: [String: Int] = [:]
     }
 
+    /// Bundles a pause or resume message named since their marker was last read. Anyone who may
+    /// publish on the vhost can send these, so the listener never reads a marker itself: it adds
+    /// the bundle here and goes on, and `reconcileRequested` reads each marker once for however
+    /// many messages named it meanwhile (a flood costs a round trip per bundle, not per message).
+    private let pauseRequests = Mutex(Set<String>())
+    /// Wakes `reconcileRequested` of the current `run()`.
+    private let pauseRequestSignal = Mutex<AsyncStream<Void>.Continuation?>(nil)
+
     public init(broker: Broker, worker: any FleetMember, identity: Identity, interval: Duration, logger: Logger) {
         self.broker = broker
         self.worker = worker
@@ -114,6 +122,9 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         // a child task waits for either (no unstructured task from a synchronous handler).
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.beat() }
+            let (requested, signal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+            self.pauseRequestSignal.withLock { $0 = signal }
+            group.addTask { await self.reconcileRequested(requested) }
             group.addTask {
                 try? await gracefulShutdown()
                 await consumer.cancel()
@@ -132,15 +143,31 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
             case .pause(let bundleID), .resume(let bundleID):
                 // The marker is the truth (the message may be late, or from anyone on the vhost).
                 if worker.bundleIDs.contains(bundleID) {
-                    do { try await reconcile(bundleID) } catch {
-                        logger.warning("fleet: could not read a pause marker", metadata: ["apns.bundle": "\(bundleID)", "amqp.error": "\(error)"])
-                    }
+                    pauseRequests.withLock { _ = $0.insert(bundleID) }
+                    pauseRequestSignal.withLock { $0 }?.yield()
                 }
             case nil:
                 view.withLock { $0.ignoredMessage() }
                 noteDropped(.ignored)
             }
             await broker.ack(delivery)
+        }
+    }
+
+    /// Until cancelled: reads the marker of each bundle a pause or resume message named, once
+    /// per wake-up however many messages named it. A message that arrives while its bundle's
+    /// marker is being read adds the bundle again, so the marker is read after it too.
+    private func reconcileRequested(_ requested: AsyncStream<Void>) async {
+        for await _ in requested {
+            let bundles = pauseRequests.withLock { requests in
+                defer { requests = [] }
+                return requests
+            }
+            for bundleID in bundles.sorted() {
+                do { try await reconcile(bundleID) } catch {
+                    logger.warning("fleet: could not read a pause marker", metadata: ["apns.bundle": "\(bundleID)", "amqp.error": "\(error)"])
+                }
+            }
         }
     }
 

@@ -3,7 +3,8 @@
 /// `--instances` instances with `--bundles` bundles of 255-byte keys each flood `apns.fleet`
 /// while `/fleet/graph` and `/api/fleet` are polled. `dead`: `--jobs` dead jobs of `--mib` MiB sit
 /// in the bundle's dead queue while the admin page and `/api/dead?limit=500` are fetched.
-/// Figures only, no asserts; `--worker` runs another build (main's) for the before figure.
+/// `bodies`: every consumer's prefetch full of bodies at the 64 KiB limit at once, deliveries to
+/// APNs stalled (`AttackBench+Bodies.swift`). Figures only, no asserts; `--worker` runs another build (main's) for the before figure.
 import AMQPClient
 import APNSCore
 import APNSSimulator
@@ -16,7 +17,8 @@ struct AttackBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "attack", abstract: "Peak RSS of a worker under forged heartbeats (fleet) or large dead jobs (dead).")
 
-    @Argument(help: "fleet, dead, or view (in this process: what a FleetView holds, measured by malloc, against its own estimate).")
+    @Argument(
+        help: "fleet, dead, bodies, or view (in this process: what a FleetView holds, measured by malloc, against its own estimate).")
     var scenario: String
 
     @Option(help: "AMQP URL of a running broker (scripts/broker.sh start).")
@@ -49,17 +51,32 @@ struct AttackBench: AsyncParsableCommand {
     @Option(help: "dead: fetches of the page and of /api/dead?limit=500.")
     var fetches: Int = 3
 
+    @Option(help: "bodies: bundles (the default in-flight budget of 2,000 is 4 × the default prefetch of 500).")
+    var bodyBundles: Int = 4
+
+    @Option(help: "bodies: PostgreSQL URL for a [registry], so apns.registry and apns.groups are consumed too.")
+    var postgresURL: String?
+
     func run() async throws {
-        guard ["fleet", "dead", "view"].contains(scenario) else { throw ValidationError("scenario: fleet, dead or view") }
+        guard ["fleet", "dead", "bodies", "view"].contains(scenario) else { throw ValidationError("scenario: fleet, dead, bodies or view") }
         if scenario == "view" { return measureView() }
         var logger = Logger(label: "bench")
         logger.logLevel = .warning
-        let bundle = "com.example.attack.\(UUID().uuidString.prefix(6).lowercased())"
-        let setup = try await BenchWorkerSetup.start(directoryPrefix: "apnsw-attack", bundleIDs: [bundle], recordLimit: 10, logger: logger)
+        let tag = UUID().uuidString.prefix(6).lowercased()
+        let bundles = (0..<(scenario == "bodies" ? max(bodyBundles, 1) : 1)).map { "com.example.attack\($0).\(tag)" }
+        let bundle = bundles[0]
+        let setup = try await BenchWorkerSetup.start(directoryPrefix: "apnsw-attack", bundleIDs: bundles, recordLimit: 10, logger: logger)
         defer { setup.remove() }
         let configPath = setup.directory + "/worker.conf"
+        var sections = ""
+        if scenario == "bodies" {
+            // APNs answers nothing for as long as the bench runs: every job taken stays in flight.
+            setup.simulator.setFaults(SimulatorFaults(latency: .seconds(3600)))
+            sections += "[worker]\nrequestTimeout = 5m\nshutdownDeadline = 1s\n"
+            if let postgresURL { sections += "[registry]\nurl = \(postgresURL)\n" }
+        }
         try BenchWorkerSetup.workerConfig(
-            url: url, adminKeys: ["listen = 127.0.0.1:\(adminPort)", "heartbeatInterval = 5s"], bundles: [bundle],
+            url: url, adminKeys: ["listen = 127.0.0.1:\(adminPort)", "heartbeatInterval = 5s"], sections: sections, bundles: bundles,
             port: setup.simulator.port
         ).write(toFile: configPath, atomically: true, encoding: .utf8)
         let process = try setup.startWorker(configPath: configPath, executable: worker)
@@ -71,16 +88,18 @@ struct AttackBench: AsyncParsableCommand {
         try await BenchWorkerSetup.waitUntil(limit: .seconds(60)) { (try? await connection.inspectQueue(TopologyNames.deadQueue(bundle))) != nil }
         let idle = probe.peakRSS()
         print("worker \(process.executableURL?.path ?? "?"): peak RSS idle \(String(format: "%.1f", idle)) MiB")
-        if scenario == "fleet" {
-            try await fleet(connection, probe, process)
-        } else {
-            try await dead(connection, probe, process, bundle: bundle)
+        switch scenario {
+        case "fleet": try await fleet(connection, probe, process)
+        case "bodies": try await bodies(connection, probe, process, bundles: bundles)
+        default: try await dead(connection, probe, process, bundle: bundle)
         }
         // The worker first: its consumers would see their queues deleted.
         process.terminate()
         process.waitUntilExit()
-        for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
-            _ = try? await connection.deleteQueue(name)
+        for bundle in bundles {
+            for name in [TopologyNames.workQueue(bundle), TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
+                _ = try? await connection.deleteQueue(name)
+            }
         }
         await connection.close()
         try await setup.simulator.shutdown()

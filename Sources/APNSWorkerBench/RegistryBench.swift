@@ -81,7 +81,7 @@ struct RegistryBench: AsyncParsableCommand {
             }
             let worker = try setup.startWorker(configPath: configPath)
             let applied = { () async throws -> Int64 in
-                try await store.deviceCounts().filter { bundles.contains($0.bundleId) }.reduce(0) { $0 + $1.active }
+                try await store.deviceCounts().bundles.filter { bundles.contains($0.bundleId) }.reduce(0) { $0 + $1.active }
             }
             // Timed from the first registration applied, so the worker's start-up is not in it.
             try await BenchWorkerSetup.waitUntil(limit: .seconds(1800)) { try await applied() > 0 }

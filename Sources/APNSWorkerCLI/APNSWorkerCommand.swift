@@ -1,5 +1,7 @@
 /// The `apns-worker` command: one executable for the worker, the simulator and operator tools.
+import APNSConfig
 import ArgumentParser
+import Foundation
 
 @main
 struct APNSWorkerCommand: AsyncParsableCommand {
@@ -13,6 +15,27 @@ struct APNSWorkerCommand: AsyncParsableCommand {
             PauseCommand<PauseBundle>.self, PauseCommand<ResumeBundle>.self, ChannelsCommand.self,
         ]
     )
+
+    /// ArgumentParser's entry, after the environment every command reads (the log level) is
+    /// checked: a bad value ends start-up with its one line and exit 1, before any command runs.
+    static func main() async {
+        do {
+            _ = try LogLevelEnvironment.level(ProcessInfo.processInfo.environment)
+        } catch {
+            FileHandle.standardError.write(Data("\(error)\n".utf8))
+            Foundation.exit(1)
+        }
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            Self.exit(withError: error)
+        }
+    }
 }
 
 enum APNSWorkerVersion {

@@ -50,10 +50,11 @@ func loadConfiguration(_ path: String, credentials: ConfigurationLoader.Credenti
 }
 
 /// A console logger for the CLI, level from `APNS_WORKER_LOG_LEVEL` (default `defaultLevel`:
-/// info, warning for the operator commands, whose output is their answer).
+/// info, warning for the operator commands, whose output is their answer). The variable was
+/// checked when the command started (`APNSWorkerCommand.main`), so a value here is a level.
 func makeLogger(_ label: String, defaultLevel: Logger.Level = .info) -> Logger {
     var logger = Logger(label: label)
-    let level = ProcessInfo.processInfo.environment["APNS_WORKER_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:))
+    let level = (try? LogLevelEnvironment.level(ProcessInfo.processInfo.environment)).flatMap(Logger.Level.init(rawValue:))
     logger.logLevel = level ?? defaultLevel
     return logger
 }

@@ -204,6 +204,9 @@ struct RequeueJobs<Choice: JobQueueKindChoice>: AsyncParsableCommand {
             printJSON(report)
         } else {
             print("requeued \(report.moved) \(Choice.kind.rawValue) job(s) to their work queue")
+            for id in report.withoutTheirHeaders {
+                print("without its headers: \(id) (dropped for size when it died; requeued without them)")
+            }
             for id in report.notFound { print("not found: \(id)") }
         }
         if !report.notFound.isEmpty { throw ExitCode.failure }

@@ -168,17 +168,25 @@ struct StatsCommand: AsyncParsableCommand {
     @OptionGroup var registry: RegistryOptions
     @Option(help: "Hours back from now.")
     var hours: Int = 48
+    @Option(help: "At most this many bundle IDs, those with the most notifications; the rest are summed in one line.")
+    var bundles: Int = RegistryStore.countedBundleLimit
     @Flag(help: "JSON output.")
     var json = false
+
+    func validate() throws {
+        guard bundles >= 1 else { throw ValidationError("--bundles must be at least 1") }
+    }
 
     func run() async throws {
         let now = Int64(Date().timeIntervalSince1970)
         let since = CountAggregator.hour(ofEpochSeconds: now) - Int64(max(hours - 1, 0)) * 3600
-        let rows = try await registry.withStore { try await $0.counts(sinceEpochSeconds: since) }
+        let summary = try await registry.withStore { [bundles] in try await $0.countSummary(sinceEpochSeconds: since, bundleLimit: bundles) }
+        let rows = summary.rows
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            print(String(decoding: try encoder.encode(["counts": rows]), as: UTF8.self))
+            let output = StatsOutput(counts: rows, bundlesNotShown: summary.bundlesNotShown, countNotShown: summary.countNotShown)
+            print(String(decoding: try encoder.encode(output), as: UTF8.self))
             return
         }
         let ends = JobEndKind.allCases.map(\.rawValue)
@@ -194,5 +202,15 @@ struct StatsCommand: AsyncParsableCommand {
         for key in order {
             print(([key] + ends.map { "\(table[key]?[$0] ?? 0)" }).joined(separator: "\t"))
         }
+        if summary.bundlesNotShown > 0 {
+            print("\(summary.bundlesNotShown) more bundle IDs not shown, with \(summary.countNotShown) notifications (see --bundles)")
+        }
+    }
+
+    /// `--json`: the rows shown and what the bundle IDs left out counted.
+    struct StatsOutput: Encodable {
+        var counts: [CountRow]
+        var bundlesNotShown: Int64
+        var countNotShown: Int64
     }
 }

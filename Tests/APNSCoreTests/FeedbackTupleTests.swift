@@ -63,4 +63,25 @@ import Testing
         }
         #expect(throws: Never.self) { try FeedbackStreamDecoder().finish() }
     }
+
+    @Test("past its tuple count the decoder keeps nothing more and the stream may end anywhere (issue 35)")
+    func theTupleCountIsBounded() throws {
+        var stream: [UInt8] = []
+        for n in 0..<5 { FeedbackTuple(timestamp: UInt32(n), deviceToken: Array(repeating: UInt8(n), count: 32)).encode(into: &stream) }
+        var decoder = FeedbackStreamDecoder(maximumTuples: 3)
+        // In one piece and over several: three tuples, then nothing, even bytes that are no tuple.
+        let tuples = try decoder.feed(stream)
+        #expect(tuples.map(\.timestamp) == [0, 1, 2])
+        #expect(decoder.isFull && decoder.decoded == 3)
+        #expect(try decoder.feed(stream + [0, 0, 0, 1, 1, 32]).isEmpty)
+        #expect(throws: Never.self) { try decoder.finish() }
+
+        var piecewise = FeedbackStreamDecoder(maximumTuples: 3)
+        var kept: [FeedbackTuple] = []
+        for byte in stream.prefix(4 * 38 + 7) { kept += try piecewise.feed([byte]) }
+        #expect(kept.map(\.timestamp) == [0, 1, 2] && piecewise.isFull)
+        #expect(throws: Never.self) { try piecewise.finish() }
+        #expect(FeedbackStreamDecoder().maximumTuples == FeedbackStreamDecoder.defaultMaximumTuples)
+    }
+
 }

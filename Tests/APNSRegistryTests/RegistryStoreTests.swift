@@ -2,6 +2,8 @@ import AMQPClient
 import APNSConfig
 import APNSCore
 import Foundation
+import Logging
+import PostgresNIO
 import Testing
 import TestSupport
 
@@ -171,7 +173,7 @@ struct RegistryStoreTests {
             #expect(try await store.device(bundleID: "com.a", token: "01")?.state == .invalid)
             try await store.apply(.init(op: .register, bundleID: "com.a", token: "01", group: "g", at: 2_500))
             #expect(try await store.device(bundleID: "com.a", token: "01")?.state == .active)
-            let counts = try await store.deviceCounts()
+            let counts = try await store.deviceCounts().bundles
             #expect(counts == [BundleDeviceCount(bundleId: "com.a", active: 2, invalid: 0)])
         }
     }
@@ -223,4 +225,51 @@ struct RegistryStoreTests {
             #expect(rows.count == 3)
         }
     }
+
+    /// Issue 35 item 5: anyone allowed to publish on `apns.registry` can register one device in
+    /// each of as many bundle IDs as they like (and a group job counts an end under each). The
+    /// admin's summaries read the busiest bundle IDs only, with totals for the rest, in SQL.
+    @Test func deviceCountsAndCountsHoldTheBusiestBundlesAndTotalTheRest() async throws {
+        let settings = try await TestPostgres.freshDatabase()
+        try await TestPostgres.withStore(settings) { store in
+            try await store.migrate()
+            let forged = 3_000
+            try await store.client.query(
+                """
+                INSERT INTO apns_devices (bundle_id, token, group_name, environment, registered, changed_at, registered_at)
+                SELECT 'com.forged.' || n, 'ab', 'g', 'production', true, 1, 1 FROM generate_series(1, \(forged)) AS n
+                """, logger: Logger(label: "test"))
+            try await store.importDevices(bundleID: "com.real", tokens: ["01", "02", "03"], group: "g", at: 1)
+            try await store.markInvalid([InvalidMark(bundleID: "com.real", token: "03", reason: "Unregistered", at: 2)])
+
+            let devices = try await store.deviceCounts(limit: 10)
+            #expect(devices.bundles.count == 10)
+            #expect(devices.bundles.first == BundleDeviceCount(bundleId: "com.real", active: 2, invalid: 1))
+            #expect(devices.bundlesNotShown == Int64(forged + 1 - 10))
+            #expect(devices.activeNotShown == Int64(forged - 9))
+            #expect(devices.invalidNotShown == 0)
+            let byDefault = try await store.deviceCounts()
+            #expect(byDefault.bundles.count == RegistryStore.deviceCountBundleLimit)
+            #expect(byDefault.bundlesNotShown == Int64(forged + 1 - RegistryStore.deviceCountBundleLimit))
+
+            var aggregator = CountAggregator()
+            for n in 1...forged { aggregator.add(bundleID: "com.forged.\(n)", end: .fannedOut, epochSeconds: 7_200) }
+            aggregator.add(bundleID: "com.real", end: .delivered, epochSeconds: 7_200, count: 40)
+            aggregator.add(bundleID: "com.real", end: .dead, epochSeconds: 10_800, count: 2)
+            try await store.addCounts(aggregator.take())
+            let counts = try await store.countSummary(sinceEpochSeconds: 0, bundleLimit: 5)
+            #expect(Set(counts.rows.map(\.bundleId)).count == 5)
+            #expect(counts.rows.count == 6)
+            #expect(counts.rows.contains(CountRow(bundleId: "com.real", hour: 7_200, end: "delivered", count: 40)))
+            #expect(counts.rows.contains(CountRow(bundleId: "com.real", hour: 10_800, end: "dead", count: 2)))
+            #expect(counts.bundles == Int64(forged + 1))
+            #expect(counts.bundlesNotShown == Int64(forged + 1 - 5))
+            #expect(counts.countNotShown == Int64(forged - 4))
+            #expect(Set(try await store.counts(sinceEpochSeconds: 0).map(\.bundleId)).count == RegistryStore.countedBundleLimit)
+            // Only the hours asked for count, and nothing is left out when everything fits.
+            let later = try await store.countSummary(sinceEpochSeconds: 10_800)
+            #expect(later == CountSummary(rows: [CountRow(bundleId: "com.real", hour: 10_800, end: "dead", count: 2)], bundles: 1))
+        }
+    }
+
 }

@@ -70,6 +70,7 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
         var openSessions: Set<Int> = []
         var nextSession = 0
         var sessionPurposes: [String] = []
+        var onInspect: (@Sendable (String) async -> Void)?
     }
 
     let store = Mutex(State())
@@ -77,6 +78,13 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
     public init() {}
 
     // MARK: What a test sets up and looks at
+
+    /// Called with the queue's name before every `inspectQueue` (a passive declare) answers: a
+    /// test counts them, or holds one to see what goes on meanwhile.
+    public var onInspect: (@Sendable (String) async -> Void)? {
+        get { store.withLock { $0.onInspect } }
+        set { store.withLock { $0.onInspect = newValue } }
+    }
 
     /// Publishes fail as on a lost connection while true.
     public var failPublishes: Bool {
@@ -311,7 +319,8 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
     }
 
     public func inspectQueue(_ name: String) async throws -> AMQPQueueInfo {
-        try store.withLock { state in
+        if let onInspect = store.withLock({ $0.onInspect }) { await onInspect(name) }
+        return try store.withLock { state in
             guard let info = Self.info(state, name) else {
                 throw AMQPError(.channelClosed, "no queue '\(name)'", replyCode: 404, replyText: "NOT_FOUND", queue: name)
             }
