@@ -33,16 +33,19 @@ struct StatusPage {
     var context: [String: Any] {
         let shownDead = Array(deadJobs.prefix(limit))
         let shownRetry = Array(retryJobs.prefix(limit))
-        // Summed once for the whole page: every bundle row and queue row reads them, and a
-        // forged fleet can bring thousands of bundles (summing per row made "/" quadratic).
-        let totals = fleetTotals
-        let bundles = bundleIDs(totals)
+        // What the page draws of the fleet's bundles, summed once for the whole page (every
+        // bundle row and queue row reads the sums): this instance's bundles and the busiest
+        // others, however many a forged view holds (issue 35: a row each passed 256 MiB).
+        let summary = bundleSummary
+        let totals = summary?.totals ?? [:]
+        let bundles = summary?.shown ?? status.bundles.map(\.bundleID)
+        let instances = fleet?.instances ?? []
         var context: [String: Any] = [
             "broker": status.broker,
             "ready": status.isReady ? "yes" : "no",
             "instanceID": instanceID ?? "-",
             "generatedAt": Self.timestamp(now),
-            "instances": (fleet?.instances ?? []).map(instanceRow),
+            "instances": instances.prefix(Self.maxInstanceRows).map(instanceRow),
             "instanceCount": fleet?.instances.count ?? 1,
             "bundles": bundles.map { bundleRow($0, totals: totals) },
             "queues": (depths ?? []).map { queueRow($0, totals: totals) },
@@ -62,21 +65,27 @@ struct StatusPage {
             "bulkRequeuePath": Self.path("/dead/confirm", ["action": "requeue", "bundle": deadFilter.bundleID, "reason": deadFilter.reason]),
             "bulkPurgePath": Self.path("/dead/confirm", ["action": "purge", "bundle": deadFilter.bundleID, "reason": deadFilter.reason]),
         ]
-        let held = Set(status.heldBundles).union(totals.filter(\.value.held).keys).sorted()
-        if !held.isEmpty { context["heldBundles"] = held.joined(separator: ", ") }
-        if let paused = fleet?.paused, !paused.isEmpty { context["pausedBundles"] = paused.joined(separator: ", ") }
+        if instances.count > Self.maxInstanceRows { context["instancesNotShown"] = instances.count - Self.maxInstanceRows }
+        if let summary, summary.notShown > 0 { context["bundlesNotShown"] = summary.notShown }
+        // Held and paused bundles are loud whichever rows are drawn, named up to a few.
+        let held = summary.map { ($0.held, $0.heldCount) } ?? (status.heldBundles.sorted(), status.heldBundles.count)
+        if held.1 > 0 { context["heldBundles"] = FleetBundleSummary.named(held.0, count: held.1) }
+        if let paused = fleet?.paused, !paused.isEmpty { context["pausedBundles"] = FleetBundleSummary.named(paused) }
         if let queueError { context["queueError"] = queueError }
         if fleet == nil { context["fleetMissing"] = true }
         return context
     }
 
+    /// Rows of instances the page draws (in the order of `FleetView.live`); the rest are counted
+    /// in a line, and `GET /api/fleet` pages through them all.
+    static let maxInstanceRows = 100
+
     var fleetTotals: [String: FleetInstance.Bundle] { fleetView?.totals(now: now) ?? [:] }
 
-    /// This instance's bundles first, then those only other instances run.
-    func bundleIDs(_ totals: [String: FleetInstance.Bundle]) -> [String] {
-        let own = status.bundles.map(\.bundleID)
-        let ownSet = Set(own)
-        return own + totals.keys.sorted().filter { !ownSet.contains($0) }
+    /// This instance's bundles first, then the busiest of those other instances run (at most
+    /// `FleetBundleSummary.defaultLimit`); nil without a fleet view.
+    var bundleSummary: FleetBundleSummary? {
+        fleetView.map { FleetBundleSummary(view: $0, own: status.bundles.map(\.bundleID), held: status.heldBundles, now: now) }
     }
 
     func instanceRow(_ instance: FleetInstance) -> [String: Any] {
@@ -87,8 +96,8 @@ struct StatusPage {
             "rss": String(format: "%.1f MiB", Double(instance.rssBytes) / 1_048_576),
             "cpu": String(format: "%.1f s", instance.cpuSeconds), "inFlight": String(instance.inFlight),
             "broker": instance.broker,
-            "held": instance.heldBundles.joined(separator: ", "),
-            "paused": instance.bundles.filter(\.value.paused).keys.sorted().joined(separator: ", "),
+            "held": FleetBundleSummary.named(instance.heldBundles),
+            "paused": FleetBundleSummary.named(instance.bundles.filter(\.value.paused).keys.sorted()),
         ]
     }
 

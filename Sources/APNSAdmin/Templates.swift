@@ -51,6 +51,7 @@ enum Templates {
         <td class="held">{{held}}</td><td class="paused">{{paused}}</td></tr>
         {{/instances}}
         {{^instances}}<tr><td colspan="12">No heartbeat heard yet.</td></tr>{{/instances}}
+        {{#instancesNotShown}}<tr id="instances-more"><td colspan="12">{{.}} more instances not drawn here: <code>GET /api/fleet</code> pages through every one.</td></tr>{{/instancesNotShown}}
         </table>
         <h2>Jobs per second, whole fleet, last 15 minutes</h2>
         <iframe id="graph-frame" src="/fleet/graph" title="jobs per second by end, last 15 minutes"></iframe>
@@ -67,6 +68,7 @@ enum Templates {
         <td>{{#pausePath}}<form class="inline" method="post" action="{{pausePath}}"><button type="submit">Pause everywhere</button></form>{{/pausePath}}
         {{#resumePath}}<form class="inline" method="post" action="{{resumePath}}"><button type="submit">Resume everywhere</button></form>{{/resumePath}}</td></tr>
         {{/bundles}}
+        {{#bundlesNotShown}}<tr id="bundles-more"><td colspan="11">{{.}} more bundles of the fleet not drawn here (this instance's and the busiest are): <code>GET /api/fleet</code> has every instance's bundles.</td></tr>{{/bundlesNotShown}}
         </table>
         <h2>Queues</h2>
         <table id="queues">

@@ -86,6 +86,23 @@ public enum AdminQuery {
         first("confirm", query) == "yes"
     }
 
+    /// `GET /api/fleet`: `after` (an instance id; the page starts after it) and `limit`
+    /// (instances, 1 to `FleetPage.maximumLimit`, default every instance a view keeps). An
+    /// `after` longer than any instance id (`FleetInstance.maxIDBytes`) is a Problem.
+    public static func fleetPage(_ query: [(String, String)]) throws(Problem) -> FleetPage.Request {
+        var request = FleetPage.Request()
+        if let text = first("limit", query), !text.isEmpty {
+            request.limit = try number("limit", text, in: 1...FleetPage.maximumLimit)
+        }
+        if let after = first("after", query), !after.isEmpty {
+            guard after.utf8.count <= FleetInstance.maxIDBytes else {
+                throw Problem("after: longer than an instance id (\(FleetInstance.maxIDBytes) bytes)")
+            }
+            request.after = after
+        }
+        return request
+    }
+
     /// The HTML page's dead-job view: `bundle`, `reason` and `offset`. Lenient (a person typed
     /// it): a bad offset shows the first page.
     public static func pageView(_ query: [(String, String)]) -> (Selection, offset: Int) {

@@ -14,6 +14,10 @@ public struct FleetRates: Sendable {
 
     /// bucket index (seconds since 1970 / width) → bundle → end → jobs.
     private var buckets: [Int64: [String: [FleetEnd: Int]]] = [:]
+    /// bucket index → end → jobs of every bundle together: what the graph draws, read without
+    /// going through a bucket's bundles (up to 1,000 each), so drawing it costs the same for a
+    /// fleet of one bundle as for a forged view of thousands.
+    private var fleetBuckets: [Int64: [FleetEnd: Int]] = [:]
     private var baselines: [String: [String: [FleetEnd: Int]]] = [:]
     /// What each bucket costs (`FleetMemory`), and their sum: at most `maxBytes`. The baselines
     /// are counted by `FleetView` with the instances they belong to.
@@ -28,9 +32,10 @@ public struct FleetRates: Sendable {
     /// The history's share of `FleetView.maxBytes`: 90 buckets of 1,000 bundles with 255-byte
     /// keys would be about 50 MB. Past it, a bundle new to a bucket counts under `otherBundles`.
     public static let maxBytes = 3 << 20
-    /// A bucket's own dictionary, and one bundle's slot in it (key and the four ends), from above.
+    /// A bucket's own dictionary and its slot, and its fleet-wide total (`fleetBuckets`), from above.
     static let bucketCost = FleetMemory.dictionary(count: 1, String.self, [FleetEnd: Int].self)
         + (MemoryLayout<Int64>.stride + MemoryLayout<[String: [FleetEnd: Int]]>.stride) * 8 / 3
+        + FleetMemory.endCounts + (MemoryLayout<Int64>.stride + MemoryLayout<[FleetEnd: Int]>.stride) * 8 / 3
     static func slotCost(_ bundleID: String) -> Int {
         FleetMemory.string(bundleID) + FleetMemory.endCounts + (MemoryLayout<String>.stride + MemoryLayout<[FleetEnd: Int]>.stride) * 8 / 3
     }
@@ -57,7 +62,9 @@ public struct FleetRates: Sendable {
         defer { baselines[instance] = counts }
         guard let previous = baselines[instance] else { return }
         let index = bucket(of: now)
-        var slot = buckets[index, default: [:]]
+        // Taken out while it is filled, so the dictionary is not copied for every heartbeat.
+        var slot = buckets.removeValue(forKey: index) ?? [:]
+        var fleet = fleetBuckets.removeValue(forKey: index) ?? [:]
         var cost = bucketBytes[index] ?? Self.bucketCost
         // Bounded memory whatever the heartbeats claim: past `maxBundlesPerBucket` bundles in one
         // bucket, or `maxBytes` in all, the work still counts fleet-wide, under `otherBundles`
@@ -84,15 +91,18 @@ public struct FleetRates: Sendable {
                 key = slotKey
                 let sum = slot[slotKey]?[end] ?? 0
                 slot[slotKey, default: [:]][end] = sum.saturatingAdd(delta)
+                fleet[end] = fleet[end, default: 0].saturatingAdd(delta)
             }
         }
         buckets[index] = slot
+        fleetBuckets[index] = fleet
         bytes += cost - (bucketBytes[index] ?? 0)
         bucketBytes[index] = cost
         let oldest = index - Int64(bucketCount)
         for old in bucketBytes.keys where old <= oldest {
             bytes -= bucketBytes.removeValue(forKey: old) ?? 0
             buckets[old] = nil
+            fleetBuckets[old] = nil
         }
     }
 
@@ -121,10 +131,7 @@ public struct FleetRates: Sendable {
             let index = last - back
             // Summed as saturating integers, then capped: a Double sum of 1,001 slots each near
             // `Int.max` is finite but no longer an `Int`, and the graph converts it (issue 35).
-            var jobs: [FleetEnd: Int] = [:]
-            for ends in Self.slots(buckets[index] ?? [:], bundleID) {
-                for (end, count) in ends { jobs[end] = jobs[end, default: 0].saturatingAdd(count) }
-            }
+            let jobs = self.jobs(in: index, bundleID: bundleID)
             var perSecond: [FleetEnd: Double] = [:]
             for end in FleetEnd.allCases {
                 perSecond[end] = min(Double(jobs[end, default: 0]) / Double(bucketSeconds), Self.maxPerSecond)
@@ -139,19 +146,32 @@ public struct FleetRates: Sendable {
         let span = Int64(max(1, seconds / bucketSeconds))
         var total: [FleetEnd: Int] = [:]
         for end in FleetEnd.allCases { total[end] = 0 }
-        for (index, bundles) in buckets where index > last - span && index <= last {
-            for ends in Self.slots(bundles, bundleID) {
-                for (end, count) in ends { total[end] = total[end, default: 0].saturatingAdd(count) }
-            }
+        for index in (last - span + 1)...last {
+            for (end, count) in jobs(in: index, bundleID: bundleID) { total[end] = total[end, default: 0].saturatingAdd(count) }
         }
         return total
     }
 
-    /// A bucket's counts of one bundle (looked up, not searched: the page asks for every bundle
-    /// of the fleet), or of every bundle.
-    private static func slots(_ bucket: [String: [FleetEnd: Int]], _ bundleID: String?) -> [[FleetEnd: Int]] {
-        guard let bundleID else { return Array(bucket.values) }
-        return bucket[bundleID].map { [$0] } ?? []
+    /// One bucket's jobs by end, of one bundle (looked up, not searched: the page asks for many
+    /// bundles), or of every bundle (the running total, not a sum over the bucket's bundles).
+    private func jobs(in index: Int64, bundleID: String?) -> [FleetEnd: Int] {
+        guard let bundleID else { return fleetBuckets[index] ?? [:] }
+        return buckets[index]?[bundleID] ?? [:]
+    }
+
+    /// Every bundle's jobs of all four ends in the last `seconds` (whole buckets): how busy each
+    /// bundle is now, for the page's choice of the bundles it draws. At most
+    /// `maxBundlesPerBucket` entries a bucket (work past it counts under `otherBundles`).
+    public func recentJobsByBundle(now: Date, seconds: Int = 60) -> [String: Int] {
+        let last = bucket(of: now)
+        let span = Int64(max(1, seconds / bucketSeconds))
+        var jobs: [String: Int] = [:]
+        for index in (last - span + 1)...last {
+            for (bundleID, ends) in buckets[index] ?? [:] where bundleID != Self.otherBundles {
+                jobs[bundleID] = ends.values.reduce(jobs[bundleID, default: 0]) { $0.saturatingAdd($1) }
+            }
+        }
+        return jobs
     }
 }
 

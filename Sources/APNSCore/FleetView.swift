@@ -152,11 +152,12 @@ public struct FleetView: Sendable {
     }
 
     /// Every live instance's counts summed per bundle (in-flight and held included: a bundle is
-    /// held fleet-wide when any instance holds it).
-    public func totals(now: Date) -> [String: FleetInstance.Bundle] {
+    /// held fleet-wide when any instance holds it); with `only`, of those bundles alone (the page
+    /// sums the bundles it draws, not every bundle a forged view holds).
+    public func totals(now: Date, only: Set<String>? = nil) -> [String: FleetInstance.Bundle] {
         var totals: [String: FleetInstance.Bundle] = [:]
-        for instance in live(now: now) {
-            for (bundleID, bundle) in instance.bundles {
+        for instance in instances.values where !Self.isSilent(instance, now: now) {
+            for (bundleID, bundle) in instance.bundles where only?.contains(bundleID) ?? true {
                 // Saturating: the counts come from outside (bounded by 2^53 each, but summed).
                 var sum = totals[bundleID, default: FleetInstance.Bundle()]
                 sum.delivered = sum.delivered.saturatingAdd(bundle.delivered)

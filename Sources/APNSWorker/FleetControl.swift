@@ -86,10 +86,13 @@ public struct FleetReport: Sendable, Hashable, Codable {
     /// instances past 1,000, bundles past 1,000 of one instance, messages not well formed.
     /// Optional so that an answer of an older version still decodes.
     public var dropped: FleetDrops?
+    /// `GET /api/fleet` is paged (`FleetPage`): the `after` of the next page, absent on the last.
+    public var next: String?
 
-    public init(instances: [FleetInstance], paused: [String], dropped: FleetDrops? = nil) {
+    public init(instances: [FleetInstance], paused: [String], dropped: FleetDrops? = nil, next: String? = nil) {
         self.instances = instances
         self.paused = paused
         self.dropped = dropped
+        self.next = next
     }
 }

@@ -36,6 +36,10 @@ extension WorkerService: FleetMember {
 public protocol FleetOperating: Sendable {
     var identity: FleetIdentity { get }
     func report(now: Date) -> FleetReport
+    /// One page of `GET /api/fleet`.
+    func page(_ request: FleetPage.Request, now: Date) -> FleetPage
+    /// The graph's points, fleet-wide.
+    func series(now: Date) -> [FleetRates.Point]
     func snapshot() -> FleetView
     func setPaused(_ bundleID: String, _ paused: Bool) async throws
 }

@@ -97,6 +97,18 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         return FleetReport(instances: instances, paused: paused.sorted(), dropped: view.withLock(\.dropped))
     }
 
+    /// One page of `GET /api/fleet` (`FleetPage`): the live instances are copied out of the
+    /// view (each shares its bundles' storage), the JSON is made outside the lock.
+    public func page(_ request: FleetPage.Request, now: Date) -> FleetPage {
+        let (instances, dropped) = view.withLock { ($0.live(now: now), $0.dropped) }
+        let ownPaused = worker.status().bundles.filter(\.paused).map(\.bundleID)
+        return FleetPage(live: instances, ownPaused: ownPaused, dropped: dropped, request: request)
+    }
+
+    /// The graph's points, fleet-wide: made under the lock (a fixed number of buckets), so the
+    /// view is not shared with a reader and the listener's next heartbeat copies nothing.
+    public func series(now: Date) -> [FleetRates.Point] { view.withLock { $0.rates.series(now: now) } }
+
     /// The fleet view as it stands (totals, rates), for the page.
     public func snapshot() -> FleetView { view.withLock { $0 } }
 

@@ -118,6 +118,75 @@ struct AdminFleetRouteTests {
         }
     }
 
+    /// Issue 35: under a view full of forged bundles (heartbeats of 170 bundles with 255-byte
+    /// keys, as the attack bench sends), `/api/fleet` was one JSON of every bundle and `/` drew a
+    /// row each, past the deployment's memory limit. Each answer is bounded now, and following
+    /// `next` reaches every live instance once.
+    @Test func aForgedFleetIsServedInBoundedPagesThatReachEveryInstance() async throws {
+        try await AdminHarness.with { harness in
+            let fleet = FleetService(
+                broker: harness.workerConnection, worker: harness.worker, identity: .current(version: "0.1.0"), interval: .seconds(10),
+                logger: AdminHarness.logger)
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { try await fleet.run() }
+                defer { tasks.cancelAll() }
+                try await waitUntil("this instance in its own view") { fleet.report().instances.contains { $0.id == fleet.identity.instanceID } }
+                let prefix = "forged-\(UUID().uuidString.prefix(8))"
+                let forgedIDs = (0..<40).map { "\(prefix)-\($0)" }
+                for (n, id) in forgedIDs.enumerated() {
+                    let keys = (0..<170).map { index -> String in
+                        let head = "forged.\(n).\(index)."
+                        return head + String(repeating: "x", count: FleetInstance.maxBundleKeyBytes - head.utf8.count)
+                    }
+                    let forged = FleetInstance(
+                        id: id, host: "forger", pid: 1, version: "6.6.6", startedAt: Date(), rssBytes: 1, cpuSeconds: 0, broker: "connected",
+                        heartbeatInterval: 60, bundles: Dictionary(uniqueKeysWithValues: keys.map { ($0, FleetInstance.Bundle(delivered: n)) }))
+                    try await harness.publisher.publish(
+                        AMQPOutboundMessage(
+                            exchange: TopologyNames.fleetExchange, routingKey: "", body: FleetMessage.heartbeat(forged).encoded(),
+                            properties: AMQPProperties(contentType: "application/json"), mandatory: false))
+                }
+                try await waitUntil("the forged heartbeats to be heard") {
+                    Set(fleet.report().instances.map(\.id)).isSuperset(of: forgedIDs)
+                }
+                try await Self.fleetAdmin(harness, fleet).makeApplication().test(.router) { client in
+                    func pages(_ query: String) async throws -> [FleetReport] {
+                        var reports: [FleetReport] = []
+                        var after: String?
+                        repeat {
+                            var uri = "/api/fleet?\(query)"
+                            if let after { uri += "&after=\(after.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)" }
+                            let response = try await client.execute(uri: uri, method: .get, headers: Self.bearer)
+                            #expect(response.status == .ok)
+                            #expect(response.body.readableBytes <= FleetPage.maxBytes + (64 << 10), "a page of \(response.body.readableBytes) bytes")
+                            let report = try FleetJSON.decoder.decode(FleetReport.self, from: Data(String(buffer: response.body).utf8))
+                            reports.append(report)
+                            after = report.next
+                        } while after != nil && reports.count < 1000
+                        return reports
+                    }
+                    for query in ["", "limit=7"] {
+                        let reports = try await pages(query)
+                        let ids = reports.flatMap { $0.instances.map(\.id) }
+                        #expect(reports.count >= 2, "\(query): the forged view (about 2.5 MB of JSON) takes more than one page")
+                        #expect(ids == ids.sorted() && Set(ids).count == ids.count, "\(query): each instance once, in order of id")
+                        #expect(Set(ids).isSuperset(of: forgedIDs + [fleet.identity.instanceID]), "\(query): every instance reached")
+                        #expect(reports.allSatisfy { $0.instances.count <= (query.isEmpty ? FleetPage.defaultLimit : 7) })
+                    }
+                    #expect(try await client.execute(uri: "/api/fleet?limit=0", method: .get, headers: Self.bearer).status == .badRequest)
+
+                    // The page draws this instance's bundle and the busiest 50 others, and counts the rest.
+                    let page = String(buffer: try await client.execute(uri: "/", method: .get, headers: Self.bearer).body)
+                    #expect(page.components(separatedBy: #"<tr class="bundle-row""#).count - 1 == 1 + FleetBundleSummary.defaultLimit)
+                    #expect(page.contains(#"<tr class="bundle-row" data-bundle="\#(harness.bundle)">"#))
+                    #expect(page.contains(#"<tr id="bundles-more">"#))
+                    #expect(page.utf8.count < 512 << 10, "the page is \(page.utf8.count) bytes")
+                    #expect(try await client.execute(uri: "/fleet/graph", method: .get, headers: Self.bearer).status == .ok)
+                }
+            }
+        }
+    }
+
     /// The admin server's reads (depths, hand-back checks) share one connection that outlives
     /// page views, instead of a new one each.
     @Test func pageViewsShareOnePooledReadConnection() async throws {

@@ -85,6 +85,32 @@ struct StatusPageTests {
         #expect(html.contains(#"action="/bundles/com.example.app/pause""#))
     }
 
+    /// A forged view of thousands of bundles drew a row each (issue 35: the worker passed its
+    /// memory limit): the page draws this instance's bundles and the busiest 50 others, counts
+    /// the rest, and names at most 10 held or paused bundles in a banner or cell.
+    @Test func aViewOfManyBundlesDrawsABoundedPage() {
+        var instances = [Self.instance("a", delivered: 10)]
+        for n in 0..<3 {
+            var forged = Self.instance("forged-\(n)", delivered: 0, held: true, paused: true)
+            forged.bundles = Dictionary(uniqueKeysWithValues: (0..<400).map {
+                (String(format: "com.forged%d.b%03d", n, $0), FleetInstance.Bundle(delivered: $0, held: true, paused: true))
+            })
+            instances.append(forged)
+        }
+        let page = Self.page(instances, paused: instances.flatMap(\.bundles.keys).sorted())
+        let html = page.render()
+        let rows = html.components(separatedBy: #"<tr class="bundle-row""#).count - 1
+        #expect(rows == 1 + FleetBundleSummary.defaultLimit)
+        #expect(html.contains(#"<tr class="bundle-row" data-bundle="com.example.app">"#), "this instance's own bundle is always drawn")
+        #expect(html.contains(#"<tr class="bundle-row" data-bundle="com.forged0.b399">"#), "the busiest others next")
+        #expect(!html.contains(#"data-bundle="com.forged0.b000""#))
+        #expect(html.contains(#"<tr id="bundles-more"><td colspan="11">1150 more bundles"#))
+        #expect(html.contains("com.forged0.b009 and 1190 more</p>"), "the held banner names ten")
+        #expect(html.contains("com.forged0.b008 and 1191 more</p>"), "the paused banner names ten")
+        #expect(html.contains(#"<td class="held">com.forged0.b000, com.forged0.b001, com.forged0.b002, com.forged0.b003, com.forged0.b004, com.forged0.b005, com.forged0.b006, com.forged0.b007, com.forged0.b008, com.forged0.b009 and 390 more</td>"#))
+        #expect(html.utf8.count < 200 << 10, "\(html.utf8.count) bytes")
+    }
+
     @Test func bulkLinksCarryTheFilter() {
         #expect(StatusPage.path("/dead/confirm", ["action": "purge", "bundle": "com.example.app", "reason": nil]) == "/dead/confirm?action=purge&bundle=com.example.app")
         #expect(StatusPage.path("/dead/confirm", ["action": "requeue", "bundle": nil, "reason": "a b&c"]) == "/dead/confirm?action=requeue&reason=a%20b%26c")
