@@ -3,7 +3,8 @@
 /// dead token (`OutcomeRouter.feedbackServiceEvent`). The service forgets what it served, so a
 /// tuple whose publish failed is kept in memory and published again before the next fetch.
 import AMQPClient
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
 import APNSTransport
 import Logging
 import ServiceLifecycle

@@ -1,6 +1,10 @@
 import AMQPClient
-import APNSCore
+import APNSBinaryProtocol
+import APNSJSON
+import APNSModel
+import APNSOutcome
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 
 /// Turns a job's outcome into what the worker does with the broker (contract §4), with no IO:

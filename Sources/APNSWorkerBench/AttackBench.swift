@@ -5,9 +5,10 @@
 /// in the bundle's dead queue while the admin page and `/api/dead?limit=500` are fetched.
 /// Figures only, no asserts; `--worker` runs another build (main's) for the before figure.
 import AMQPClient
-import APNSCore
+import APNSFleet
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import ArgumentParser
 import Foundation
 import Logging

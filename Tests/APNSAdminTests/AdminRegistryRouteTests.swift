@@ -4,8 +4,8 @@
 /// that says the registry is down.
 import APNSAdmin
 import APNSConfig
-import APNSCore
 import APNSRegistry
+import APNSRegistryMessages
 import Foundation
 import HTTPTypes
 import Hummingbird
