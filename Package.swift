@@ -83,11 +83,8 @@ let package = Package(
         // Apple's channel management API for broadcast push (contract §7) as values.
         .target(name: "APNSChannelManagement", dependencies: ["APNSJSON", "APNSModel"], swiftSettings: strictSettings),
         // What the sync server sends the registry (contract §6): registration changes and group jobs.
-        .target(
-            name: "APNSRegistryMessages",
-            dependencies: ["APNSJSON", "APNSModel", .product(name: "Crypto", package: "swift-crypto")],
-            swiftSettings: strictSettings
-        ),
+        // No swift-crypto: its two digests are its own (`NameDigest`), so the client builds none.
+        .target(name: "APNSRegistryMessages", dependencies: ["APNSJSON", "APNSModel"], swiftSettings: strictSettings),
         // The fleet (contract §5): its messages, one listener's view, the rates and the memory bound.
         .target(name: "APNSFleet", dependencies: ["APNSModel"], swiftSettings: strictSettings),
         // Every broker name the worker and its clients use (contract §1, §5, §6) and the job headers.
@@ -305,6 +302,11 @@ let package = Package(
         ),
         .testTarget(name: "APNSFleetTests", dependencies: ["APNSFleet", "APNSModel"], swiftSettings: strictSettings),
         .testTarget(name: "APNSProviderTokenTests", dependencies: ["APNSProviderToken"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "APNSRegistryMessagesTests",
+            dependencies: ["APNSRegistryMessages", "SeededRandom", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictSettings
+        ),
         .testTarget(name: "CancellableWaitTests", dependencies: ["CancellableWait"], swiftSettings: strictSettings),
         .testTarget(
             name: "APNSWorkerClientTests",

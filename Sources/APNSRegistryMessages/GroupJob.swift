@@ -1,6 +1,5 @@
 import APNSJSON
 import APNSModel
-import Crypto
 import Foundation
 
 /// A group job (contract §6): one message from the sync server for every active device of a
@@ -134,7 +133,7 @@ public enum GroupJobParser {
         } else if let messageID, let parsed = JobParser.canonicalUUID(messageID) {
             id = parsed
         } else {
-            let digest = SHA256.hash(data: Array(body)).map { String(format: "%02x", $0) }.joined()
+            let digest = NameDigest.sha256(body).map { String(format: "%02x", $0) }.joined()
             id = UUIDv5.make(name: "body:\(digest)")
         }
         var copied: [UInt8] = []
