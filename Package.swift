@@ -15,8 +15,13 @@ let package = Package(
         .executable(name: "apns-worker", targets: ["APNSWorkerCLI"]),
         .executable(name: "apns-worker-bench", targets: ["APNSWorkerBench"]),
         .executable(name: "amqp-c-loop", targets: ["AMQPCLoop"]),
-        // For the libFuzzer package in Fuzz/, which depends on this one by path.
-        .library(name: "APNSCore", targets: ["APNSCore"]),
+        // The pure modules the libFuzzer package in Fuzz/ (which depends on this one by path) fuzzes.
+        .library(name: "APNSJSON", targets: ["APNSJSON"]),
+        .library(name: "APNSModel", targets: ["APNSModel"]),
+        .library(name: "APNSBinaryProtocol", targets: ["APNSBinaryProtocol"]),
+        .library(name: "APNSRegistryMessages", targets: ["APNSRegistryMessages"]),
+        .library(name: "APNSFleet", targets: ["APNSFleet"]),
+        .library(name: "APNSAdminQuery", targets: ["APNSAdminQuery"]),
         .library(name: "APNSConfig", targets: ["APNSConfig"]),
         .library(name: "AMQPClient", targets: ["AMQPClient"]),
         .library(name: "APNSTopology", targets: ["APNSTopology"]),
@@ -58,19 +63,43 @@ let package = Package(
         // `amqp-c-loop`: the plain-C librabbitmq baseline that `apns-worker-bench amqp` runs beside AMQPClient.
         .executableTarget(name: "AMQPCLoop", dependencies: ["CRabbitMQ"]),
 
-        // Pure logic, no IO: jobs, outcomes, wire codecs, JWT, retry and replay state machines.
+        // The pure modules: no IO, no clock read directly, tested without a network. Dependencies
+        // point one way: APNSJSON ← APNSModel ← the others (docs/architecture.md, "Modules").
+        // The strict JSON reader of job bodies (values, the payload skim) and the flat JSON writer.
+        .target(name: "APNSJSON", swiftSettings: strictSettings),
+        // The job model and the APNs protocol as values: jobs and their parser, notifications,
+        // HTTP/2 requests and answers, transport results, retry policy, untrusted-text rules.
+        .target(name: "APNSModel", dependencies: ["APNSJSON"], swiftSettings: strictSettings),
+        // Apple's legacy binary provider API and feedback service on the wire, and the replay machine.
+        .target(name: "APNSBinaryProtocol", dependencies: ["APNSModel"], swiftSettings: strictSettings),
+        // Where a job ends (contract §4): a transport result classified into an outcome.
+        .target(name: "APNSOutcome", dependencies: ["APNSModel", "APNSBinaryProtocol"], swiftSettings: strictSettings),
+        // Provider authentication tokens (JWT, ES256) and their renewal policy.
         .target(
-            name: "APNSCore",
-            dependencies: [
-                .product(name: "Crypto", package: "swift-crypto"),
-            ],
+            name: "APNSProviderToken",
+            dependencies: ["APNSJSON", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictSettings
         ),
+        // Apple's channel management API for broadcast push (contract §7) as values.
+        .target(name: "APNSChannelManagement", dependencies: ["APNSJSON", "APNSModel"], swiftSettings: strictSettings),
+        // What the sync server sends the registry (contract §6): registration changes and group jobs.
+        // No swift-crypto: its two digests are its own (`NameDigest`), so the client builds none.
+        .target(name: "APNSRegistryMessages", dependencies: ["APNSJSON", "APNSModel"], swiftSettings: strictSettings),
+        // The fleet (contract §5): its messages, one listener's view, the rates and the memory bound.
+        .target(name: "APNSFleet", dependencies: ["APNSModel"], swiftSettings: strictSettings),
+        // Every broker name the worker and its clients use (contract §1, §5, §6) and the job headers.
+        .target(name: "APNSTopologyNames", dependencies: ["APNSModel"], swiftSettings: strictSettings),
+        // The admin server's query parameters, parsed; apart from APNSAdmin so that its fuzz target
+        // (Fuzz/FuzzAdminQuery) builds without Hummingbird and everything the admin serves.
+        .target(name: "APNSAdminQuery", dependencies: ["APNSModel", "APNSFleet"], swiftSettings: strictSettings),
+        // A seeded random number generator for the simulator, the benchmarks and randomized tests
+        // (a leaf: the standard library only).
+        .target(name: "SeededRandom", swiftSettings: strictSettings),
         // The configuration file format and the typed configuration of the worker.
         .target(
             name: "APNSConfig",
             dependencies: [
-                "APNSCore",
+                "APNSModel", "APNSChannelManagement", "APNSTopologyNames",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -96,7 +125,7 @@ let package = Package(
         .target(
             name: "APNSTopology",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient",
+                "APNSModel", "APNSTopologyNames", "APNSConfig", "AMQPClient",
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
@@ -106,7 +135,7 @@ let package = Package(
         .target(
             name: "APNSTransport",
             dependencies: [
-                "APNSCore", "CancellableWait",
+                "APNSModel", "APNSBinaryProtocol", "APNSChannelManagement", "APNSProviderToken", "CancellableWait",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -124,7 +153,7 @@ let package = Package(
         .target(
             name: "APNSSimulator",
             dependencies: [
-                "APNSCore",
+                "APNSModel", "APNSBinaryProtocol", "SeededRandom",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -153,7 +182,8 @@ let package = Package(
         .target(
             name: "APNSWorker",
             dependencies: [
-                "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport", "QueueConsumer",
+                "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSJSON", "APNSTopologyNames",
+                "AMQPClient", "APNSTopology", "APNSTransport", "QueueConsumer",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "Logging", package: "swift-log"),
@@ -168,7 +198,7 @@ let package = Package(
         .target(
             name: "APNSRegistry",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "QueueConsumer",
+                "APNSModel", "APNSRegistryMessages", "APNSTopologyNames", "APNSConfig", "AMQPClient", "APNSTopology", "QueueConsumer",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
@@ -182,7 +212,7 @@ let package = Package(
         .target(
             name: "APNSOperations",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology",
+                "APNSModel", "APNSJSON", "APNSTopologyNames", "APNSConfig", "AMQPClient", "APNSTopology",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
@@ -191,7 +221,8 @@ let package = Package(
         .target(
             name: "APNSAdmin",
             dependencies: [
-                "APNSCore", "APNSConfig", "APNSTopology", "APNSWorker", "APNSOperations", "APNSRegistry",
+                "APNSModel", "APNSAdminQuery", "APNSChannelManagement", "APNSFleet", "APNSRegistryMessages",
+                "APNSTopologyNames", "APNSConfig", "APNSTopology", "APNSWorker", "APNSOperations", "APNSRegistry",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
@@ -211,7 +242,7 @@ let package = Package(
         .target(
             name: "APNSWorkerClient",
             dependencies: [
-                "AMQPClient", "APNSCore", .product(name: "Logging", package: "swift-log"),
+                "AMQPClient", "APNSModel", "APNSRegistryMessages", "APNSTopologyNames", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: strictSettings
@@ -232,7 +263,8 @@ let package = Package(
         .executableTarget(
             name: "APNSWorkerCLI",
             dependencies: [
-                "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator",
+                "APNSModel", "APNSChannelManagement", "APNSFleet", "APNSRegistryMessages", "APNSTopologyNames", "APNSConfig", "AMQPClient",
+                "APNSTopology", "APNSTransport", "APNSSimulator",
                 "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry", "APNSWorkerClient", "APNSTracing",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -248,7 +280,9 @@ let package = Package(
         .executableTarget(
             name: "APNSWorkerBench",
             dependencies: [
-                "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator", "APNSConfig", "APNSRegistry",
+                "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSProviderToken",
+                "APNSRegistryMessages", "APNSTopologyNames", "SeededRandom", "AMQPClient", "APNSTopology",
+                "APNSTransport", "APNSSimulator", "APNSConfig", "APNSRegistry",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -264,26 +298,46 @@ let package = Package(
             path: "Tests/TestSupport",
             swiftSettings: strictSettings
         ),
-        .testTarget(name: "APNSCoreTests", dependencies: ["APNSCore"], swiftSettings: strictSettings),
+        .testTarget(name: "APNSJSONTests", dependencies: ["APNSJSON", "SeededRandom"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "APNSModelTests",
+            dependencies: ["APNSModel", "APNSJSON", "APNSOutcome", "APNSBinaryProtocol", "APNSRegistryMessages", "SeededRandom"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "APNSBinaryProtocolTests",
+            dependencies: ["APNSBinaryProtocol", "APNSModel", "APNSOutcome", "SeededRandom"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(name: "APNSFleetTests", dependencies: ["APNSFleet", "APNSModel", "APNSAdminQuery"], swiftSettings: strictSettings),
+        .testTarget(name: "APNSProviderTokenTests", dependencies: ["APNSProviderToken"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "APNSRegistryMessagesTests",
+            dependencies: ["APNSRegistryMessages", "SeededRandom", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictSettings
+        ),
         .testTarget(name: "CancellableWaitTests", dependencies: ["CancellableWait"], swiftSettings: strictSettings),
         .testTarget(
             name: "APNSWorkerClientTests",
             dependencies: [
-                "APNSWorkerClient", "AMQPClient", "APNSCore", "APNSTopology", "TestSupport", .product(name: "Logging", package: "swift-log"),
+                "APNSWorkerClient", "AMQPClient", "APNSModel", "APNSJSON", "APNSRegistryMessages", "APNSTopologyNames",
+                "APNSTopology", "TestSupport", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "APNSTopologyTests",
             dependencies: [
-                "APNSTopology", "AMQPClient", "APNSCore", .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+                "APNSTopology", "AMQPClient", "APNSModel", "APNSTopologyNames",
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
             ],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "APNSTracingTests",
             dependencies: [
-                "APNSTracing", "APNSWorkerClient", "APNSConfig", "APNSCore", "APNSTopology", "AMQPClient", "APNSSimulator", "TestSupport",
+                "APNSTracing", "APNSWorkerClient", "APNSConfig", "APNSTopologyNames", "APNSTopology", "AMQPClient",
+                "APNSSimulator", "TestSupport",
                 .product(name: "OTel", package: "swift-otel"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
@@ -296,7 +350,7 @@ let package = Package(
         .testTarget(
             name: "APNSConfigTests",
             dependencies: [
-                "APNSConfig", "APNSCore", "APNSTopology", "AMQPClient",
+                "APNSConfig", "APNSModel", "APNSTopologyNames", "APNSTopology", "AMQPClient",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -307,7 +361,8 @@ let package = Package(
         .testTarget(
             name: "AMQPClientTests",
             dependencies: [
-                "AMQPClient", "APNSCore", "APNSTopology", "TestSupport", .product(name: "Logging", package: "swift-log"),
+                "AMQPClient", "APNSModel", "APNSTopologyNames", "SeededRandom", "APNSTopology", "TestSupport",
+                .product(name: "Logging", package: "swift-log"),
                 // The worker's service group run `whileConnected` (ConnectionServiceTests).
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -316,7 +371,7 @@ let package = Package(
         .testTarget(
             name: "APNSTransportTests",
             dependencies: [
-                "APNSCore", "APNSTransport", "APNSSimulator", "TestSupport",
+                "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSChannelManagement", "APNSTransport", "APNSSimulator", "TestSupport",
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -332,7 +387,8 @@ let package = Package(
         .testTarget(
             name: "APNSRegistryTests",
             dependencies: [
-                "APNSRegistry", "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSSimulator", "TestSupport", "QueueConsumer",
+                "APNSRegistry", "APNSModel", "APNSJSON", "APNSRegistryMessages", "APNSFleet", "APNSTopologyNames",
+                "SeededRandom", "APNSConfig", "AMQPClient", "APNSTopology", "APNSSimulator", "TestSupport", "QueueConsumer",
                 "APNSTracing", "APNSWorkerClient",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
@@ -350,14 +406,17 @@ let package = Package(
         ),
         .testTarget(
             name: "APNSOperationsTests",
-            dependencies: ["APNSOperations", "AMQPClient", "APNSCore", "APNSTopology", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "APNSOperations", "AMQPClient", "APNSModel", "APNSTopologyNames", "APNSTopology", "TestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "APNSWorkerTests",
             dependencies: [
-                "APNSCore", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker", "CancellableWait", "TestSupport",
-                "QueueConsumer",
+                "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSChannelManagement", "APNSTopologyNames", "AMQPClient",
+                "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker", "CancellableWait", "TestSupport", "QueueConsumer",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -368,7 +427,9 @@ let package = Package(
         .testTarget(
             name: "APNSAdminTests",
             dependencies: [
-                "APNSAdmin", "APNSCore", "APNSConfig", "AMQPClient", "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker",
+                "APNSAdmin", "APNSModel", "APNSAdminQuery", "APNSChannelManagement", "APNSFleet",
+                "APNSRegistryMessages", "APNSTopologyNames", "APNSConfig", "AMQPClient", "APNSTopology",
+                "APNSTransport", "APNSSimulator", "APNSWorker",
                 "APNSOperations", "APNSRegistry", "TestSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

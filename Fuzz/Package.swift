@@ -17,15 +17,17 @@ let package = Package(
         .target(name: "FuzzDriver"),
         .executableTarget(
             name: "FuzzJobParser",
-            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+            dependencies: [
+                "FuzzDriver", .product(name: "APNSModel", package: "apns-worker"), .product(name: "APNSJSON", package: "apns-worker"),
+            ]
         ),
         .executableTarget(
             name: "FuzzBinaryFraming",
-            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+            dependencies: ["FuzzDriver", .product(name: "APNSBinaryProtocol", package: "apns-worker")]
         ),
         .executableTarget(
             name: "FuzzFeedbackTuple",
-            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+            dependencies: ["FuzzDriver", .product(name: "APNSBinaryProtocol", package: "apns-worker")]
         ),
         .executableTarget(
             name: "FuzzConfig",
@@ -33,20 +35,24 @@ let package = Package(
         ),
         .executableTarget(
             name: "FuzzAdminQuery",
-            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+            dependencies: ["FuzzDriver", .product(name: "APNSAdminQuery", package: "apns-worker")]
         ),
         // Registration messages (apns.registry), group jobs (apns.groups), fleet messages (apns.fleet).
         .executableTarget(
             name: "FuzzRegistration",
-            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+            dependencies: [
+                "FuzzDriver", .product(name: "APNSRegistryMessages", package: "apns-worker"), .product(name: "APNSModel", package: "apns-worker"),
+            ]
         ),
         .executableTarget(
             name: "FuzzGroupJob",
-            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+            dependencies: [
+                "FuzzDriver", .product(name: "APNSRegistryMessages", package: "apns-worker"), .product(name: "APNSModel", package: "apns-worker"),
+            ]
         ),
         .executableTarget(
             name: "FuzzFleet",
-            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+            dependencies: ["FuzzDriver", .product(name: "APNSFleet", package: "apns-worker")]
         ),
         .executableTarget(
             name: "FuzzAMQPFields",
@@ -60,13 +66,13 @@ let package = Package(
         // An APNs answer: the apns-id header (parsed by hand) and the JSON body.
         .executableTarget(
             name: "FuzzAPNsAnswer",
-            dependencies: ["FuzzDriver", .product(name: "APNSCore", package: "apns-worker")]
+            dependencies: ["FuzzDriver", .product(name: "APNSModel", package: "apns-worker")]
         ),
         .executableTarget(
             name: "FuzzJobEnvelope",
             dependencies: [
                 "FuzzDriver", .product(name: "AMQPClient", package: "apns-worker"),
-                .product(name: "APNSCore", package: "apns-worker"), .product(name: "APNSTopology", package: "apns-worker"),
+                .product(name: "APNSTopology", package: "apns-worker"),
             ]
         ),
     ],

@@ -4,7 +4,7 @@
 # simulator: the example publishes a job for a token Apple accepts and one for a token the
 # simulator answers 410 Unregistered, and must see the worker's feedback event for the second
 # (acked) within its deadline. Also prints the example's resolved dependency graph and fails if
-# its build compiled Hummingbird, PostgresNIO, OTel or Mustache.
+# its build compiled Hummingbird, PostgresNIO, OTel, Mustache or swift-crypto.
 #   scripts/check-example.sh BIN_DIR   (BIN_DIR holds a built apns-worker; needs APNS_TEST_AMQP_URL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ modules=$( (cd "$example_bin/Modules" && ls -d ./*.swiftmodule | sed -e 's#^\./#
     [ -n "$(find "$dir" -name '*.o' -print -quit)" ] && [ ! -e "Modules/$(basename "$dir" .build).swiftmodule" ] && basename "$dir" .build
   done; true) | sort -u)
 echo "check-example: targets built for the example: $(echo $modules)"
-if echo "$modules" | grep -E '^(Hummingbird|HummingbirdCore|PostgresNIO|OTel|Mustache)' ; then
+if echo "$modules" | grep -E '^(Hummingbird|HummingbirdCore|PostgresNIO|OTel|Mustache|Crypto|CCryptoBoringSSL)' ; then
   echo "check-example: FAIL: the example sync server built modules it never uses (above)" >&2
   exit 1
 fi

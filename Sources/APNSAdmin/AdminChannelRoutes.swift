@@ -7,7 +7,8 @@
 /// credentials (401, 403, 407) or failing itself (5xx) is 502 with the same shape plus `error`:
 /// passed through, it would read as the admin's own authentication failing, or the admin being
 /// busy (issue 35). A service that cannot be reached is 502 as well.
-import APNSCore
+import APNSChannelManagement
+import APNSModel
 import Foundation
 import HTTPTypes
 import Hummingbird

@@ -2,7 +2,8 @@
 /// pause and resume (`POST /api/bundles/{bundleId}/pause|resume` and the page's forms), the
 /// live graph's frame and SVG, purging one job, and bulk requeue or purge with a confirmation
 /// step. Every POST passes `AdminAuthentication` (token, and no cross-site requests).
-import APNSCore
+import APNSAdminQuery
+import APNSFleet
 import APNSTopology
 import APNSOperations
 import APNSWorker

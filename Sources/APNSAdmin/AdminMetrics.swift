@@ -6,7 +6,7 @@
 /// consumers per bundle and role, the registry's dead queues among them), with fixed label sets
 /// (bundle, state, role); and the Prometheus factory settings `apns-worker run` bootstraps
 /// swift-metrics with. The alerting rules in deploy/prometheus/ are written against these names.
-import APNSCore
+import APNSModel
 import APNSOperations
 import APNSWorker
 import Metrics

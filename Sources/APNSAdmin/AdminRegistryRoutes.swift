@@ -5,8 +5,10 @@
 /// A group, bundle ID or token that contract §6 would refuse in a registration is a 400 before
 /// PostgreSQL is asked, and a value PostgreSQL refuses anyway is a 400 too: only a registry that
 /// cannot answer (lost or refused connection, timeout) is a 503 (issue 35).
-import APNSCore
+import APNSAdminQuery
+import APNSModel
 import APNSRegistry
+import APNSRegistryMessages
 import Foundation
 import HTTPTypes
 import Hummingbird

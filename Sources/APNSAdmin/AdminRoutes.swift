@@ -1,6 +1,6 @@
 /// Every admin route: probes (`/health`, `/ready`), `/metrics`, the JSON API over the worker's
 /// status and the dead and retry queues, the HTML page with its requeue forms, and `/login`.
-import APNSCore
+import APNSAdminQuery
 import APNSOperations
 import APNSWorker
 import Foundation

@@ -2,7 +2,7 @@
 /// minutes, as server-drawn SVG (no script, no CDN: it works with no internet). Each end has
 /// its own colour AND its own dash pattern and marker letter, with a legend and a label at the
 /// end of each line, so it reads without colour. The geometry is pure and tested on its own.
-import APNSCore
+import APNSFleet
 import Foundation
 import Mustache
 

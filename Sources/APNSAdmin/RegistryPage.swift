@@ -4,7 +4,7 @@
 /// server as inline SVG so the page needs no script and no internet. Rendered through Mustache's
 /// escaping `{{ }}` like the status page (`Templates`): group names, tokens and reasons come from
 /// outside.
-import APNSCore
+import APNSModel
 import APNSRegistry
 import Foundation
 import Mustache

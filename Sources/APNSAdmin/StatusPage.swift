@@ -2,9 +2,11 @@
 /// totals and rates), this worker's own status, queue depths and latency, and the retry and dead
 /// jobs, turned into the plain strings and numbers `Templates.statusPage` shows (Mustache
 /// escapes them all).
-import APNSCore
+import APNSFleet
+import APNSModel
 import APNSTopology
 import APNSOperations
+import APNSTopologyNames
 import APNSWorker
 import Foundation
 import Mustache

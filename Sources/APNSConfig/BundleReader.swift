@@ -1,4 +1,4 @@
-import APNSCore
+import APNSModel
 
 /// Reads one `[apns "bundle.id"]` section into a `BundleConfiguration`. Every error carries the
 /// line of the key at fault, or of the section header for what is missing.

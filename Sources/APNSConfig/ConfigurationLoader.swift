@@ -1,4 +1,5 @@
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 import Configuration
 import Foundation
 

@@ -1,4 +1,5 @@
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 
 /// The short, secret-free description of a configuration that `apns-worker check-config` prints.
 extension WorkerConfiguration {

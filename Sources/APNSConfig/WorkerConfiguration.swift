@@ -1,4 +1,6 @@
-import APNSCore
+import APNSChannelManagement
+import APNSModel
+import APNSTopologyNames
 import Foundation
 
 /// The typed configuration the worker runs on. Every field has the default documented here and

@@ -1,5 +1,4 @@
 import AMQPClient
-import APNSCore
 import APNSTopology
 
 /// The messages an operator's move or purge acked, kept to recognise them if the broker hands

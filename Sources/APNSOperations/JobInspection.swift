@@ -1,8 +1,10 @@
 /// Pure rules of the operator tools, with no IO: how a queued message reads as a `QueuedJob`,
 /// which jobs a filter selects, and how a requeued job's headers are rewritten.
 import AMQPClient
-import APNSCore
+import APNSJSON
+import APNSModel
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 
 public enum JobInspection {

@@ -3,7 +3,8 @@
 /// ever losing a job, and purging.
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 import Foundation
 import Logging
 import Synchronization

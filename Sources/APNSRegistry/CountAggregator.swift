@@ -1,4 +1,4 @@
-import APNSCore
+import APNSModel
 
 /// Counts of job ends per bundle ID, UTC hour and end, gathered in memory between flushes
 /// (contract §6). Pure: the hour comes from the caller's clock. A failed flush merges its batch

@@ -1,4 +1,4 @@
-import APNSCore
+import APNSModel
 import PostgresNIO
 
 /// Whose fault a failed registry operation is (contract §4): the message's, when PostgreSQL

@@ -1,5 +1,7 @@
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
+import APNSTopologyNames
 import Foundation
 import Logging
 

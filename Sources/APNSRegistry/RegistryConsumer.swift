@@ -1,5 +1,5 @@
 import AMQPClient
-import APNSCore
+import APNSModel
 import APNSTopology
 import Foundation
 import Logging

@@ -1,5 +1,5 @@
 import APNSConfig
-import APNSCore
+import APNSModel
 import Logging
 import NIOSSL
 import PostgresNIO

@@ -1,4 +1,4 @@
-import APNSCore
+import APNSModel
 import Foundation
 import Logging
 import Metrics

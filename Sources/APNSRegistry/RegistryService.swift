@@ -1,7 +1,9 @@
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Logging
 import QueueConsumer

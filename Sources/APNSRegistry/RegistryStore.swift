@@ -1,4 +1,5 @@
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
 import Foundation
 import Logging
 import PostgresNIO

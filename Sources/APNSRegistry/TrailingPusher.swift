@@ -1,5 +1,6 @@
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
 import Foundation
 import Logging
 import QueueConsumer

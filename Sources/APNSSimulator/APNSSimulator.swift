@@ -4,7 +4,8 @@
 /// service (`BinaryGateway.swift`), and Apple's channel management service for broadcast push on
 /// a port of its own (`SimulatorEngine+Channels.swift`). Apple's validation lives in `RequestValidator`, the decisions
 /// in `SimulatorEngine`, the protocol in the channel handlers; this file owns the listeners.
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
 import Logging
 import NIOCore
 import NIOHTTP2

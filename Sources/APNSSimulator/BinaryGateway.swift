@@ -8,7 +8,8 @@
 /// unread, including frames already received in the same TCP segment. Success is never
 /// answered. A frame with no identifier item is named 0. The old command 0 and 1 formats are
 /// refused with 128, which the worker never sends.
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
 import Foundation
 import Logging
 import NIOCore

@@ -1,6 +1,5 @@
 /// Per-connection state of the simulator's HTTP/2 listener: the client certificate, the provider
 /// token history, and the stream admission behind the GOAWAY and drop faults.
-import APNSCore
 import Foundation
 import Synchronization
 

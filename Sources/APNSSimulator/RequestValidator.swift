@@ -15,7 +15,7 @@
 ///   today and Apple warns they may grow), else `BadDeviceToken`.
 /// - A payload that is not a JSON object is 400 `BadPayload`: Apple's table has no reason for it,
 ///   and the outcome classifier treats any unknown 400 as a job fault (dead letter).
-import APNSCore
+import APNSModel
 import Crypto
 import Foundation
 

@@ -1,6 +1,7 @@
 /// The simulator's public value types: what it is configured with, what a test can script and
 /// inject at runtime, and what it reports back (counters, accepted notifications).
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
 import Crypto
 import Foundation
 

@@ -17,8 +17,9 @@
 /// Decisions where the documents leave room: a bundle the simulator does not serve is 400
 /// `TopicDisallowed` on both services; a create body that is not JSON, or has a storage policy
 /// other than 0 or 1, is 400 `BadMessageStoragePolicy` (no documented reason names it).
-import APNSCore
+import APNSModel
 import Foundation
+import SeededRandom
 import Synchronization
 
 extension SimulatorEngine {

@@ -2,8 +2,10 @@
 /// from validation, the connection's provider token history, injected faults and scripted
 /// outcomes; keep the counters and the record of accepted notifications. No IO happens here;
 /// the handlers carry a `StreamDecision` out.
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
 import Foundation
+import SeededRandom
 import Synchronization
 
 /// What a stream handler does with a request it has read completely.

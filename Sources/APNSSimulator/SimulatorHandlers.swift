@@ -1,7 +1,7 @@
 /// The simulator's channel handlers: protocol bytes only. `ConnectionObserver` notes a TLS
 /// connection's life and client certificate; `StreamHandler` reads one HTTP/2 request, asks the
 /// engine what to do and writes the answer (or resets, or drops the connection).
-import APNSCore
+import APNSModel
 import Logging
 import NIOCore
 import NIOHPACK

@@ -5,7 +5,8 @@
 /// job's messages are read and written here too, by `JobEnvelope`.
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 
 extension TopologyPlan {
     /// The shared part (exchanges, unrouted queues) plus, for each bundle, its work queue, one

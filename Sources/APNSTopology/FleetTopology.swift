@@ -1,7 +1,8 @@
 /// The fleet's declarations (contract §5) as `AMQPClient` values: the transient exchange, an
 /// admin server's exclusive queue, and the durable pause markers.
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 
 public enum FleetTopology {
     /// The fleet exchange, and this instance's queue bound to it. Heartbeats older than

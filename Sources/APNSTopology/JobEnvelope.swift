@@ -1,5 +1,5 @@
 import AMQPClient
-import APNSCore
+import APNSTopologyNames
 import Foundation
 
 /// The AMQP headers of one job message: the ONE place that reads and writes the headers the

@@ -1,7 +1,7 @@
 /// A client of Apple's legacy feedback service (port 2196): one TLS connection with the
 /// provider's client certificate, every tuple the service writes until it closes, strictly
 /// decoded. The service forgets what it served, so the caller must keep what `fetch` returns.
-import APNSCore
+import APNSBinaryProtocol
 import Logging
 import NIOCore
 import NIOPosix

@@ -4,7 +4,8 @@
 /// and replay of `BinaryReplayStateMachine`. A send completes only when the frame is settled: an
 /// error response named it, or its hold window passed with the connection up. A ServiceLifecycle
 /// `Service`: `run()` owns the connections.
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
 import Foundation
 import Logging
 import Metrics

@@ -1,6 +1,6 @@
 /// How a `BinaryTransport` reaches a binary provider gateway (Apple's legacy port 2195 API) and
 /// authenticates: a value type with documented defaults.
-import APNSCore
+import APNSModel
 import NIOSSL
 
 /// Configuration of one `BinaryTransport` (one certificate and environment).

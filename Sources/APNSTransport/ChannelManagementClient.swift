@@ -2,8 +2,11 @@
 /// HTTP/2 connection per call to the service's own host and port, authenticated as the bundle's
 /// provider API connections are (the same provider token source, or the same client
 /// certificate). Channel operations are rare operator actions (a CLI command, an admin request),
-/// so no connection is kept between calls; the requests and answers are `APNSCore`'s values.
-import APNSCore
+/// so no connection is kept between calls; the requests and answers are values of
+/// `APNSChannelManagement`.
+import APNSChannelManagement
+import APNSModel
+import APNSProviderToken
 import Foundation
 import Logging
 import NIOCore

@@ -3,7 +3,7 @@
 /// request, collects the answer, enforces the request deadline, reads SETTINGS and GOAWAY, and
 /// keeps an idle connection alive with PINGs. What to do with a connection (how many streams it
 /// may carry, when to replace it) is decided by the pool from the events this handler reports.
-import APNSCore
+import APNSModel
 import NIOCore
 import NIOHPACK
 import NIOHTTP2

@@ -2,7 +2,9 @@
 /// credential and environment, each carrying as many concurrent streams as the server allows,
 /// replaced when they go away, with a deadline per request and a classified result for every
 /// notification. A ServiceLifecycle `Service`: `run()` owns the connections.
-import APNSCore
+import APNSModel
+import APNSProviderToken
+import CancellableWait
 import Foundation
 import Logging
 import Metrics

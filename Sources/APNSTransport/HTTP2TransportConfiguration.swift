@@ -1,6 +1,7 @@
 /// How an `HTTP2Transport` reaches APNs and authenticates: value types with documented
 /// defaults, and the shared provider-token source for token authentication.
-import APNSCore
+import APNSModel
+import APNSProviderToken
 import Crypto
 import Foundation
 import Metrics

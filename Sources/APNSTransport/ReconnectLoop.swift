@@ -2,7 +2,6 @@
 /// needed, then connect, serve until the connection closes, back off, and again, until graceful
 /// shutdown or cancellation. What a connection is, and whether one was useful, is each
 /// transport's own; the loop, the backoff and the ways out are shared, and tested once.
-import APNSCore
 import NIOCore
 import ServiceLifecycle
 

@@ -1,5 +1,7 @@
 import AMQPClient
-import APNSCore
+import APNSJSON
+import APNSModel
+import APNSOutcome
 import Foundation
 import Logging
 import QueueConsumer

@@ -1,5 +1,8 @@
 import AMQPClient
-import APNSCore
+import APNSFleet
+import APNSModel
+import APNSTopologyNames
+import CancellableWait
 import Foundation
 import Logging
 import QueueConsumer

@@ -1,5 +1,4 @@
 import AMQPClient
-import APNSCore
 import APNSTopology
 
 /// Poison jobs (contract §4): a job that crashes or stalls every worker that takes it comes back

@@ -1,4 +1,4 @@
-import APNSCore
+import APNSModel
 
 /// Sends each notification through the transport of its environment: a job may override its
 /// bundle's environment (tokens of debug builds), so a bundle keeps a transport per environment.

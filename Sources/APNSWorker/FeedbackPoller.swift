@@ -4,7 +4,8 @@
 /// tuple whose publish failed is kept in memory and published again before the next fetch, up
 /// to `maximumUnpublished`.
 import AMQPClient
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
 import APNSTransport
 import Logging
 import ServiceLifecycle

@@ -1,6 +1,7 @@
 import AMQPClient
-import APNSCore
+import APNSFleet
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Logging
 

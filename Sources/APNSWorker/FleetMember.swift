@@ -1,5 +1,5 @@
 import AMQPClient
-import APNSCore
+import APNSFleet
 import Foundation
 
 /// This instance's bundles as the fleet sees them (`FleetService`): what it reports in its

@@ -1,6 +1,8 @@
 import AMQPClient
-import APNSCore
+import APNSFleet
+import APNSModel
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Logging
 import ServiceLifecycle

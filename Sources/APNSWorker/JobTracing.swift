@@ -1,6 +1,6 @@
 import AMQPClient
+import APNSModel
 import Foundation
-import APNSCore
 import APNSTopology
 import Synchronization
 import Tracing

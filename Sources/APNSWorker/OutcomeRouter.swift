@@ -1,6 +1,10 @@
 import AMQPClient
-import APNSCore
+import APNSBinaryProtocol
+import APNSJSON
+import APNSModel
+import APNSOutcome
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import QueueConsumer
 

@@ -1,4 +1,3 @@
-import APNSCore
 
 /// The rollout gate of the seed's OSS stage: per bundle, let a job through or hold it back by
 /// the sync server that sent it (`userInfo.syncServer`). Held jobs are not lost: the worker puts

@@ -1,5 +1,5 @@
 import AMQPClient
-import APNSCore
+import APNSModel
 import Logging
 import ServiceLifecycle
 

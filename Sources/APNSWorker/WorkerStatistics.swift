@@ -1,4 +1,4 @@
-import APNSCore
+import APNSModel
 import Metrics
 import Synchronization
 

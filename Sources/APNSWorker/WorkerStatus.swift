@@ -1,5 +1,5 @@
 import AMQPClient
-import APNSCore
+import APNSModel
 
 /// A point-in-time view of a running worker for the admin surface (`/ready`, `/api/status`, the
 /// HTML page and the sampled gauges): the broker connection, and per bundle whether it is held,

@@ -1,7 +1,8 @@
 // `apns-worker-bench amqp`: throughput of AMQPClient against a real broker, beside the same
 // work done by a minimal C loop over librabbitmq (`amqp-c-loop`) in the same run.
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 import ArgumentParser
 import Foundation
 import Logging

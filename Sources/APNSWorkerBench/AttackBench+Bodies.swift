@@ -7,7 +7,11 @@
 /// about 62 KiB on `apns.fleet` and, with `--postgres-url`, registrations and group jobs padded
 /// to 64 KiB on `apns.registry` and `apns.groups`. Figures only: the peak RSS (`VmHWM`).
 import AMQPClient
-import APNSCore
+import APNSConfig
+import APNSFleet
+import APNSModel
+import APNSRegistryMessages
+import APNSTopologyNames
 import APNSTopology
 import ArgumentParser
 import Foundation

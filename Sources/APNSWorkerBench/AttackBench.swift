@@ -6,9 +6,10 @@
 /// `bodies`: every consumer's prefetch full of bodies at the 64 KiB limit at once, deliveries to
 /// APNs stalled (`AttackBench+Bodies.swift`). Figures only, no asserts; `--worker` runs another build (main's) for the before figure.
 import AMQPClient
-import APNSCore
+import APNSFleet
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import ArgumentParser
 import Foundation
 import Logging

@@ -2,7 +2,7 @@
 /// in-process simulator's binary gateway on loopback: frames/s on the wire (until the gateway
 /// has accepted them all) and settled/s (until every `send` returned, which includes the hold
 /// window), with p50/p99 latency from `send` to its `.binaryAccepted`.
-import APNSCore
+import APNSModel
 import APNSSimulator
 import APNSTransport
 import ArgumentParser

@@ -1,6 +1,6 @@
 /// What the benchmarks share: a closed-loop load driver for the transports, nearest-rank
 /// percentiles, and durations as floating-point milliseconds.
-import APNSCore
+import APNSModel
 import Foundation
 
 extension Duration {

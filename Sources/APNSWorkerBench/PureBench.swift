@@ -1,7 +1,11 @@
-/// `apns-worker-bench pure`: throughput of the pure codecs in APNSCore (no IO), for the README.
+/// `apns-worker-bench pure`: throughput of the pure codecs (APNSModel, APNSBinaryProtocol,
+/// APNSProviderToken; no IO), for the README.
 /// Each case runs a warm-up, then several rounds of a fixed number of iterations timed with a
 /// monotonic clock; the fastest round is reported.
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
+import APNSOutcome
+import APNSProviderToken
 import Crypto
 import ArgumentParser
 import Foundation

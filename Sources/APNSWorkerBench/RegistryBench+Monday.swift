@@ -7,14 +7,17 @@
 /// immediate pushes and for trailing ones.
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSRegistry
+import APNSRegistryMessages
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import ArgumentParser
 import Foundation
 import Logging
 import PostgresNIO
+import SeededRandom
 
 extension RegistryBench {
     /// One change: when (seconds after the start) and to which group.

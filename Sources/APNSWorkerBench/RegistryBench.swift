@@ -5,10 +5,12 @@
 /// device's APNs 200. `--monday-morning` runs the sync window's case instead (RegistryBench+Monday.swift).
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSRegistry
+import APNSRegistryMessages
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import ArgumentParser
 import Foundation
 import Logging

@@ -7,7 +7,7 @@
 /// - `idle`: an instance with 50 bundles and nothing to do, its CPU and memory per second.
 /// Every case prints jobs/s, CPU µs per job, peak RSS and p99 publish → APNs 200.
 import AMQPClient
-import APNSCore
+import APNSModel
 import APNSSimulator
 import APNSTopology
 import ArgumentParser

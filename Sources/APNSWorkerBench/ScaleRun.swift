@@ -2,9 +2,9 @@
 /// their topology on the broker, preloading and paced publishing spread over the bundles, and
 /// removing the queues afterwards. Also the job publishing the `worker` benchmark shares.
 import AMQPClient
-import APNSCore
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import ArgumentParser
 import Foundation
 import Logging

@@ -1,7 +1,7 @@
 /// `apns-worker-bench transport`: the HTTP/2 transport against the in-process simulator on
 /// loopback (notifications/s, p50/p99 latency, for each connection count), then `h2load` against
 /// the same simulator with equivalent requests, as the server-side ceiling on this machine.
-import APNSCore
+import APNSModel
 import APNSSimulator
 import APNSTransport
 import ArgumentParser

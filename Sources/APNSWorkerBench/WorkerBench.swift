@@ -4,9 +4,10 @@
 /// publish to Apple's 200; then drains the same N jobs with a no-op consumer on this project's
 /// AMQP client, the broker's ceiling in the same run.
 import AMQPClient
-import APNSCore
+import APNSModel
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import ArgumentParser
 import Foundation
 import Logging

@@ -1,6 +1,7 @@
 import APNSAdmin
+import APNSChannelManagement
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSTransport
 import ArgumentParser
 import Foundation

@@ -2,7 +2,7 @@
 /// its heartbeats, and the fleet-wide pause of a bundle, from any machine that reaches the broker.
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSFleet
 import APNSTopology
 import APNSWorker
 import ArgumentParser

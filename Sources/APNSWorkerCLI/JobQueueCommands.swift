@@ -2,7 +2,7 @@
 /// dead or retry queues (contract §5). One implementation serves both kinds of queue.
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSOperations
 import ArgumentParser
 import Foundation

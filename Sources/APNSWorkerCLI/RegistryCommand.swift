@@ -1,7 +1,9 @@
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSRegistry
+import APNSRegistryMessages
+import APNSTopologyNames
 import APNSWorkerClient
 import ArgumentParser
 import Foundation

@@ -1,9 +1,9 @@
 import AMQPClient
+import APNSModel
 import APNSTopology
 import Crypto
 import APNSAdmin
 import APNSConfig
-import APNSCore
 import APNSOperations
 import APNSRegistry
 import APNSTracing

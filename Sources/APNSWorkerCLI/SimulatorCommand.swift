@@ -1,6 +1,6 @@
 /// `apns-worker simulator`: runs the APNs simulator in the foreground for a local run of the
 /// worker, generating throwaway credentials on first use.
-import APNSCore
+import APNSModel
 import APNSSimulator
 import ArgumentParser
 import Foundation

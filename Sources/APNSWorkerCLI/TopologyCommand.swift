@@ -2,8 +2,8 @@
 /// worker does at start-up, and prints every exchange, queue and binding with message counts.
 import AMQPClient
 import APNSConfig
-import APNSCore
 import APNSTopology
+import APNSTopologyNames
 import ArgumentParser
 import Foundation
 import Logging

@@ -8,8 +8,8 @@
 /// the worker continues that trace. While the connection is being re-established, a publish
 /// waits for it up to its deadline (`publishDeadline`, 30 s by default) instead of failing. The
 /// sync server reads the feedback it must act on with `feedback(queue:bundleIDs:)`. Every
-/// failure is an `APNSWorkerClientError`. Depends on `AMQPClient` (librabbitmq), `APNSCore` and
-/// swift-distributed-tracing only.
+/// failure is an `APNSWorkerClientError`. Depends on `AMQPClient` (librabbitmq), the pure
+/// `APNSModel`, `APNSRegistryMessages` and `APNSTopologyNames`, and swift-distributed-tracing only.
 ///
 ///     let client = try await APNSWorkerClient.connect(url: "amqps://sync:secret@rabbitmq:5671/%2f")
 ///     defer { Task { await client.close() } }
@@ -17,7 +17,8 @@
 ///     try await client.publish(GroupNotificationJob(group: "account-42", payload: .contentAvailable, except: [token]))
 ///     try await client.publish(Registration.register(bundleID: "com.example.app", token: token, group: "account-42"))
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 import Foundation
 import Logging
 import Tracing

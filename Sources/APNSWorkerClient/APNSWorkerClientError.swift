@@ -2,7 +2,7 @@
 /// fixing the message (`invalidMessage`, `payloadTooLarge`, `encodingFailed`), trying again later
 /// (`notConfirmed`, `connectionUnavailable`) and giving up (`closed`, `broker`).
 import AMQPClient
-import APNSCore
+import APNSModel
 
 public enum APNSWorkerClientError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The worker would dead-letter the message as `MalformedJob`: its field and the worker's own message.

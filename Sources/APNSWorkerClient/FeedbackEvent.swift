@@ -2,7 +2,7 @@
 /// channel) as the sync server receives it, and its parser. Pure: the body is hostile input
 /// (anyone with publish rights on the exchange can send anything), so every field is checked and
 /// a body that is not an event is a `MalformedFeedback`, never a crash.
-import APNSCore
+import APNSModel
 import Foundation
 
 /// What Apple reported as no longer reachable: prune it.

@@ -10,7 +10,6 @@
 /// headers `x-apns-reason: MalformedFeedback` and `x-apns-error` (one line), then is acked; the
 /// sequence goes on with the next message.
 import AMQPClient
-import APNSCore
 import Logging
 
 public struct FeedbackEvents: AsyncSequence, Sendable {

@@ -2,7 +2,8 @@
 /// encode to the JSON the worker reads and are validated by the worker's own parsers
 /// (`JobParser`, `GroupJobParser`, `RegistrationMessage`) before anything is published. Payloads
 /// and `userInfo` are any `Encodable` value (encoded with `JSONEncoder`) or JSON text as is.
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
 import Foundation
 
 /// An APNs payload: the JSON object sent to Apple (it must hold `aps`).

@@ -1,5 +1,6 @@
 // The ack coalescer decides which acks go out as `multiple = true`; no broker needed.
-import APNSCore
+import APNSModel
+import SeededRandom
 import Testing
 
 @testable import AMQPClient

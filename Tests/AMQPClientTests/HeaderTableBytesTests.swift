@@ -1,5 +1,5 @@
 import AMQPClient
-import APNSCore
+import APNSTopologyNames
 import APNSTopology
 import Foundation
 import Testing

@@ -1,6 +1,6 @@
 // Shared helpers of the broker tests: connecting, timeouts, management API look-ups.
 import AMQPClient
-import APNSCore
+import APNSModel
 import Foundation
 import Logging
 import TestSupport

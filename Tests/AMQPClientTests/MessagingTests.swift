@@ -1,7 +1,8 @@
 // Publishing with confirms, consuming, settling, returns, header round-trips and consumer
 // cancellation against the shared test broker.
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

@@ -1,8 +1,9 @@
 // Connection loss and recovery: heartbeats, a connection closed by the broker, and a broker
 // whose application is stopped and started again (on a private node).
 import AMQPClient
-import APNSCore
+import APNSModel
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Synchronization
 import Testing

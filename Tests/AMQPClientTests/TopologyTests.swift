@@ -1,7 +1,7 @@
 // Declaring the contract's topology, checked against the broker's own view (management API).
 import AMQPClient
-import APNSCore
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

@@ -1,7 +1,8 @@
 import AMQPClient
 import APNSAdmin
 import APNSConfig
-import APNSCore
+import APNSFleet
+import APNSModel
 import APNSSimulator
 import APNSWorker
 import Foundation

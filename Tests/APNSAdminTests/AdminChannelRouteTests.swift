@@ -1,8 +1,9 @@
 /// The admin API's broadcast channel routes (contract §7) through Hummingbird's router test
 /// client, against the simulator's channel management service over TLS + HTTP/2.
 @testable import APNSAdmin
+import APNSChannelManagement
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSSimulator
 import APNSTransport
 import Foundation

@@ -1,9 +1,11 @@
 import AMQPClient
 import APNSAdmin
 import APNSConfig
-import APNSCore
+import APNSFleet
+import APNSModel
 import APNSOperations
 import APNSSimulator
+import APNSTopologyNames
 import APNSWorker
 import Foundation
 import HTTPTypes

@@ -4,10 +4,11 @@
 import AMQPClient
 import APNSAdmin
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSOperations
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import APNSTransport
 import APNSWorker
 import Foundation

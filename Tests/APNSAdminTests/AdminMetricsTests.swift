@@ -1,7 +1,7 @@
 /// The gauges `/metrics` samples are made once: a second scrape makes none and records the values
 /// of its own status and depths. Counted with a metrics factory of the test's, no server.
 @testable import APNSAdmin
-import APNSCore
+import APNSModel
 import APNSOperations
 import APNSWorker
 import Metrics

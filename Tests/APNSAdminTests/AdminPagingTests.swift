@@ -1,7 +1,7 @@
 import AMQPClient
 import APNSAdmin
-import APNSCore
 import APNSOperations
+import APNSTopologyNames
 import Foundation
 import HTTPTypes
 import Hummingbird

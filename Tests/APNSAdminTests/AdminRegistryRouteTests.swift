@@ -4,8 +4,9 @@
 /// that says the registry is down.
 import APNSAdmin
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSRegistry
+import APNSRegistryMessages
 import Foundation
 import HTTPTypes
 import Hummingbird

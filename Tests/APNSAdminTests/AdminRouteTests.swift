@@ -1,7 +1,7 @@
 import AMQPClient
 import APNSAdmin
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSOperations
 import APNSSimulator
 import APNSWorker

@@ -1,5 +1,6 @@
 @testable import APNSAdmin
-import APNSCore
+import APNSFleet
+import APNSModel
 import Foundation
 import Testing
 

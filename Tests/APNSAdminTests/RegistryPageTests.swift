@@ -1,6 +1,6 @@
 @testable import APNSAdmin
-import APNSCore
 @testable import APNSRegistry
+import APNSModel
 import Foundation
 import Testing
 

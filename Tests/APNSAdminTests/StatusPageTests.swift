@@ -1,5 +1,5 @@
 @testable import APNSAdmin
-import APNSCore
+import APNSFleet
 import APNSOperations
 import APNSWorker
 import Foundation

@@ -1,7 +1,8 @@
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Testing
 

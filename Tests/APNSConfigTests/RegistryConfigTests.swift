@@ -1,6 +1,6 @@
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSTopology
 import Foundation
 import Testing

@@ -1,7 +1,7 @@
 // Recognising a job an operator's move or purge acked when a quorum queue hands it back anyway
 // (its channel's close overtook the ack), without a broker.
 import AMQPClient
-import APNSCore
+import APNSTopologyNames
 @testable import APNSOperations
 import Testing
 

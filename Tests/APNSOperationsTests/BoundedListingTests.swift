@@ -1,8 +1,8 @@
 // Issue 25: a listing of a big dead queue reads the page, not the queue. Measured in messages
 // and bytes read from the broker (what a listing holds in the worker), never in time.
 import AMQPClient
-import APNSCore
 import APNSOperations
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

@@ -1,8 +1,8 @@
 // The pure rules of the operator tools, without a broker: decoding a queued message, filters,
 // and the headers of a requeued job.
 import AMQPClient
-import APNSCore
 import APNSOperations
+import APNSTopologyNames
 import Foundation
 import Testing
 

@@ -2,8 +2,9 @@
 // held, and quorum queues' delivery count against a delivery limit. The figures go to
 // docs/decisions.md; the expectations pin the behaviour measured on RabbitMQ 3.10.
 import AMQPClient
-import APNSCore
+import APNSModel
 import APNSOperations
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

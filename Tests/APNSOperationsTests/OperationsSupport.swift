@@ -1,9 +1,10 @@
 // Shared pieces of the broker tests of APNSOperations: a bundle topology of the test's own,
 // dead and retry jobs shaped as the worker writes them, and draining a queue in order.
 import AMQPClient
-import APNSCore
+import APNSModel
 import APNSOperations
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Logging
 import TestSupport

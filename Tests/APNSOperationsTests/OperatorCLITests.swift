@@ -2,7 +2,8 @@
 // them: real processes against the real broker, JSON parsed, exit codes checked, and a requeue
 // killed half-way that loses nothing.
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

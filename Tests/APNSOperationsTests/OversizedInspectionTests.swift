@@ -1,9 +1,9 @@
 // How the operator tools name a message the broker dead-lettered because the worker rejected it
 // unread (over the size limit, issue 24): it carries no x-apns-* header, only RabbitMQ's x-death.
 import AMQPClient
-import APNSCore
 import APNSOperations
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Testing
 

@@ -1,8 +1,9 @@
 // The progress of long requeues and purges: the meter's line and pacing (pure), what the
 // inspector reports as it goes (real broker), and the CLI on a pseudo-terminal, with --json and
 // without a terminal (real processes).
-import APNSCore
+import APNSModel
 import APNSOperations
+import APNSTopologyNames
 import Foundation
 import Synchronization
 import Testing

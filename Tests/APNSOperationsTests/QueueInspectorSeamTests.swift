@@ -3,9 +3,9 @@
 // depths, with no socket. RabbitMQ's own part (quorum queues handing messages back, acks a
 // close overtakes) stays in the broker tests beside this file (`QueueInspectorTests`, ...).
 import AMQPClient
-import APNSCore
 import APNSOperations
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Synchronization
 import Testing

@@ -1,8 +1,8 @@
 // QueueInspector against the real broker: listing leaves order and count alone on quorum and
 // classic queues, filters, show, requeue and purge by id and all, and depths.
 import AMQPClient
-import APNSCore
 import APNSOperations
+import APNSTopologyNames
 import Foundation
 import Synchronization
 import Testing

@@ -2,7 +2,8 @@
 /// 16 KiB, or nested too deep) goes back to work without the headers it arrived with; requeuing
 /// it says so (issue 35 item 7), in the report, the CLI and the log.
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 import APNSOperations
 import APNSTopology
 import Foundation

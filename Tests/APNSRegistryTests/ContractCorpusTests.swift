@@ -7,8 +7,10 @@
 // parsers do not enforce yet are listed, with the rule, in
 // docs/asyncapi-examples/pending-parser-rules.txt; a listed case the parser now gets right fails
 // until it is taken off the list.
-import APNSCore
+import APNSFleet
+import APNSModel
 import APNSRegistry
+import APNSRegistryMessages
 import Foundation
 import Testing
 import TestSupport

@@ -1,6 +1,8 @@
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

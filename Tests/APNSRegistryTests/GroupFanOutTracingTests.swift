@@ -2,8 +2,8 @@
 /// tracer: a fan-out of any size links at most `GroupFanOutTracing.maximumLinks` jobs and says
 /// how many it left out, while every job still gets its own `create` span and trace context.
 import AMQPClient
-import APNSCore
 import APNSTopology
+import APNSTopologyNames
 import InMemoryTracing
 import Testing
 import TestSupport

@@ -1,6 +1,9 @@
 import AMQPClient
-import APNSCore
+import APNSJSON
+import APNSRegistryMessages
+import APNSTopologyNames
 import Foundation
+import SeededRandom
 
 /// Random, replayable mutations of valid messages, as a publisher with rights on the vhost could
 /// send them (contract §4 "Hostile and damaged input"): field values of the wrong type, control

@@ -1,5 +1,9 @@
 import AMQPClient
-import APNSCore
+import APNSFleet
+import APNSJSON
+import APNSModel
+import APNSRegistryMessages
+import APNSTopologyNames
 import Foundation
 
 @testable import APNSRegistry

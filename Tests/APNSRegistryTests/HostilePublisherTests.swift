@@ -1,6 +1,7 @@
 import AMQPClient
-import APNSCore
+import APNSFleet
 import APNSSimulator
+import APNSTopologyNames
 import APNSWorker
 import Foundation
 import Testing

@@ -1,5 +1,7 @@
 import APNSConfig
-import APNSCore
+import APNSJSON
+import APNSModel
+import APNSRegistryMessages
 import Foundation
 import Testing
 

@@ -1,4 +1,6 @@
-import APNSCore
+import APNSJSON
+import APNSModel
+import APNSRegistryMessages
 import Foundation
 import Testing
 

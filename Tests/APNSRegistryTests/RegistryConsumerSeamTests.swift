@@ -3,7 +3,8 @@
 // PostgreSQL is never mocked: the hold is caused by a real client that finds no server.
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
 import APNSTopology
 import Foundation
 import Logging

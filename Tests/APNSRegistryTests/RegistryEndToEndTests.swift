@@ -1,7 +1,9 @@
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
 import APNSSimulator
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

@@ -1,9 +1,10 @@
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
 import APNSRegistry
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Logging
 import NIOCore

@@ -1,6 +1,6 @@
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

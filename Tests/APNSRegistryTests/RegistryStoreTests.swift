@@ -1,6 +1,7 @@
 import AMQPClient
 import APNSConfig
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
 import Foundation
 import Logging
 import PostgresNIO

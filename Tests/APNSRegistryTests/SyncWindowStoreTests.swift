@@ -1,5 +1,5 @@
 import APNSConfig
-import APNSCore
+import APNSModel
 import Foundation
 import Testing
 import TestSupport

@@ -1,6 +1,6 @@
 import AMQPClient
-import APNSCore
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Testing
 

@@ -1,6 +1,6 @@
 import AMQPClient
-import APNSCore
 import APNSTopology
+import APNSTopologyNames
 import Testing
 import Tracing
 import W3CTraceContext

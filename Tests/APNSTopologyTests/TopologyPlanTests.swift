@@ -1,6 +1,7 @@
 import AMQPClient
-import APNSCore
+import APNSModel
 import APNSTopology
+import APNSTopologyNames
 import Testing
 
 /// The APNs topology as declaration values, without a broker (the broker's view of it is in

@@ -1,7 +1,7 @@
 import AMQPClient
 import APNSConfig
-import APNSCore
 import APNSTopology
+import APNSTopologyNames
 import APNSTracing
 import Logging
 import Testing

@@ -1,7 +1,7 @@
 /// The simulator's own reading of Apple's binary frames, without sockets: every rule of Apple's
 /// table checked byte by byte, and frames the product encodes read back, so the two sides are
 /// written apart but agree.
-import APNSCore
+import APNSBinaryProtocol
 import NIOCore
 import Testing
 

@@ -1,6 +1,6 @@
 /// The binary transport's read side on an EmbeddedChannel: error responses split across reads
 /// or packed together, the TLS handshake event, bytes that are not an error response, the close.
-import APNSCore
+import APNSBinaryProtocol
 import NIOCore
 import NIOEmbedded
 import NIOTLS

@@ -1,7 +1,8 @@
 /// Helpers for the binary gateway and feedback service tests: frames, a raw TLS client on NIO
 /// that writes bytes and collects what the server answers until it closes, and the same from
 /// Python's `ssl` module, a peer this project did not write.
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
 import Foundation
 import NIOCore
 import NIOPosix

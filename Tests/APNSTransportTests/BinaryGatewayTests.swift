@@ -2,7 +2,8 @@
 /// and Python's `ssl`): Apple's status codes, the error-then-close rule with later frames
 /// discarded, the injected faults, the client certificate check, and the feedback service read
 /// by `BinaryFeedbackClient`.
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
 import APNSTransport
 import Foundation
 import Logging

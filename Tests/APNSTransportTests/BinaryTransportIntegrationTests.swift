@@ -1,7 +1,7 @@
 /// The binary provider transport against the simulator's binary gateway over TLS with client
 /// certificates on loopback: delivery, error responses at every position, shutdown (10), a
 /// close without an error packet, a refused certificate, and the connection states it reports.
-import APNSCore
+import APNSModel
 import APNSSimulator
 import APNSTransport
 import Foundation

@@ -1,7 +1,8 @@
 /// A broadcast (contract §7) through the per-connection HTTP/2 handler on an EmbeddedChannel: the
 /// frames are Apple's broadcast request ("Sending broadcast push notification requests to APNs")
 /// on the same connection as device notifications, and Apple's answer comes back whole.
-import APNSCore
+import APNSModel
+import APNSOutcome
 import Foundation
 import NIOCore
 import NIOEmbedded

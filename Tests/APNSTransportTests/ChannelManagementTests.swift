@@ -1,7 +1,9 @@
 /// Apple's channel management service (contract §7) between the channel management client and the
 /// simulator, over TLS + HTTP/2 on loopback; the simulator's channel book on its own (pure); and
 /// `apns-worker channels` as operators run it.
-import APNSCore
+import APNSChannelManagement
+import APNSModel
+import APNSOutcome
 import APNSTransport
 import Foundation
 import Testing

@@ -1,7 +1,7 @@
 /// `apns-worker channels create|list|show|delete` (contract §7) as operators run it: the real
 /// executable against the simulator's channel management service, configured through the
 /// bundle's `channelHost`/`channelPort`, plain and `--json` output, Apple's refusal as one line.
-import APNSCore
+import APNSModel
 import APNSSimulator
 import Foundation
 import Testing

@@ -3,7 +3,8 @@
 /// and ends as a transport fault (retried, `MalformedAnswer`), and the connection goes on. On the
 /// per-connection handler with an EmbeddedChannel, and through the whole transport against the
 /// simulator's `oversizedBody` script (flow control, frame sizes and TLS in the way).
-import APNSCore
+import APNSModel
+import APNSOutcome
 import APNSSimulator
 import NIOCore
 import NIOEmbedded

@@ -1,6 +1,6 @@
 /// The per-connection HTTP/2 handler on an EmbeddedChannel: frames out, frames in, and what
 /// every stream's promise ends with (answer, reset, deadline, GOAWAY, connection loss).
-import APNSCore
+import APNSModel
 import Foundation
 import NIOCore
 import NIOEmbedded

@@ -1,6 +1,6 @@
 /// Helpers for the HTTP/2 transport's integration tests: a simulator and a transport wired to it
 /// over TLS on loopback, run for the length of one test, and notifications to send through it.
-import APNSCore
+import APNSModel
 import APNSSimulator
 import APNSTransport
 import Foundation

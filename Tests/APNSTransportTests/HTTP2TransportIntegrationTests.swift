@@ -1,7 +1,7 @@
 /// `HTTP2Transport` against the real simulator over TLS on loopback: every answer Apple gives,
 /// provider token renewal, request deadlines, GOAWAY, dropped connections, the server's stream
 /// limit, certificate authentication and connection reuse.
-import APNSCore
+import APNSModel
 import APNSSimulator
 import APNSTransport
 import Foundation

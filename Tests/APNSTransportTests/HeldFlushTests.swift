@@ -1,6 +1,6 @@
 /// A batch of requests through the real NIOHTTP2 client handler on an EmbeddedChannel: the
 /// request bodies leave in stream order, and TLS (here the end of the pipeline) sees one flush.
-import APNSCore
+import APNSModel
 import NIOCore
 import NIOEmbedded
 import NIOHTTP2

@@ -1,7 +1,7 @@
 /// The connection loop both transports share: when it starts, how long it waits between
 /// connections, and every way out. No socket: the attempts and the waits are the test's.
 @testable import APNSTransport
-import APNSCore
+import APNSModel
 import NIOCore
 import NIOEmbedded
 import ServiceLifecycleTestKit

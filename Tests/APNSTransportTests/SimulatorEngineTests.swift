@@ -1,6 +1,7 @@
 /// The simulator's decisions without sockets, where a test needs a clock it controls: provider
 /// token age and update rate, the bounded record of accepted notifications, the drop fault.
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
 import Foundation
 import Testing
 

@@ -1,6 +1,5 @@
 /// Helpers for the simulator's tests: credentials, a running simulator per test, and two HTTP/2
 /// clients this project did not write: Debian's curl and Python's `h2` library.
-import APNSCore
 import Foundation
 import Logging
 import NIOCore

@@ -1,6 +1,6 @@
 /// The simulator against HTTP/2 clients this project did not write (curl, Python h2): Apple's
 /// validation rows, provider token rules, scripted outcomes and injected faults.
-import APNSCore
+import APNSModel
 import Foundation
 import TestSupport
 import Testing

@@ -3,8 +3,10 @@
 // message the worker would refuse fails at the producer with the worker's message, with nothing
 // published.
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
 import APNSTopology
+import APNSTopologyNames
 import APNSWorkerClient
 import Foundation
 import Logging

@@ -3,8 +3,10 @@
 // feedback events acked only when handled (an unacked one comes back); plus the feedback parser
 // on hostile bodies (pure).
 import AMQPClient
-import APNSCore
+import APNSJSON
+import APNSModel
 import APNSTopology
+import APNSTopologyNames
 import APNSWorkerClient
 import Foundation
 import Logging

@@ -3,8 +3,10 @@
 /// a row and at the last position of a few hundred jobs: one feedback event each, every other
 /// job delivered exactly once, nothing lost.
 import AMQPClient
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
 import APNSSimulator
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

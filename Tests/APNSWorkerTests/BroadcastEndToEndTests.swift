@@ -4,9 +4,11 @@
 /// connections, and once the channel is deleted the next broadcast job becomes a feedback event
 /// naming the channel.
 import AMQPClient
-import APNSCore
+import APNSChannelManagement
+import APNSModel
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import APNSTransport
 import Foundation
 import Testing

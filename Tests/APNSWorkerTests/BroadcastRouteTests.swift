@@ -1,7 +1,9 @@
 /// Broadcast jobs in the worker (contract §7): Apple's channel reasons become a feedback event
 /// naming the channel, and the registry's invalid-token marks never see a channel.
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSOutcome
+import APNSTopologyNames
 import Foundation
 import Synchronization
 import TestSupport

@@ -1,5 +1,6 @@
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 import Foundation
 import Logging
 import ServiceLifecycleTestKit

@@ -1,6 +1,7 @@
 import AMQPClient
-import APNSCore
+import APNSModel
 import APNSSimulator
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

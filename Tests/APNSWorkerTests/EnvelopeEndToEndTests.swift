@@ -1,7 +1,8 @@
 import AMQPClient
-import APNSCore
+import APNSModel
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

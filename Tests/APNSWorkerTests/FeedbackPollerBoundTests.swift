@@ -1,6 +1,6 @@
 /// The feedback poller's memory across intervals (issue 35 item 7): tuples kept for a broker
 /// that refuses them are bounded, the oldest dropped first.
-import APNSCore
+import APNSBinaryProtocol
 import Logging
 import Testing
 import TestSupport

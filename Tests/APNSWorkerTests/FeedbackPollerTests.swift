@@ -2,9 +2,10 @@
 /// `BinaryFeedbackClient`, events published to the real broker's `apns.feedback` and read back
 /// from a queue of the test's own.
 import AMQPClient
-import APNSCore
+import APNSModel
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import APNSTransport
 import Foundation
 import Logging

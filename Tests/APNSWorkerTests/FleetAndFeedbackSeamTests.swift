@@ -2,8 +2,11 @@
 // (TestSupport's `InMemoryBroker`): their logic without a socket. What RabbitMQ does with the
 // same messages is tested end to end (`FleetEndToEndTests`, `FeedbackPollerTests`).
 import AMQPClient
-import APNSCore
+import APNSBinaryProtocol
+import APNSFleet
+import APNSModel
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Logging
 import Synchronization

@@ -1,5 +1,5 @@
 import AMQPClient
-import APNSCore
+import APNSFleet
 import APNSWorker
 import Foundation
 import Testing

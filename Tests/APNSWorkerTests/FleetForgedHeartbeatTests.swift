@@ -1,5 +1,7 @@
 import AMQPClient
-import APNSCore
+import APNSFleet
+import APNSModel
+import APNSTopologyNames
 import APNSWorker
 import Foundation
 import Testing

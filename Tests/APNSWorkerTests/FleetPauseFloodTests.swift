@@ -3,7 +3,8 @@
 /// listener no longer waits for that read, and messages that arrive while a read is under way
 /// share one read after it, so a flood costs a round trip per bundle, not per message.
 import AMQPClient
-import APNSCore
+import APNSFleet
+import APNSTopologyNames
 import APNSTopology
 import Foundation
 import Logging

@@ -1,5 +1,5 @@
-import APNSCore
 import APNSSimulator
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

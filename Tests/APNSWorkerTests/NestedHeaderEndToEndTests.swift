@@ -1,7 +1,7 @@
 import AMQPClient
-import APNSCore
 import APNSSimulator
 import APNSTopology
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

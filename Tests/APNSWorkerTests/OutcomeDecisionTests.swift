@@ -1,5 +1,7 @@
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSOutcome
+import APNSTopologyNames
 import Foundation
 import QueueConsumer
 import Testing

@@ -1,5 +1,8 @@
 import AMQPClient
-import APNSCore
+import APNSBinaryProtocol
+import APNSModel
+import APNSOutcome
+import APNSTopologyNames
 import Foundation
 import Testing
 import TestSupport

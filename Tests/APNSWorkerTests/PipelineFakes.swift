@@ -2,7 +2,7 @@
 // in memory, a transport whose answers the test decides, and a clock the test moves. No socket:
 // the broker's real behaviour is covered by the end-to-end tests against RabbitMQ.
 import AMQPClient
-import APNSCore
+import APNSModel
 import CancellableWait
 import Foundation
 import QueueConsumer

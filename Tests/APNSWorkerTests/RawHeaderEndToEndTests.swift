@@ -1,5 +1,6 @@
 import AMQPClient
-import APNSCore
+import APNSModel
+import APNSTopologyNames
 import APNSSimulator
 import APNSTopology
 import Foundation

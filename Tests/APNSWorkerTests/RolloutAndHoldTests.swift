@@ -1,4 +1,3 @@
-import APNSCore
 import Testing
 
 @testable import APNSWorker

@@ -1,5 +1,5 @@
 import AMQPClient
-import APNSCore
+import APNSModel
 import APNSSimulator
 import Foundation
 import Testing

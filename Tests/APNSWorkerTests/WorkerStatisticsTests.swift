@@ -1,4 +1,4 @@
-import APNSCore
+import APNSModel
 import Synchronization
 import Testing
 

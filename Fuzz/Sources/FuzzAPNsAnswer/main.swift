@@ -2,7 +2,7 @@
 // `apns-id` header (parsed by hand, `LowercaseHex.uuid`) and the JSON body. The first byte is the
 // length of the header value; the rest after the value is the body. The id must be read exactly
 // when the value is the canonical 8-4-4-4-12 form, and then be the UUID Foundation reads.
-import APNSCore
+import APNSModel
 import Foundation
 import FuzzDriver
 

@@ -2,7 +2,7 @@
 // input is split as a URL query (`&`, then the first `=`, percent-decoded) into the pairs the
 // admin routes hand over; every parser must answer or throw a Problem, and what it answers
 // must stay within the bounds the admin relies on (a page is never unbounded).
-import APNSCore
+import APNSAdminQuery
 import Foundation
 import FuzzDriver
 

@@ -2,7 +2,7 @@
 // decoder on arbitrary bytes, read as a stream of frames. A decoded frame never claims more bytes
 // than it got, and its encoding decodes to the same frame (the items' order may differ from the
 // input's, so the bytes need not be the same); an error response encodes to the bytes it came from.
-import APNSCore
+import APNSBinaryProtocol
 import FuzzDriver
 
 /// The executable's `main` (see Package.swift): libFuzzer's driver with this target's input function.

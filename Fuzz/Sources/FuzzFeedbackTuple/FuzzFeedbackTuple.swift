@@ -1,7 +1,7 @@
 // libFuzzer target: the feedback service's tuple decoder, whole and streamed. The first byte is
 // the chunk size the stream decoder is fed with; the rest is the stream. Feeding in chunks must
 // give the same tuples and the same verdict as decoding the whole buffer.
-import APNSCore
+import APNSBinaryProtocol
 import FuzzDriver
 
 /// The executable's `main` (see Package.swift): libFuzzer's driver with this target's input function.

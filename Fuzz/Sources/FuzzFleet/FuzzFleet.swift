@@ -6,7 +6,7 @@
 // moves first. Whatever the sequence, nothing traps, the view stays within its bounds (count
 // and bytes), and the graph's axis and labels drawn from the rates (`FleetGraphScale`, what
 // `/fleet/graph` shows) stay numbers: issue 35's trap was there, in the sum over bundles.
-import APNSCore
+import APNSFleet
 import Foundation
 import FuzzDriver
 

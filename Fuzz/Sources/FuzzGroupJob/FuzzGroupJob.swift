@@ -1,7 +1,8 @@
 // libFuzzer target: GroupJobParser.parse on arbitrary bodies of `apns.groups` (contract §6). The
 // first byte picks the AMQP message_id; the rest is the body. A group job it accepts must have a
 // valid group and fan out to device jobs that JobParser accepts.
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
 import FuzzDriver
 
 /// The executable's `main` (see Package.swift): libFuzzer's driver with this target's input function.

@@ -3,7 +3,6 @@
 // returns is absent or in 0...2^31−1; what it writes it reads back; what it writes encodes. A
 // trace context it reads (`traceparent`, `tracestate`) is one it can write and read back.
 import AMQPClient
-import APNSCore
 import APNSTopology
 import Foundation
 import FuzzDriver

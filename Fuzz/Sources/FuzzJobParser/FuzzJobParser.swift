@@ -1,6 +1,7 @@
 // libFuzzer target: JobParser.parse on arbitrary job bodies. The first byte picks the transport,
 // the default environment and whether a message_id comes with the job; the rest is the body.
-import APNSCore
+import APNSJSON
+import APNSModel
 import Foundation
 import FuzzDriver
 

@@ -1,6 +1,7 @@
 // libFuzzer target: RegistrationMessage.parse on arbitrary bodies of `apns.registry` (contract
 // §6). What it accepts must obey §6's shapes, since every field becomes a database value.
-import APNSCore
+import APNSModel
+import APNSRegistryMessages
 import FuzzDriver
 
 /// The executable's `main` (see Package.swift): libFuzzer's driver with this target's input function.
