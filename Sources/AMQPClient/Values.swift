@@ -172,8 +172,9 @@ public struct AMQPProperties: Sendable, Hashable {
         var contentType: AMQPShortString?
         var contentEncoding: AMQPShortString?
         var headers: AMQPTable?
-        /// The header table as it arrived, when it was kept (`ReceivedHeaderTable`).
-        var receivedHeaders: ReceivedHeaderTable?
+        /// The header table as it arrived, when it was kept (`ReceivedHeaderTable`). Not
+        /// compared: properties built by hand equal the same properties received.
+        @NotCompared var receivedHeaders: ReceivedHeaderTable? = nil
         var deliveryMode: UInt8?
         var priority: UInt8?
         var correlationID: AMQPShortString?
@@ -248,7 +249,8 @@ public struct AMQPProperties: Sendable, Hashable {
         get { storage.fields.headers }
         set {
             change { fields in
-                fields.receivedHeaders?.noteChanges(from: fields.headers, to: newValue)
+                let old = fields.headers
+                fields.receivedHeaders?.noteChanges(from: old, to: newValue)
                 fields.headers = newValue
             }
         }
@@ -260,7 +262,8 @@ public struct AMQPProperties: Sendable, Hashable {
     public mutating func setHeaders(_ headers: AMQPTable?, writing keys: some Sequence<String>) {
         change { fields in
             if fields.receivedHeaders != nil {
-                fields.receivedHeaders?.noteChanges(from: fields.headers, to: headers)
+                let old = fields.headers
+                fields.receivedHeaders?.noteChanges(from: old, to: headers)
                 fields.receivedHeaders?.written.formUnion(keys)
             }
             fields.headers = headers

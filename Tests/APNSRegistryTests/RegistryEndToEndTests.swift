@@ -310,8 +310,8 @@ struct RegistryEndToEndTests {
         // apns-worker stats --json
         let stats = try await runProcess(workerExecutable, ["stats", "--config", harness.configPath, "--json"])
         #expect(stats.status == 0, "\(stats.stderr)")
-        let statsJSON = try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: [[String: Any]]]
-        let statsDelivered = (statsJSON?["counts"] ?? []).filter { $0["bundleId"] as? String == bundle && $0["end"] as? String == "delivered" }
+        let statsJSON = try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: Any]
+        let statsDelivered = (statsJSON?["counts"] as? [[String: Any]] ?? []).filter { $0["bundleId"] as? String == bundle && $0["end"] as? String == "delivered" }
             .reduce(0) { $0 + ($1["count"] as? Int ?? 0) }
         #expect(statsDelivered == jobs)
 
