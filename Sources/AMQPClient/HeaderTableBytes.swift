@@ -111,16 +111,11 @@ public enum HeaderTableBytes {
 
 /// A received header table's bytes (4-byte length first) and the keys the worker has written
 /// on this copy since (set, changed or removed in the decoded view): on the wire, each of those
-/// replaces every received entry of its key (`EncodingArena.headerTable`). Not compared or
-/// hashed: two deliveries of one message are the same message even when the broker re-encoded
-/// their table (a quorum queue adding `x-delivery-count`), as `AckedMessages` needs; their
-/// decoded views are compared.
-struct ReceivedHeaderTable: Sendable, Hashable {
+/// replaces every received entry of its key (`EncodingArena.headerTable`). Kept in the
+/// properties as `@NotCompared`, so never compared or hashed.
+struct ReceivedHeaderTable: Sendable {
     let bytes: [UInt8]
     var written: Set<String> = []
-
-    static func == (_: ReceivedHeaderTable, _: ReceivedHeaderTable) -> Bool { true }
-    func hash(into hasher: inout Hasher) {}
 
     /// Notes the keys whose value differs between two views of the headers.
     mutating func noteChanges(from old: AMQPTable?, to new: AMQPTable?) {
@@ -146,7 +141,9 @@ struct ReceivedHeaderTable: Sendable, Hashable {
 
 /// A stored property left out of its type's synthesized `==` and `hash(into:)`: the received
 /// table's bytes ride along with properties that compare by their decoded view, whether the
-/// table was kept (received) or not (built by hand).
+/// table was kept (received) or not (built by hand), and two deliveries of one message are the
+/// same message even when the broker re-encoded their table (a quorum queue adding
+/// `x-delivery-count`), as `AckedMessages` needs.
 @propertyWrapper
 struct NotCompared<Value: Sendable>: Sendable, Hashable {
     var wrappedValue: Value
