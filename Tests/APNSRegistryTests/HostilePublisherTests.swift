@@ -145,9 +145,19 @@ struct HostilePublisherTests {
                 + "\(deadFound)/\(deadExpected.values.map(\.count).reduce(0, +)); registrations applied \(registered); /ready failures \(notReady.count)")
     }
 
+    /// Every page of `/api/fleet` (its `next` cursor followed): forged heartbeats can push a
+    /// real instance past the first page's 2 MiB.
     static func fleet(_ port: Int) async throws -> FleetReport {
-        let result = try await runProcess("/usr/bin/curl", ["-s", "http://127.0.0.1:\(port)/api/fleet"])
-        return try FleetJSON.decoder.decode(FleetReport.self, from: Data(result.stdout.utf8))
+        var cursor: String?
+        var whole: FleetReport?
+        repeat {
+            let after = cursor.map { "?after=" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
+            let result = try await runProcess("/usr/bin/curl", ["-s", "http://127.0.0.1:\(port)/api/fleet\(after)"])
+            let page = try FleetJSON.decoder.decode(FleetReport.self, from: Data(result.stdout.utf8))
+            if whole == nil { whole = page } else { whole?.instances += page.instances }
+            cursor = page.next
+        } while cursor != nil
+        return whole!
     }
 }
 }
