@@ -52,7 +52,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "FuzzFleet",
-            dependencies: ["FuzzDriver", .product(name: "APNSFleet", package: "apns-worker")]
+            dependencies: ["FuzzDriver", .product(name: "APNSFleet", package: "apns-worker"), .product(name: "APNSModel", package: "apns-worker")]
         ),
         .executableTarget(
             name: "FuzzAMQPFields",

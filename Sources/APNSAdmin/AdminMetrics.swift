@@ -1,7 +1,8 @@
 /// Metrics that are states rather than events, sampled from the worker's status on every
 /// `/metrics` scrape so they are current when read (each gauge is made on the first scrape that
 /// needs it and recorded again on the later ones): APNs connections by state, whether each
-/// bundle's consumer is paused by a provider fault (held) or by an operator, whether the device
+/// bundle's consumer is paused and why (`apns_worker_consumer_paused{bundle,reason}`, `reason`
+/// one of `pauseReasons`), whether the device
 /// registry is available, and the broker's view of this instance's queues (messages and
 /// consumers per bundle and role, the registry's dead queues among them), with fixed label sets
 /// (bundle, state, role); and the Prometheus factory settings `apns-worker run` bootstraps
@@ -56,15 +57,23 @@ public final class AdminMetrics: Sendable {
         }
     }
 
-    /// Records the sampled gauges from `status`.
+    /// Why a bundle's consumer takes no job, the `reason` label of `apns_worker_consumer_paused`
+    /// (one series each, 1 or 0, so both exist for every bundle): `held`, a provider fault the
+    /// worker waits out by itself; `operator`, `apns-worker pause` until someone resumes it.
+    static let pauseReasons: [(reason: String, isPaused: @Sendable (WorkerStatus.Bundle) -> Bool)] = [
+        ("held", { $0.held }), ("operator", { $0.paused }),
+    ]
+
+    /// Records the sampled gauges from `status`: the one writer of each.
     func sample(_ status: WorkerStatus) {
         gauge("apns_worker_broker_connected").record(status.brokerConnected ? 1 : 0)
         if let registry = status.registry {
             gauge("apns_worker_registry_available").record(registry == "held" ? 0 : 1)
         }
         for bundle in status.bundles {
-            gauge("apns_worker_consumer_paused", [("bundle", bundle.bundleID)]).record(bundle.held ? 1 : 0)
-            gauge("apns_worker_bundle_paused_by_operator", [("bundle", bundle.bundleID)]).record(bundle.paused ? 1 : 0)
+            for (reason, isPaused) in Self.pauseReasons {
+                gauge("apns_worker_consumer_paused", [("bundle", bundle.bundleID), ("reason", reason)]).record(isPaused(bundle) ? 1 : 0)
+            }
             guard !bundle.connections.isEmpty else { continue }
             for state in TransportConnectionState.allCases {
                 gauge("apns_transport_connections", [("bundle", bundle.bundleID), ("state", state.rawValue)])

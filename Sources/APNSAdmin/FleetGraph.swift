@@ -3,6 +3,7 @@
 /// its own colour AND its own dash pattern and marker letter, with a legend and a label at the
 /// end of each line, so it reads without colour. The geometry is pure and tested on its own.
 import APNSFleet
+import APNSModel
 import Foundation
 import Mustache
 
@@ -17,7 +18,7 @@ struct FleetGraph {
     var bottom = 28.0
 
     struct Style {
-        var end: FleetEnd
+        var end: JobEnd
         var label: String
         var color: String
         /// SVG `stroke-dasharray`; empty = solid.
@@ -48,7 +49,7 @@ struct FleetGraph {
     func y(_ rate: Double) -> Double { top + plotHeight * (1 - min(Self.bounded(rate), yMax) / yMax) }
 
     /// SVG `points` of one end's polyline.
-    func polyline(_ end: FleetEnd) -> String {
+    func polyline(_ end: JobEnd) -> String {
         points.enumerated().map { index, point in
             "\(Self.format(x(index))),\(Self.format(y(point.perSecond[end] ?? 0)))"
         }.joined(separator: " ")

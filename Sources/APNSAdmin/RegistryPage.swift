@@ -24,7 +24,7 @@ struct RegistryPage {
             "groupQuery": group ?? "",
             "bundles": summary.devices.map { ["bundleID": $0.bundleId, "active": String($0.active), "invalid": String($0.invalid)] },
             "syncWindows": Self.syncWindowRows(summary.counts),
-            "legend": JobEndKind.allCases.map { ["end": $0.rawValue, "color": HourlyChart.color(of: $0)] },
+            "legend": JobEnd.registryEnds.map { ["end": $0.contractName ?? "", "color": HourlyChart.color(of: $0)] },
             "charts": Set(summary.counts.map(\.bundleId)).sorted().map { bundle in
                 ["bundleID": bundle, "chart": HourlyChart(rows: summary.counts.filter { $0.bundleId == bundle }, since: summary.since).context]
             },
@@ -62,9 +62,9 @@ struct RegistryPage {
     /// Per bundle, over the hours shown: group-job pushes sent at once, merged into a trailing
     /// push (contract §6's `coalesced`), and trailing pushes sent. Bundles with none are left out.
     static func syncWindowRows(_ counts: [CountRow]) -> [[String: String]] {
-        var perBundle: [String: [JobEndKind: Int64]] = [:]
+        var perBundle: [String: [JobEnd: Int64]] = [:]
         for row in counts {
-            guard let end = JobEndKind(rawValue: row.end), [.fannedOut, .coalesced, .trailing].contains(end) else { continue }
+            guard let end = JobEnd(contractName: row.end), JobEnd.groupEnds.contains(end) else { continue }
             perBundle[row.bundleId, default: [:]][end, default: 0] += row.count
         }
         return perBundle.keys.sorted().map { bundle in
@@ -138,7 +138,7 @@ struct RegistryPage {
 struct HourlyChart {
     struct Segment: Equatable {
         var hourIndex: Int
-        var end: JobEndKind
+        var end: JobEnd
         var count: Int64
         var y: Double
         var height: Double
@@ -152,10 +152,10 @@ struct HourlyChart {
 
     init(rows: [CountRow], since: Int64) {
         self.since = since
-        var perHour = [[JobEndKind: Int64]](repeating: [:], count: Self.hours)
+        var perHour = [[JobEnd: Int64]](repeating: [:], count: Self.hours)
         for row in rows {
             let index = Int((row.hour - since) / 3600)
-            guard row.hour >= since, index < Self.hours, let end = JobEndKind(rawValue: row.end) else { continue }
+            guard row.hour >= since, index < Self.hours, let end = JobEnd(contractName: row.end) else { continue }
             perHour[index][end, default: 0] += row.count
         }
         let peak = max(perHour.map { $0.values.reduce(0, +) }.max() ?? 0, 1)
@@ -163,7 +163,7 @@ struct HourlyChart {
         var segments: [Segment] = []
         for (index, counts) in perHour.enumerated() {
             var y = Double(Self.height - Self.bottom)
-            for end in JobEndKind.allCases {
+            for end in JobEnd.registryEnds {
                 guard let count = counts[end], count > 0 else { continue }
                 let height = plot * Double(count) / Double(peak)
                 y -= height
@@ -174,13 +174,13 @@ struct HourlyChart {
         self.segments = segments
     }
 
-    static func color(of end: JobEndKind) -> String {
+    static func color(of end: JobEnd) -> String {
         switch end {
         case .delivered: "#2e7d32"
         case .invalidToken: "#ef6c00"
         case .retry: "#f9a825"
         case .dead: "#c62828"
-        case .gated: "#757575"
+        case .gated, .held: "#757575"
         case .fannedOut: "#1565c0"
         case .coalesced: "#8e99a8"
         case .trailing: "#6a1b9a"
@@ -199,7 +199,7 @@ struct HourlyChart {
                 [
                     "x": Self.left + segment.hourIndex * slot + 1, "width": slot - 2,
                     "y": String(format: "%.1f", segment.y), "height": String(format: "%.1f", segment.height),
-                    "color": Self.color(of: segment.end), "end": segment.end.rawValue, "count": String(segment.count),
+                    "color": Self.color(of: segment.end), "end": segment.end.contractName ?? "", "count": String(segment.count),
                     "hour": hourLabel(segment.hourIndex),
                 ] as [String: Any]
             },

@@ -109,13 +109,13 @@ struct StatusPage {
         let local = status.bundles.first { $0.bundleID == bundleID }
         // The fleet's sums when heartbeats were heard, else this instance's own counts.
         let counts: FleetInstance.Bundle
-        let perMinute: [FleetEnd: Int]
+        let perMinute: [JobEnd: Int]
         if let fleetView, let total = fleetTotals[bundleID] {
             counts = total
             perMinute = fleetView.rates.recent(now: now, seconds: 60, bundleID: bundleID)
         } else {
-            let jobs = { (end: OutcomeRouter.End) in local?.activity.jobs[end.rawValue, default: 0] ?? 0 }
-            let minute = { (end: OutcomeRouter.End) in local?.activity.perMinute[end.rawValue, default: 0] ?? 0 }
+            let jobs = { (end: JobEnd) in local?.activity.jobs[end.label, default: 0] ?? 0 }
+            let minute = { (end: JobEnd) in local?.activity.perMinute[end.label, default: 0] ?? 0 }
             counts = FleetInstance.Bundle(
                 delivered: jobs(.delivered), invalidToken: jobs(.invalidToken), retry: jobs(.retry), dead: jobs(.dead),
                 inFlight: local?.activity.inFlight ?? 0, held: local?.held ?? false, connections: local?.connections ?? [:])

@@ -1,3 +1,5 @@
+import APNSModel
+
 /// What the fleet view's data costs in memory, estimated from above from the layout of Swift's
 /// strings and dictionaries, so that `FleetView` and `FleetRates` can keep contract §5's bound
 /// ("at most 16 MiB in all") by counting bytes, not only instances and bundles: 1,000 instances
@@ -36,7 +38,7 @@ public enum FleetMemory {
     }
 
     /// A rates baseline or bucket slot of one bundle: the inner dictionary of the four ends.
-    static let endCounts = dictionary(count: FleetEnd.allCases.count, FleetEnd.self, Int.self)
+    static let endCounts = dictionary(count: JobEnd.fleetEnds.count, JobEnd.self, Int.self)
 
     /// An instance as a `FleetView` keeps it, apart from its bundles: its slots in the view's
     /// dictionaries (instances and their costs) and the rates' baselines, and its text fields.
@@ -44,7 +46,7 @@ public enum FleetMemory {
         // Slots of the view's two dictionaries and the rates' baselines, at their worst load
         // (8/3 slots per entry).
         let slots = (MemoryLayout<String>.stride * 3 + MemoryLayout<FleetInstance>.stride + MemoryLayout<Int>.stride
-            + MemoryLayout<[String: [FleetEnd: Int]]>.stride) * 8 / 3
+            + MemoryLayout<[String: [JobEnd: Int]]>.stride) * 8 / 3
         return slots + string(instance.id) + string(instance.host) + string(instance.version) + string(instance.broker)
     }
 
@@ -54,7 +56,7 @@ public enum FleetMemory {
     static func instance(_ instance: FleetInstance, bundles count: Int, bundleBytes: Int) -> Int {
         self.instance(instance)
             + dictionary(count: count, String.self, FleetInstance.Bundle.self)
-            + dictionary(count: count, String.self, [FleetEnd: Int].self) + count * endCounts
+            + dictionary(count: count, String.self, [JobEnd: Int].self) + count * endCounts
             + bundleBytes
     }
 }

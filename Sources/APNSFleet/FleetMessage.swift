@@ -116,13 +116,15 @@ public struct FleetInstance: Sendable, Hashable, Codable {
             }
         }
 
-        /// The count of one end by the names of `FleetRates.ends`.
-        public func count(_ end: FleetEnd) -> Int {
+        /// The count of one end this heartbeat reports (0 for an end it does not carry).
+        public func count(_ end: JobEnd) -> Int {
             switch end {
             case .delivered: delivered
             case .invalidToken: invalidToken
             case .retry: retry
             case .dead: dead
+            case .gated: gated
+            case .held, .fannedOut, .coalesced, .trailing: 0
             }
         }
     }
@@ -195,10 +197,6 @@ public struct FleetInstance: Sendable, Hashable, Codable {
     public var inFlight: Int { bundles.values.reduce(0) { $0.saturatingAdd($1.inFlight) } }
 }
 
-/// The four ends the fleet view counts and graphs (gated and held jobs go back to the broker).
-public enum FleetEnd: String, Sendable, Hashable, CaseIterable, Codable {
-    case delivered, invalidToken, retry, dead
-}
 
 /// RFC 3339 dates, sorted keys: the one JSON form of the fleet on the wire, the API and the CLI.
 public enum FleetJSON {

@@ -14,12 +14,12 @@ public struct FleetRates: Sendable {
     public let windowSeconds: Int
 
     /// bucket index (seconds since 1970 / width) → bundle → end → jobs.
-    private var buckets: [Int64: [String: [FleetEnd: Int]]] = [:]
+    private var buckets: [Int64: [String: [JobEnd: Int]]] = [:]
     /// bucket index → end → jobs of every bundle together: what the graph draws, read without
     /// going through a bucket's bundles (up to 1,000 each), so drawing it costs the same for a
     /// fleet of one bundle as for a forged view of thousands.
-    private var fleetBuckets: [Int64: [FleetEnd: Int]] = [:]
-    private var baselines: [String: [String: [FleetEnd: Int]]] = [:]
+    private var fleetBuckets: [Int64: [JobEnd: Int]] = [:]
+    private var baselines: [String: [String: [JobEnd: Int]]] = [:]
     /// What each bucket costs (`FleetMemory`), and their sum: at most `maxBytes`. The baselines
     /// are counted by `FleetView` with the instances they belong to.
     private var bucketBytes: [Int64: Int] = [:]
@@ -34,11 +34,11 @@ public struct FleetRates: Sendable {
     /// keys would be about 50 MB. Past it, a bundle new to a bucket counts under `otherBundles`.
     public static let maxBytes = 3 << 20
     /// A bucket's own dictionary and its slot, and its fleet-wide total (`fleetBuckets`), from above.
-    static let bucketCost = FleetMemory.dictionary(count: 1, String.self, [FleetEnd: Int].self)
-        + (MemoryLayout<Int64>.stride + MemoryLayout<[String: [FleetEnd: Int]]>.stride) * 8 / 3
-        + FleetMemory.endCounts + (MemoryLayout<Int64>.stride + MemoryLayout<[FleetEnd: Int]>.stride) * 8 / 3
+    static let bucketCost = FleetMemory.dictionary(count: 1, String.self, [JobEnd: Int].self)
+        + (MemoryLayout<Int64>.stride + MemoryLayout<[String: [JobEnd: Int]]>.stride) * 8 / 3
+        + FleetMemory.endCounts + (MemoryLayout<Int64>.stride + MemoryLayout<[JobEnd: Int]>.stride) * 8 / 3
     static func slotCost(_ bundleID: String) -> Int {
-        FleetMemory.string(bundleID) + FleetMemory.endCounts + (MemoryLayout<String>.stride + MemoryLayout<[FleetEnd: Int]>.stride) * 8 / 3
+        FleetMemory.string(bundleID) + FleetMemory.endCounts + (MemoryLayout<String>.stride + MemoryLayout<[JobEnd: Int]>.stride) * 8 / 3
     }
 
     /// The highest rate a point shows, in jobs per second: 2^53, the largest count a heartbeat
@@ -59,7 +59,7 @@ public struct FleetRates: Sendable {
 
     func bucket(of date: Date) -> Int64 { Int64((date.timeIntervalSince1970 / Double(bucketSeconds)).rounded(.down)) }
 
-    public mutating func record(instance: String, counts: [String: [FleetEnd: Int]], at now: Date) {
+    public mutating func record(instance: String, counts: [String: [JobEnd: Int]], at now: Date) {
         defer { baselines[instance] = counts }
         guard let previous = baselines[instance] else { return }
         let index = bucket(of: now)
@@ -115,9 +115,9 @@ public struct FleetRates: Sendable {
     public struct Point: Sendable, Hashable {
         public var start: Date
         /// Jobs per second by end.
-        public var perSecond: [FleetEnd: Double]
+        public var perSecond: [JobEnd: Double]
 
-        public init(start: Date, perSecond: [FleetEnd: Double]) {
+        public init(start: Date, perSecond: [JobEnd: Double]) {
             self.start = start
             self.perSecond = perSecond
         }
@@ -133,8 +133,8 @@ public struct FleetRates: Sendable {
             // Summed as saturating integers, then capped: a Double sum of 1,001 slots each near
             // `Int.max` is finite but no longer an `Int`, and the graph converts it (issue 35).
             let jobs = self.jobs(in: index, bundleID: bundleID)
-            var perSecond: [FleetEnd: Double] = [:]
-            for end in FleetEnd.allCases {
+            var perSecond: [JobEnd: Double] = [:]
+            for end in JobEnd.fleetEnds {
                 perSecond[end] = min(Double(jobs[end, default: 0]) / Double(bucketSeconds), Self.maxPerSecond)
             }
             return Point(start: Date(timeIntervalSince1970: Double(index) * Double(bucketSeconds)), perSecond: perSecond)
@@ -142,11 +142,11 @@ public struct FleetRates: Sendable {
     }
 
     /// Jobs of one bundle (or all) by end in the last `seconds` (whole buckets), for the per-minute rates.
-    public func recent(now: Date, seconds: Int = 60, bundleID: String? = nil) -> [FleetEnd: Int] {
+    public func recent(now: Date, seconds: Int = 60, bundleID: String? = nil) -> [JobEnd: Int] {
         let last = bucket(of: now)
         let span = Int64(max(1, seconds / bucketSeconds))
-        var total: [FleetEnd: Int] = [:]
-        for end in FleetEnd.allCases { total[end] = 0 }
+        var total: [JobEnd: Int] = [:]
+        for end in JobEnd.fleetEnds { total[end] = 0 }
         for index in (last - span + 1)...last {
             for (end, count) in jobs(in: index, bundleID: bundleID) { total[end] = total[end, default: 0].saturatingAdd(count) }
         }
@@ -155,7 +155,7 @@ public struct FleetRates: Sendable {
 
     /// One bucket's jobs by end, of one bundle (looked up, not searched: the page asks for many
     /// bundles), or of every bundle (the running total, not a sum over the bucket's bundles).
-    private func jobs(in index: Int64, bundleID: String?) -> [FleetEnd: Int] {
+    private func jobs(in index: Int64, bundleID: String?) -> [JobEnd: Int] {
         guard let bundleID else { return fleetBuckets[index] ?? [:] }
         return buckets[index]?[bundleID] ?? [:]
     }

@@ -91,7 +91,7 @@ public struct FleetView: Sendable {
         costs[instance.id] = cost
         instanceBytes += cost - (previousCost ?? 0)
         rates.record(instance: instance.id, counts: instance.bundles.mapValues { bundle in
-            Dictionary(uniqueKeysWithValues: FleetEnd.allCases.map { ($0, bundle.count($0)) })
+            Dictionary(uniqueKeysWithValues: JobEnd.fleetEnds.map { ($0, bundle.count($0)) })
         }, at: now)
         return admission
     }

@@ -19,17 +19,12 @@ public struct RetryPolicy: Sendable, Hashable {
     public static let standard = RetryPolicy(
         delays: [.seconds(10), .seconds(60), .seconds(300), .seconds(900), .seconds(900)], maxAttempts: 6)
 
-    public enum Decision: Sendable, Hashable {
-        /// Wait `delay` (in the retry queue for that delay), then attempt again.
-        case retry(delay: Duration)
-        /// No attempts left.
-        case exhausted
-    }
-
-    /// What to do after attempt number `attemptsMade` (1 for the first send) failed retryably.
-    public func decision(afterAttempt attemptsMade: Int) -> Decision {
-        guard attemptsMade < maxAttempts else { return .exhausted }
+    /// How long to wait (in the retry queue for that delay) after attempt number `attemptsMade`
+    /// (1 for the first send) failed retryably; nil when no attempt is left (the job's end is
+    /// then `dead`, `RetriesExhausted`: `OutcomeRouter` decides the end, not the policy).
+    public func delay(afterAttempt attemptsMade: Int) -> Duration? {
+        guard attemptsMade < maxAttempts else { return nil }
         let index = min(max(attemptsMade - 1, 0), delays.count - 1)
-        return .retry(delay: delays[index])
+        return delays[index]
     }
 }

@@ -9,16 +9,19 @@ public struct CountAggregator: Sendable, Hashable {
         public var bundleID: String
         /// The hour's start, seconds since the epoch (a multiple of 3600).
         public var hour: Int64
-        public var end: JobEndKind
+        /// The end's `contractName`, as stored in `apns_counts.end_kind`.
+        public var end: String
 
-        public init(bundleID: String, hour: Int64, end: JobEndKind) {
+        /// The key of a counted end; nil for `held`, which the registry does not count.
+        public init?(bundleID: String, hour: Int64, end: JobEnd) {
+            guard let name = end.contractName else { return nil }
             self.bundleID = bundleID
             self.hour = hour
-            self.end = end
+            self.end = name
         }
 
         public static func < (a: Key, b: Key) -> Bool {
-            (a.bundleID, a.hour, a.end.rawValue) < (b.bundleID, b.hour, b.end.rawValue)
+            (a.bundleID, a.hour, a.end) < (b.bundleID, b.hour, b.end)
         }
     }
 
@@ -33,8 +36,10 @@ public struct CountAggregator: Sendable, Hashable {
         epochSeconds - ((epochSeconds % 3600) + 3600) % 3600
     }
 
-    public mutating func add(bundleID: String, end: JobEndKind, epochSeconds: Int64, count: Int64 = 1) {
-        counts[Key(bundleID: bundleID, hour: Self.hour(ofEpochSeconds: epochSeconds), end: end), default: 0] += count
+    /// Counts `count` ends; a `held` job has not ended and is not counted.
+    public mutating func add(bundleID: String, end: JobEnd, epochSeconds: Int64, count: Int64 = 1) {
+        guard let key = Key(bundleID: bundleID, hour: Self.hour(ofEpochSeconds: epochSeconds), end: end) else { return }
+        counts[key, default: 0] += count
     }
 
     /// Everything gathered so far, emptied: the batch to write.

@@ -26,7 +26,7 @@ public final class RegistryRecorder: JobEndObserver, Service {
     private let now: @Sendable () -> Date
     /// `/metrics`: this instance's group-job notifications sent at once, merged into a trailing
     /// push, and trailing pushes sent (the counts table holds the fleet's).
-    private let groupNotifications: [JobEndKind: Counter]
+    private let groupNotifications: [JobEnd: Counter]
 
     public init(
         store: RegistryStore, flushInterval: Duration, maxPendingMarks: Int = 100_000, logger: Logger,
@@ -38,17 +38,17 @@ public final class RegistryRecorder: JobEndObserver, Service {
         self.logger = logger
         self.now = now
         groupNotifications = Dictionary(
-            uniqueKeysWithValues: [JobEndKind.fannedOut, .coalesced, .trailing].map { kind in
-                (kind, Counter(label: "apns_registry_group_notifications_total", dimensions: [("kind", kind.rawValue)]))
+            uniqueKeysWithValues: JobEnd.groupEnds.compactMap { end in
+                end.contractName.map { (end, Counter(label: "apns_registry_group_notifications_total", dimensions: [("kind", $0)])) }
             })
     }
 
-    public func jobEnded(bundleID: String, end: JobEndKind) {
+    public func jobEnded(bundleID: String, end: JobEnd) {
         count(bundleID: bundleID, end: end, count: 1)
     }
 
     /// Adds `count` ends at once (a group job's fan-out).
-    public func count(bundleID: String, end: JobEndKind, count: Int64) {
+    public func count(bundleID: String, end: JobEnd, count: Int64) {
         let seconds = Int64(now().timeIntervalSince1970)
         groupNotifications[end]?.increment(by: count)
         buffers.withLock { $0.counts.add(bundleID: bundleID, end: end, epochSeconds: seconds, count: count) }

@@ -177,7 +177,7 @@ public final class RegistryStore: Sendable {
         guard !batch.isEmpty else { return }
         let keys = batch.keys.sorted()
         try await bounded { [client, logger] in
-            let bundles = keys.map(\.bundleID), hours = keys.map(\.hour), ends = keys.map(\.end.rawValue), counts = keys.map { batch[$0]! }
+            let bundles = keys.map(\.bundleID), hours = keys.map(\.hour), ends = keys.map(\.end), counts = keys.map { batch[$0]! }
             try await client.query(
                 """
                 INSERT INTO apns_counts AS c (bundle_id, hour, end_kind, count)

@@ -2,6 +2,7 @@ import AMQPClient
 import APNSJSON
 import APNSModel
 import APNSOutcome
+import APNSTopology
 import Foundation
 import Logging
 import QueueConsumer
@@ -11,11 +12,13 @@ import Synchronization
 /// probe alike: the stages before sending run in the caller's task; APNs' answer is routed and
 /// a bare ack settled on the thread that received it (see `BundlePipeline`'s execution model).
 extension BundlePipeline {
-    /// What the stages before sending decided.
-    enum Admission {
-        /// An end reached without sending: a poison, malformed or gated job.
-        case ended(OutcomeRouter.Route, OutcomeRouter.End)
+    /// What the stages before sending decided for a delivery: not an end itself, but whether
+    /// the job goes to APNs or is settled unsent.
+    enum NextStep {
         case send(Job, OutcomeRouter.JobContext)
+        /// Settled without sending (too large, malformed, poison, gated): the route carries the
+        /// end; `details` are what the end line says about why.
+        case settleUnsent(OutcomeRouter.Route, details: Logger.Metadata)
     }
 
     /// A job between its delivery and its settle: what its end needs to know.
@@ -28,21 +31,15 @@ extension BundlePipeline {
         var trace: JobTrace?
     }
 
-    /// How a job ended: what its count and its log line need.
-    enum Ending: Sendable {
-        case unsent(OutcomeRouter.End)
-        case answered(Outcome, OutcomeRouter.End, OutcomeRouter.JobContext)
-    }
-
     /// One job the machine counted in flight, through every stage to exactly one end.
     func compose(_ delivery: AMQPDelivery, probe: Bool) {
         let job = JobInFlight(delivery: delivery, started: clock.now, isProbe: probe, trace: beginTrace(delivery))
         bundleStatistics.jobStarted()
-        let admission = admit(delivery)
-        job.trace?.admitted(admission)
-        switch admission {
-        case .ended(let route, let end):
-            settle(job, route, .unsent(end))
+        let next = admit(delivery)
+        job.trace?.admitted(next)
+        switch next {
+        case .settleUnsent(let route, let details):
+            settle(job, route, details: details)
         case .send(let parsed, let context):
             let sent = clock.now
             transport.send(parsed.notification) { result in
@@ -61,7 +58,7 @@ extension BundlePipeline {
         let decision = router.decide(outcome, job: context, now: clock.wallTime)
         switch consumer.answered(decision.breaker) {
         case .settle:
-            settle(job, decision.route, .answered(outcome, decision.end, context))
+            settle(job, decision.route, answered: (outcome, context))
         case .drop:
             bundleStatistics.jobFinished()
         }
@@ -70,22 +67,26 @@ extension BundlePipeline {
     /// The one settle: a bare ack at once, from any thread (`ackNow` never blocks); a route that
     /// publishes must await the broker's confirm, so it continues in the consumer's settle runner
     /// (a child of `run()`: cancelled with it at the shutdown deadline). Then the job's end is
-    /// counted and told to the machine.
-    func settle(_ job: JobInFlight, _ route: OutcomeRouter.Route, _ ending: Ending) {
+    /// counted, logged and told to the machine. `answered`: APNs' outcome, for a job that was
+    /// sent; `details`: why a job settled unsent.
+    func settle(
+        _ job: JobInFlight, _ route: OutcomeRouter.Route, answered: (Outcome, OutcomeRouter.JobContext)? = nil,
+        details: Logger.Metadata = [:]
+    ) {
         switch route {
         case .ack:
             broker.ackNow(job.delivery)
-            finished(job, ending, route)
+            finished(job, route, answered: answered, details: details)
         case .publishThenAck(let message, _):
             consumer.settleLater {
                 await self.publishThenAck(job.delivery, message)
-                self.finished(job, ending, route)
+                self.finished(job, route, answered: answered, details: details)
             }
         case .rejectToDeadLetter:
             // Without requeue, for the broker to dead-letter it (a job over the size limit).
             consumer.settleLater {
                 await self.broker.nack(job.delivery, requeue: false)
-                self.finished(job, ending, route)
+                self.finished(job, route, answered: answered, details: details)
             }
         }
     }
@@ -110,39 +111,39 @@ extension BundlePipeline {
         }
     }
 
-    private func finished(_ job: JobInFlight, _ ending: Ending, _ route: OutcomeRouter.Route) {
-        switch ending {
-        case .unsent(let end):
-            count(end, since: job.started)
-            job.trace?.settled(end, route: route)
-        case .answered(let outcome, let end, let context):
-            count(end, since: job.started)
-            report(outcome, end: end, job: context)
-            job.trace?.settled(end, route: route)
-        }
+    /// Every settled job, sent or not, ends here: its route's end counted, reported, traced.
+    private func finished(
+        _ job: JobInFlight, _ route: OutcomeRouter.Route, answered: (Outcome, OutcomeRouter.JobContext)?, details: Logger.Metadata
+    ) {
+        let end = route.end
+        count(end, since: job.started)
+        report(end, answered: answered, details: details)
+        job.trace?.settled(route)
         bundleStatistics.jobFinished()
         consumer.settled(probe: job.isProbe)
     }
 
     /// One job reached `end`. The one place a job's end is counted: the tally behind the stop
     /// line, the admin page and `/api/status`, the Prometheus counter (both in
-    /// `BundleStatistics.jobEnded`), and the registry's hourly counts (the observer).
-    func count(_ end: OutcomeRouter.End, since started: ContinuousClock.Instant) {
-        if let kind = JobEndKind(end) { observer?.jobEnded(bundleID: settings.bundleID, end: kind) }
+    /// `BundleStatistics.jobEnded`), and the registry's hourly counts (the observer; `held` is
+    /// no end there).
+    func count(_ end: JobEnd, since started: ContinuousClock.Instant) {
+        if end.contractName != nil { observer?.jobEnded(bundleID: settings.bundleID, end: end) }
         bundleStatistics.jobEnded(end, after: started.duration(to: clock.now))
     }
 
     /// The stages before sending: the delivery limit, parsing, the job's log line and the
-    /// rollout gate.
-    func admit(_ delivery: AMQPDelivery) -> Admission {
+    /// rollout gate. A job settled unsent gets its end line when it is settled, with `details`.
+    func admit(_ delivery: AMQPDelivery) -> NextStep {
         if let size = delivery.message.oversizedBodySize {
             let copied = delivery.message.oversizedBodyDeadLettered
-            logger.warning(
-                copied
-                    ? "job too large: dead-lettered as it arrived, body unchanged"
-                    : "job too large: rejected for the broker to dead-letter, body unchanged",
-                metadata: ["amqp.body_size": "\(size)", "job.max_body_size": "\(JobParser.Limits().maxBodyBytes)"])
-            return .ended(router.routeOversized(copied: copied), .dead)
+            let details: Logger.Metadata = [
+                // The reason its dead letter names (`oversizedDeadLetter`, `JobEnvelope.failureReason`).
+                "job.reason": "\(copied ? JobError.Kind.malformedJob.rawValue : JobEnvelope.messageTooLarge)", "amqp.body_size": "\(size)",
+                "job.max_body_size": "\(JobParser.Limits().maxBodyBytes)",
+                "job.dead_letter": copied ? "copied as it arrived, body unchanged" : "rejected for the broker to dead-letter, body unchanged",
+            ]
+            return .settleUnsent(router.routeOversized(copied: copied), details: details)
         }
         if delivery.message.oversizedPropertiesSize != nil || delivery.message.headersNestedTooDeep {
             // Its header table was not kept: no attempt count to read, and the dead letter
@@ -152,8 +153,9 @@ extension BundlePipeline {
             let error =
                 delivery.message.oversizedPropertiesSize.map { JobError.oversizedProperties($0, limit: AMQPProperties.maximumEncodedSize) }
                 ?? JobError.nestedHeaders(limit: AMQPProperties.maximumHeaderDepth)
-            logger.warning("malformed job", metadata: ["job.error": "\(error)", "job.reason": "\(error.reason)"])
-            return .ended(router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: clock.wallTime), .dead)
+            return .settleUnsent(
+                router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: clock.wallTime),
+                details: Self.malformed(error, context))
         }
         let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
         // A first delivery cannot be one too many; only redeliveries are counted.
@@ -163,15 +165,15 @@ extension BundlePipeline {
                 let context = OutcomeRouter.JobContext(
                     message: delivery.message, jobID: delivery.message.properties.messageID, token: nil,
                     previousAttempts: previousAttempts)
-                logger.error(
-                    "poison job: delivered too often without reaching an end; dead-lettered unread",
-                    metadata: [
-                        "job.id": "\(context.jobID.map { AMQPShortString.logSafe($0) } ?? "-")", "amqp.deliveries": "\(deliveries)",
-                        "worker.max_deliveries": "\(settings.maxDeliveries)",
-                    ])
                 let route = router.routeDeliveryLimitExceeded(
                     job: context, deliveries: deliveries, maxDeliveries: settings.maxDeliveries, now: clock.wallTime)
-                return .ended(route, .dead)
+                // Unread: a poison job may crash or stall the worker that reads it.
+                return .settleUnsent(
+                    route,
+                    details: [
+                        "job.id": "\(Self.logSafeID(context))", "job.reason": "\(OutcomeRouter.deliveryLimitExceeded)",
+                        "amqp.deliveries": "\(deliveries)", "worker.max_deliveries": "\(settings.maxDeliveries)",
+                    ])
             }
         }
         let job: Job
@@ -180,8 +182,9 @@ extension BundlePipeline {
             let context = OutcomeRouter.JobContext(
                 message: delivery.message, jobID: delivery.message.properties.messageID, token: nil,
                 previousAttempts: previousAttempts)
-            logger.warning("malformed job", metadata: ["job.error": "\(error)", "job.reason": "\(error.reason)"])
-            return .ended(router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: clock.wallTime), .dead)
+            return .settleUnsent(
+                router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: clock.wallTime),
+                details: Self.malformed(error, context))
         case .success(let parsed):
             job = parsed
         }
@@ -189,8 +192,7 @@ extension BundlePipeline {
         log(job, attempt: previousAttempts + 1, redelivered: delivery.message.redelivered)
         bundleStatistics.jobReceived()
         if case .hold(let why) = gate(job) {
-            logger.debug("rollout gate holds job", metadata: ["job.id": "\(job.id)", "gate.why": "\(why)"])
-            return .ended(router.routeGated(job: context), .gated)
+            return .settleUnsent(router.routeGated(job: context), details: ["job.id": "\(job.id)", "gate.why": "\(why)"])
         }
         return .send(job, context)
     }
@@ -216,33 +218,54 @@ extension BundlePipeline {
         return rollout.withLock { $0.decide(syncServer: server) }
     }
 
-    /// What is said about a settled job: its log line, and an invalid token to the observer.
-    func report(_ outcome: Outcome, end: OutcomeRouter.End, job context: OutcomeRouter.JobContext) {
-        // A job id from a publisher's message_id may hold CR/LF: never raw in a log line.
-        var jobID: String { context.jobID.map { AMQPShortString.logSafe($0) } ?? "-" }
-        switch outcome {
-        case .delivered:
-            // Debug, not info: at thousands of jobs a second one line each costs more than the
-            // job's own work; APNS_WORKER_LOG_LEVEL=debug turns it on.
-            logger.debug("job delivered", metadata: ["job.id": "\(jobID)", "apns.target": "\(context.target?.redacted ?? "-")"])
-        case .invalidToken(let reason, let timestamp):
-            // Only a device token reaches the registry's invalid-token marks: a broadcast channel
-            // Apple does not know is no device of any group (contract §7).
-            if let token = context.token { observer?.tokenInvalid(bundleID: settings.bundleID, token: token, reason: reason, timestamp: timestamp) }
-            let what = context.target?.channel == nil ? "device token invalid" : "broadcast channel unknown or invalid"
-            logger.info(
-                "\(what); feedback event published",
-                metadata: ["job.id": "\(jobID)", "apns.target": "\(context.target?.redacted ?? "-")", "apns.reason": "\(reason)"])
-        case .retry(let reason, let status) where end == .retry:
-            bundleStatistics.retryScheduled(attempt: context.previousAttempts + 1)
-            logger.info("job will be retried", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
-        case .retry(let reason, let status):
-            logger.warning(
-                "job dead-lettered: retries exhausted", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
-        case .dead(let reason, let status, _):
-            logger.warning("job dead-lettered", metadata: ["job.id": "\(jobID)", "apns.reason": "\(reason)", "apns.status": "\(status)"])
-        case .held:
-            break  // logged once by the breaker
+    /// The end line's details of a malformed job.
+    static func malformed(_ error: JobError, _ context: OutcomeRouter.JobContext) -> Logger.Metadata {
+        ["job.id": "\(logSafeID(context))", "job.reason": "\(error.reason)", "job.error": "\(error)"]
+    }
+
+    /// A job id from a publisher's message_id may hold CR/LF: never raw in a log line.
+    static func logSafeID(_ context: OutcomeRouter.JobContext) -> String {
+        context.jobID.map { AMQPShortString.logSafe($0) } ?? "-"
+    }
+
+    /// What is said about a settled job: an invalid token to the observer, a retry to its
+    /// counter, and its one end line, `end.logLine` with `job.end` (the end's `label`, as in the
+    /// metrics). `details` say why a job settled unsent.
+    func report(_ end: JobEnd, answered: (Outcome, OutcomeRouter.JobContext)?, details: Logger.Metadata) {
+        if case let (outcome, context)? = answered {
+            switch outcome {
+            case .invalidToken(let reason, let timestamp):
+                // Only a device token reaches the registry's invalid-token marks: a broadcast
+                // channel Apple does not know is no device of any group (contract §7).
+                if let token = context.token { observer?.tokenInvalid(bundleID: settings.bundleID, token: token, reason: reason, timestamp: timestamp) }
+            case .retry where end == .retry:
+                bundleStatistics.retryScheduled(attempt: context.previousAttempts + 1)
+            case .delivered, .retry, .dead, .held:
+                break
+            }
         }
+        let line = end.logLine
+        // The metadata is built only when the line is written: most ends are `delivered`, at debug.
+        guard logger.logLevel <= line.level else { return }
+        var metadata = details
+        metadata["job.end"] = "\(end.label)"
+        if case let (outcome, context)? = answered {
+            metadata["job.id"] = "\(Self.logSafeID(context))"
+            switch outcome {
+            case .delivered, .held:
+                metadata["apns.target"] = "\(context.target?.redacted ?? "-")"
+            case .invalidToken(let reason, _):
+                metadata["apns.target"] = "\(context.target?.redacted ?? "-")"
+                metadata["apns.reason"] = "\(reason)"
+            case .retry(let reason, let status):
+                if end == .dead { metadata["job.reason"] = "\(OutcomeRouter.retriesExhausted)" }
+                metadata["apns.reason"] = "\(reason)"
+                metadata["apns.status"] = "\(status)"
+            case .dead(let reason, let status, _):
+                metadata["apns.reason"] = "\(reason)"
+                metadata["apns.status"] = "\(status)"
+            }
+        }
+        logger.log(level: line.level, line.message, metadata: metadata)
     }
 }

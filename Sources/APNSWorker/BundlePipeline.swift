@@ -115,13 +115,14 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
         try await consumer.run(self)
         let jobs = statistics.activity(bundle: settings.bundleID).jobs
         var metadata: Logger.Metadata = [:]
-        for end in OutcomeRouter.End.allCases { metadata["jobs.\(end.rawValue)"] = "\(jobs[end.rawValue] ?? 0)" }
+        for end in JobEnd.pipelineEnds { metadata["jobs.\(end.label)"] = "\(jobs[end.label] ?? 0)" }
         logger.info("pipeline stopped", metadata: metadata)
     }
 
     /// One error line when a hold starts, one notice when it ends, one warning for jobs
     /// abandoned at the shutdown deadline; never one per job. (The hold's gauge,
-    /// `apns_worker_consumer_paused`, has one writer: the admin's scrape, from `isHeld`.)
+    /// `apns_worker_consumer_paused{reason="held"}`, has one writer: the admin's scrape, from
+    /// `isHeld`.)
     private static func announce(_ news: QueueConsumer<BundlePipeline>.Machine.News, logger: Logger) {
         switch news {
         case .none:

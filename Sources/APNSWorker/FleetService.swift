@@ -228,7 +228,7 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         let status = worker.status()
         var bundles: [String: FleetInstance.Bundle] = [:]
         for bundle in status.bundles {
-            let jobs = { (end: OutcomeRouter.End) in bundle.activity.jobs[end.rawValue, default: 0] }
+            let jobs = { (end: JobEnd) in bundle.activity.jobs[end.label, default: 0] }
             bundles[bundle.bundleID] = FleetInstance.Bundle(
                 delivered: jobs(.delivered), invalidToken: jobs(.invalidToken), retry: jobs(.retry), dead: jobs(.dead),
                 gated: jobs(.gated), inFlight: bundle.activity.inFlight, held: bundle.held,

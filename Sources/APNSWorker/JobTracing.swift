@@ -63,9 +63,9 @@ final class JobTrace: Sendable {
     }
 
     /// Parsing, the delivery limit and the rollout gate decided: the `parse` span.
-    func admitted<Broker: MessageBroker>(_ admission: BundlePipeline<Broker>.Admission) {
+    func admitted<Broker: MessageBroker>(_ next: BundlePipeline<Broker>.NextStep) {
         endStage("parse", kind: .internal) { span in
-            switch admission {
+            switch next {
             case .send(let job, let context):
                 span.updateAttributes { attributes in
                     attributes["apns.job.id"] = SpanAttribute.string(context.jobID ?? job.id.uuidString)
@@ -74,11 +74,11 @@ final class JobTrace: Sendable {
                     attributes["apns.environment"] = SpanAttribute.string(job.environment.rawValue)
                     attributes["apns.attempt"] = SpanAttribute.int64(Int64(context.previousAttempts + 1))
                 }
-            case .ended(let route, let end):
+            case .settleUnsent(let route, _):
                 if case .publishThenAck(let message, _) = route, let reason = JobEnvelope(message.properties.headers).reason {
                     span.attributes["apns.reason"] = SpanAttribute.string(reason)
                 }
-                if end == .dead { span.setStatus(SpanStatus(code: .error, message: "dead-lettered unsent")) }
+                if route.end == .dead { span.setStatus(SpanStatus(code: .error, message: "dead-lettered unsent")) }
             }
         }
     }
@@ -111,9 +111,10 @@ final class JobTrace: Sendable {
 
     /// The job reached its end and the broker confirmed what had to be published: the `settle`
     /// span, then the job's own.
-    func settled(_ end: OutcomeRouter.End, route: OutcomeRouter.Route) {
+    func settled(_ route: OutcomeRouter.Route) {
+        let end = route.end
         let now = endStage("settle", kind: .internal) { span in
-            span.attributes["apns.outcome"] = SpanAttribute.string(end.rawValue)
+            span.attributes["apns.outcome"] = SpanAttribute.string(end.label)
             switch route {
             case .publishThenAck(let message, _):
                 span.attributes["apns.route"] = SpanAttribute.string("\(message.exchange) \(message.routingKey)")
@@ -123,7 +124,7 @@ final class JobTrace: Sendable {
                 span.attributes["apns.route"] = "ack"
             }
         }
-        span.attributes["apns.outcome"] = SpanAttribute.string(end.rawValue)
+        span.attributes["apns.outcome"] = SpanAttribute.string(end.label)
         if end == .dead { span.setStatus(SpanStatus(code: .error, message: "dead-lettered")) }
         span.end(at: now)
     }

@@ -10,7 +10,9 @@ import QueueConsumer
 
 /// Turns a job's outcome into what the worker does with the broker (contract §4), with no IO:
 /// the message to publish (feedback event, retry, dead letter), if any, and how the job's own
-/// delivery is settled. The worker publishes with confirms and only then acks.
+/// delivery is settled. The worker publishes with confirms and only then acks. Each route
+/// carries the job's `JobEnd`: the one place an end is decided (docs/decisions.md, "One
+/// vocabulary for a job's end").
 public struct OutcomeRouter: Sendable {
     public var bundleID: String
     public var retryPolicy: RetryPolicy
@@ -20,21 +22,27 @@ public struct OutcomeRouter: Sendable {
         self.retryPolicy = retryPolicy
     }
 
-    /// What to do with one job's delivery.
+    /// Where one job's delivery goes, and the end it reaches there.
     public enum Route: Sendable, Hashable {
-        /// Ack; nothing to publish.
-        case ack
+        /// Ack; nothing to publish: `delivered`, or `dead` for a job too large whose body was
+        /// copied to the dead queue as it arrived.
+        case ack(end: JobEnd)
         /// Publish this, wait for the broker's confirm, then ack.
-        case publishThenAck(AMQPOutboundMessage, end: End)
+        case publishThenAck(AMQPOutboundMessage, end: JobEnd)
         /// Reject without requeue, for the broker to dead-letter the message to the dead queue
         /// (the work queue's `x-dead-letter-*` arguments): a job over the size limit, whose body
-        /// the worker never kept. The worker's only reject without requeue, so the tools can
-        /// name the reason (`JobEnvelope.failureReason`).
+        /// the worker never kept; its end is `dead`. The worker's only reject without requeue, so
+        /// the tools can name the reason (`JobEnvelope.failureReason`).
         case rejectToDeadLetter
-    }
 
-    /// The end a job reached, for logs and metrics (a fixed, small label set).
-    public typealias End = JobEnd
+        /// The end the job reaches by this route: what is counted and logged.
+        public var end: JobEnd {
+            switch self {
+            case .ack(let end), .publishThenAck(_, let end): end
+            case .rejectToDeadLetter: .dead
+            }
+        }
+    }
 
     /// The job as the router needs it: the delivered message, left untouched in what it forwards.
     public struct JobContext: Sendable {
@@ -93,30 +101,15 @@ public struct OutcomeRouter: Sendable {
     public typealias BreakerEffect = ConsumerVerdict
 
     /// Everything the pipeline does with an outcome, decided in one place: the route for the
-    /// job's delivery, its end, and the breaker's effect.
-    public struct Decision: Sendable, Hashable {
-        public var route: Route
-        public var breaker: BreakerEffect
-
-        /// The end the job reached (for logs, metrics and the registry's counts).
-        public var end: End {
-            switch route {
-            case .ack: return .delivered
-            case .publishThenAck(_, let end): return end
-            case .rejectToDeadLetter: return .dead
-            }
-        }
-    }
-
-    /// The decision for an outcome reached after sending the job to APNs (this attempt counted).
-    /// Every outcome is named: a new one must say here whether it holds the bundle.
-    public func decide(_ outcome: Outcome, job: JobContext, now: Date) -> Decision {
+    /// job's delivery (which carries its end) and the breaker's effect. Every outcome is named:
+    /// a new one must say here whether it holds the bundle.
+    public func decide(_ outcome: Outcome, job: JobContext, now: Date) -> (route: Route, breaker: BreakerEffect) {
         let breaker: BreakerEffect
         switch outcome {
         case .held(let reason, let status): breaker = .hold(reason: reason, status: status)
         case .delivered, .invalidToken, .retry, .dead: breaker = .healthy
         }
-        return Decision(route: route(outcome, job: job, now: now), breaker: breaker)
+        return (route(outcome, job: job, now: now), breaker)
     }
 
     /// The route for an outcome reached after sending the job to APNs (this attempt counted).
@@ -124,17 +117,16 @@ public struct OutcomeRouter: Sendable {
         let attemptsMade = job.previousAttempts + 1
         switch outcome {
         case .delivered:
-            return .ack
+            return .ack(end: .delivered)
         case .invalidToken(let reason, let timestamp):
             return .publishThenAck(feedbackEvent(job: job, reason: reason, timestamp: timestamp), end: .invalidToken)
         case .retry(let reason, let status):
-            switch retryPolicy.decision(afterAttempt: attemptsMade) {
-            case .retry(let delay):
+            if let delay = retryPolicy.delay(afterAttempt: attemptsMade) {
                 return .publishThenAck(retryMessage(job: job, attemptsMade: attemptsMade, delay: delay), end: .retry)
-            case .exhausted:
+            } else {
                 let detail = "gave up after \(attemptsMade) attempts; last: \(reason) (status \(status))"
                 return .publishThenAck(
-                    deadLetter(job: job, reason: "RetriesExhausted", status: status, attempts: attemptsMade, detail: detail, now: now),
+                    deadLetter(job: job, reason: Self.retriesExhausted, status: status, attempts: attemptsMade, detail: detail, now: now),
                     end: .dead)
             }
         case .dead(let reason, let status, let detail):
@@ -156,6 +148,8 @@ public struct OutcomeRouter: Sendable {
     }
 
     public static let deliveryLimitExceeded = "DeliveryLimitExceeded"
+    /// The dead letter's reason when a retryable outcome has no attempt left.
+    public static let retriesExhausted = "RetriesExhausted"
 
     /// A job that never reached APNs because it is malformed (contract §2): dead, status 0.
     public func routeMalformed(job: JobContext, reason: String, detail: String, now: Date) -> Route {
@@ -168,7 +162,7 @@ public struct OutcomeRouter: Sendable {
     /// frame as it arrived (`oversizedDeadLetter`), and the broker confirmed the copy: ack. When
     /// that copy could not be made, the body was dropped as it arrived and the broker
     /// dead-letters it, body unchanged (without the x-apns-* headers: the fallback).
-    public func routeOversized(copied: Bool) -> Route { copied ? .ack : .rejectToDeadLetter }
+    public func routeOversized(copied: Bool) -> Route { copied ? .ack(end: .dead) : .rejectToDeadLetter }
 
     /// The dead letter of a job over `maxBodyBytes`, for the connection to publish with the body
     /// as it arrives: the job's properties as republished, with contract §4's headers

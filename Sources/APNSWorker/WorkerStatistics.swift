@@ -13,7 +13,7 @@ import Synchronization
 public final class WorkerStatistics: Sendable {
     /// What one bundle has done since the process started.
     public struct BundleActivity: Sendable, Hashable, Codable {
-        /// Jobs brought to each end (`OutcomeRouter.End` raw values), every end present.
+        /// Jobs brought to each of `JobEnd.pipelineEnds` (by `label`), every one present.
         public var jobs: [String: Int]
         /// Jobs brought to each end in the last minute, every end present.
         public var perMinute: [String: Int]
@@ -23,9 +23,9 @@ public final class WorkerStatistics: Sendable {
         init(_ tally: Tally, inFlight: Int, atSecond second: Int64) {
             var jobs: [String: Int] = [:]
             var perMinute: [String: Int] = [:]
-            for (index, end) in OutcomeRouter.End.allCases.enumerated() {
-                jobs[end.rawValue] = tally.ended[index]
-                perMinute[end.rawValue] = tally.rates[index].perMinute(atSecond: second)
+            for (index, end) in JobEnd.pipelineEnds.enumerated() {
+                jobs[end.label] = tally.ended[index]
+                perMinute[end.label] = tally.rates[index].perMinute(atSecond: second)
             }
             self.jobs = jobs
             self.perMinute = perMinute
@@ -34,8 +34,8 @@ public final class WorkerStatistics: Sendable {
     }
 
     struct Tally: Sendable {
-        var ended = [Int](repeating: 0, count: OutcomeRouter.End.allCases.count)
-        var rates = [MinuteRate](repeating: MinuteRate(), count: OutcomeRouter.End.allCases.count)
+        var ended = [Int](repeating: 0, count: JobEnd.pipelineEnds.count)
+        var rates = [MinuteRate](repeating: MinuteRate(), count: JobEnd.pipelineEnds.count)
     }
 
     /// Retry attempts above this share one label value (`"5+"`), so the label set stays fixed
@@ -104,8 +104,8 @@ public final class BundleStatistics: Sendable {
         let label = [("bundle", bundle)]
         inFlight = Meter(label: "apns_worker_jobs_in_flight", dimensions: label)
         received = Counter(label: "apns_worker_jobs_received_total", dimensions: label)
-        ended = OutcomeRouter.End.allCases.map {
-            Counter(label: "apns_worker_jobs_total", dimensions: [("bundle", bundle), ("outcome", $0.rawValue)])
+        ended = JobEnd.pipelineEnds.map {
+            Counter(label: "apns_worker_jobs_total", dimensions: [("bundle", bundle), ("outcome", $0.label)])
         }
         duration = Metrics.Timer(label: "apns_worker_job_duration_seconds", dimensions: label)
         apnsLatency = Metrics.Timer(label: "apns_worker_apns_latency_seconds", dimensions: label)
@@ -143,9 +143,11 @@ public final class BundleStatistics: Sendable {
         received.increment()
     }
 
-    func jobEnded(_ end: OutcomeRouter.End, after elapsed: Duration) {
+    /// A job reached `end`, one of `JobEnd.pipelineEnds` (the registry's group ends are not
+    /// counted here).
+    func jobEnded(_ end: JobEnd, after elapsed: Duration) {
+        guard let index = end.pipelineIndex else { return }
         let second = statistics.currentSecond()
-        let index = end.index
         tally.withLock {
             $0.0.ended[index] += 1
             $0.0.rates[index].record(atSecond: second)
@@ -165,7 +167,17 @@ public final class BundleStatistics: Sendable {
     }
 }
 
-extension OutcomeRouter.End {
-    /// Position in `allCases`, for per-end arrays.
-    var index: Int { Self.allCases.firstIndex(of: self)! }
+extension JobEnd {
+    /// Position in `pipelineEnds`, for per-end arrays; nil for the registry's group ends.
+    var pipelineIndex: Int? {
+        switch self {
+        case .delivered: 0
+        case .invalidToken: 1
+        case .retry: 2
+        case .dead: 3
+        case .held: 4
+        case .gated: 5
+        case .fannedOut, .coalesced, .trailing: nil
+        }
+    }
 }

@@ -3,6 +3,7 @@
 import AMQPClient
 import APNSConfig
 import APNSFleet
+import APNSModel
 import APNSTopology
 import APNSWorker
 import ArgumentParser
@@ -53,12 +54,12 @@ struct FleetCommand: AsyncParsableCommand {
             ].joined(separator: "\t"))
         }
         lines.append("")
-        lines.append((["bundle"] + FleetEnd.allCases.map(\.rawValue) + ["inFlight", "state"]).joined(separator: "\t"))
+        lines.append((["bundle"] + JobEnd.fleetEnds.compactMap(\.contractName) + ["inFlight", "state"]).joined(separator: "\t"))
         var totals = FleetView()
         for instance in report.instances { totals.received(instance, at: now) }
         for (bundleID, bundle) in totals.totals(now: now).sorted(by: { $0.key < $1.key }) {
             let state = [bundle.held ? "HELD" : nil, report.paused.contains(bundleID) ? "PAUSED" : nil].compactMap { $0 }
-            lines.append(([bundleID] + FleetEnd.allCases.map { String(bundle.count($0)) } + [String(bundle.inFlight), state.joined(separator: ",").ifEmpty("running")]).joined(separator: "\t"))
+            lines.append(([bundleID] + JobEnd.fleetEnds.map { String(bundle.count($0)) } + [String(bundle.inFlight), state.joined(separator: ",").ifEmpty("running")]).joined(separator: "\t"))
         }
         lines.append("")
         lines.append("instances: \(report.instances.count); paused: \(report.paused.isEmpty ? "none" : report.paused.joined(separator: ", "))")

@@ -191,7 +191,7 @@ struct StatsCommand: AsyncParsableCommand {
             print(String(decoding: try encoder.encode(output), as: UTF8.self))
             return
         }
-        let ends = JobEndKind.allCases.map(\.rawValue)
+        let ends = JobEnd.registryEnds.compactMap(\.contractName)
         print((["hour (UTC)", "bundle"] + ends).joined(separator: "\t"))
         var table: [String: [String: Int64]] = [:]
         var order: [String] = []

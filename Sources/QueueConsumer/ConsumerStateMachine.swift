@@ -46,7 +46,8 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         case finished
     }
 
-    /// What becomes of one delivery.
+    /// Whether the consumer starts one delivery's work: the consumer's bookkeeping, not how a
+    /// job ends (a bundle's job ends in a `JobEnd`, decided by its work).
     package enum Intake: Hashable, Sendable {
         /// Counted in flight: do its work.
         case start
@@ -68,8 +69,10 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         case healthy
     }
 
-    /// What becomes of an answered job.
+    /// Whether an answered delivery may still be settled by its work: the consumer's
+    /// bookkeeping, not how a job ends (a bundle's job ends in a `JobEnd`, decided by its work).
     package enum Settlement: Hashable, Sendable {
+        /// Settle it as the work decided (ack, publish then ack, reject).
         case settle
         /// The shutdown deadline passed: leave the job unacked for the broker to deliver again.
         case drop

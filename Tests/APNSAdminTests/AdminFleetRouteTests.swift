@@ -60,8 +60,8 @@ struct AdminFleetRouteTests {
                     #expect(try await client.execute(uri: "/ready", method: .get, headers: Self.bearer).status == .ok)
                     let metrics = try PrometheusText.parse(
                         String(buffer: try await client.execute(uri: "/metrics", method: .get, headers: Self.bearer).body))
-                    #expect(metrics.value("apns_worker_bundle_paused_by_operator", ["bundle": harness.bundle]) == 1)
-                    #expect(metrics.value("apns_worker_consumer_paused", ["bundle": harness.bundle]) == 0)
+                    #expect(metrics.value("apns_worker_consumer_paused", ["bundle": harness.bundle, "reason": "operator"]) == 1)
+                    #expect(metrics.value("apns_worker_consumer_paused", ["bundle": harness.bundle, "reason": "held"]) == 0)
                     let page = String(buffer: try await client.execute(uri: "/", method: .get, headers: Self.bearer).body)
                     #expect(page.contains(#"<p class="alert" id="paused-alert">"#))
                     #expect(page.contains(#"action="/bundles/\#(harness.bundle)/resume""#))

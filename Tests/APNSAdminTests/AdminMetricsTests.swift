@@ -65,12 +65,13 @@ final class CountingMetricsFactory: MetricsFactory, Sendable {
         // Broker and registry, and per bundle: two pause gauges and one per connection state.
         let made = factory.recordersMade
         #expect(made == 2 + 2 * (2 + TransportConnectionState.allCases.count))
-        #expect(factory.value("apns_worker_consumer_paused", [("bundle", "com.example.a")]) == 1)
+        #expect(factory.value("apns_worker_consumer_paused", [("bundle", "com.example.a"), ("reason", "held")]) == 1)
+        #expect(factory.value("apns_worker_consumer_paused", [("bundle", "com.example.a"), ("reason", "operator")]) == 0)
         #expect(factory.value("apns_worker_registry_available") == 0)
 
         metrics.sample(Self.status(held: false, ready: 5, registry: "ok"))
         #expect(factory.recordersMade == made)
-        #expect(factory.value("apns_worker_consumer_paused", [("bundle", "com.example.a")]) == 0)
+        #expect(factory.value("apns_worker_consumer_paused", [("bundle", "com.example.a"), ("reason", "held")]) == 0)
         #expect(factory.value("apns_worker_registry_available") == 1)
         #expect(factory.value("apns_transport_connections", [("bundle", "com.example.b"), ("state", "ready")]) == 5)
         #expect(factory.value("apns_transport_connections", [("bundle", "com.example.b"), ("state", "idle")]) == 0)

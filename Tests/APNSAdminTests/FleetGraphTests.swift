@@ -9,9 +9,9 @@ import Testing
 struct FleetGraphTests {
     static let t0 = Date(timeIntervalSince1970: 1_800_000_000)
 
-    static func points(_ rates: [Double], end: FleetEnd = .delivered) -> [FleetRates.Point] {
+    static func points(_ rates: [Double], end: JobEnd = .delivered) -> [FleetRates.Point] {
         rates.enumerated().map { index, rate in
-            var perSecond = Dictionary(uniqueKeysWithValues: FleetEnd.allCases.map { ($0, 0.0) })
+            var perSecond = Dictionary(uniqueKeysWithValues: JobEnd.fleetEnds.map { ($0, 0.0) })
             perSecond[end] = rate
             return FleetRates.Point(start: t0.addingTimeInterval(Double(index * 10)), perSecond: perSecond)
         }

@@ -126,8 +126,8 @@ struct FleetHostileInputTests {
     @Test func ratesKeepAThousandBundlesPerBucketAndCountTheRestFleetWide() {
         var rates = FleetRates()
         let many = 1500
-        let zero = Dictionary(uniqueKeysWithValues: (0..<many).map { ("b\($0)", [FleetEnd.delivered: 0]) })
-        let one = Dictionary(uniqueKeysWithValues: (0..<many).map { ("b\($0)", [FleetEnd.delivered: 1]) })
+        let zero = Dictionary(uniqueKeysWithValues: (0..<many).map { ("b\($0)", [JobEnd.delivered: 0]) })
+        let one = Dictionary(uniqueKeysWithValues: (0..<many).map { ("b\($0)", [JobEnd.delivered: 1]) })
         rates.record(instance: "a", counts: zero, at: Self.t0)
         rates.record(instance: "a", counts: one, at: Self.t0.addingTimeInterval(1))
         #expect(rates.recent(now: Self.t0.addingTimeInterval(1))[.delivered] == many)
@@ -251,8 +251,8 @@ struct FleetHostileInputTests {
         for bucket in 0..<rates.bucketCount {
             let at = Self.t0.addingTimeInterval(Double(bucket * rates.bucketSeconds))
             let keys = (0..<perBucket).map { Self.longKey(bucket * perBucket + $0) }
-            rates.record(instance: "i\(bucket)", counts: Dictionary(uniqueKeysWithValues: keys.map { ($0, [FleetEnd.delivered: 0]) }), at: at)
-            rates.record(instance: "i\(bucket)", counts: Dictionary(uniqueKeysWithValues: keys.map { ($0, [FleetEnd.delivered: 1]) }), at: at)
+            rates.record(instance: "i\(bucket)", counts: Dictionary(uniqueKeysWithValues: keys.map { ($0, [JobEnd.delivered: 0]) }), at: at)
+            rates.record(instance: "i\(bucket)", counts: Dictionary(uniqueKeysWithValues: keys.map { ($0, [JobEnd.delivered: 1]) }), at: at)
             #expect(rates.bytes <= FleetRates.maxBytes)
         }
         let end = Self.t0.addingTimeInterval(Double(rates.bucketCount * rates.bucketSeconds))

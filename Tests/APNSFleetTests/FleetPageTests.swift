@@ -1,5 +1,6 @@
 import APNSAdminQuery
 import APNSFleet
+import APNSModel
 import Foundation
 import Testing
 
@@ -152,8 +153,8 @@ struct FleetPageTests {
     @Test func theGraphsFleetWideSeriesIsEveryBundlesWorkIncludingThosePastABucketsLimit() {
         var rates = FleetRates()
         let many = FleetRates.maxBundlesPerBucket + 200
-        rates.record(instance: "i", counts: Dictionary(uniqueKeysWithValues: (0..<many).map { ("b\($0)", [FleetEnd.delivered: 0]) }), at: Self.t0)
-        rates.record(instance: "i", counts: Dictionary(uniqueKeysWithValues: (0..<many).map { ("b\($0)", [FleetEnd.delivered: 3, .dead: 1]) }), at: Self.t0.addingTimeInterval(1))
+        rates.record(instance: "i", counts: Dictionary(uniqueKeysWithValues: (0..<many).map { ("b\($0)", [JobEnd.delivered: 0]) }), at: Self.t0)
+        rates.record(instance: "i", counts: Dictionary(uniqueKeysWithValues: (0..<many).map { ("b\($0)", [JobEnd.delivered: 3, .dead: 1]) }), at: Self.t0.addingTimeInterval(1))
         let point = rates.series(now: Self.t0.addingTimeInterval(10)).last
         #expect(point?.perSecond[.delivered] == Double(3 * many) / 10)
         #expect(point?.perSecond[.dead] == Double(many) / 10)

@@ -1,4 +1,5 @@
 import APNSFleet
+import APNSModel
 import Foundation
 import Testing
 
@@ -77,7 +78,7 @@ struct FleetTests {
 
     @Test func ratesCountTheWorkBetweenHeartbeats() {
         var rates = FleetRates(bucketSeconds: 10, windowSeconds: 900)
-        let counts = { (delivered: Int, dead: Int) in ["b": [FleetEnd.delivered: delivered, .dead: dead]] }
+        let counts = { (delivered: Int, dead: Int) in ["b": [JobEnd.delivered: delivered, .dead: dead]] }
         // The first heartbeat is a baseline only: an instance may have run for hours.
         rates.record(instance: "a", counts: counts(1000, 5), at: Self.t0)
         #expect(rates.series(now: Self.t0).last?.perSecond[.delivered] == 0)

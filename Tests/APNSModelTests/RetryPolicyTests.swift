@@ -4,24 +4,24 @@ import Testing
 @Suite struct RetryPolicyTests {
     @Test func followsTheDelaysThenGivesUp() {
         let policy = RetryPolicy.standard
-        #expect(policy.decision(afterAttempt: 1) == .retry(delay: .seconds(10)))
-        #expect(policy.decision(afterAttempt: 2) == .retry(delay: .seconds(60)))
-        #expect(policy.decision(afterAttempt: 3) == .retry(delay: .seconds(300)))
-        #expect(policy.decision(afterAttempt: 4) == .retry(delay: .seconds(900)))
-        #expect(policy.decision(afterAttempt: 5) == .retry(delay: .seconds(900)))
-        #expect(policy.decision(afterAttempt: 6) == .exhausted)
-        #expect(policy.decision(afterAttempt: 60) == .exhausted)
+        #expect(policy.delay(afterAttempt: 1) == .seconds(10))
+        #expect(policy.delay(afterAttempt: 2) == .seconds(60))
+        #expect(policy.delay(afterAttempt: 3) == .seconds(300))
+        #expect(policy.delay(afterAttempt: 4) == .seconds(900))
+        #expect(policy.delay(afterAttempt: 5) == .seconds(900))
+        #expect(policy.delay(afterAttempt: 6) == nil)
+        #expect(policy.delay(afterAttempt: 60) == nil)
     }
 
     @Test func lastDelayRepeatsWhenAttemptsOutnumberDelays() {
         let policy = RetryPolicy(delays: [.milliseconds(100), .seconds(1)], maxAttempts: 5)
-        #expect(policy.decision(afterAttempt: 1) == .retry(delay: .milliseconds(100)))
-        #expect(policy.decision(afterAttempt: 2) == .retry(delay: .seconds(1)))
-        #expect(policy.decision(afterAttempt: 4) == .retry(delay: .seconds(1)))
-        #expect(policy.decision(afterAttempt: 5) == .exhausted)
+        #expect(policy.delay(afterAttempt: 1) == .milliseconds(100))
+        #expect(policy.delay(afterAttempt: 2) == .seconds(1))
+        #expect(policy.delay(afterAttempt: 4) == .seconds(1))
+        #expect(policy.delay(afterAttempt: 5) == nil)
     }
 
     @Test func oneAttemptMeansNoRetry() {
-        #expect(RetryPolicy(delays: [.seconds(1)], maxAttempts: 1).decision(afterAttempt: 1) == .exhausted)
+        #expect(RetryPolicy(delays: [.seconds(1)], maxAttempts: 1).delay(afterAttempt: 1) == nil)
     }
 }

@@ -115,7 +115,7 @@ import Testing
         #expect(error.field == field)
     }
 
-    @Test func countsAggregatePerBundleHourAndEnd() {
+    @Test func countsAggregatePerBundleHourAndEnd() throws {
         var counts = CountAggregator()
         counts.add(bundleID: "a", end: .delivered, epochSeconds: 7200 + 5)
         counts.add(bundleID: "a", end: .delivered, epochSeconds: 7200 + 3599)
@@ -123,12 +123,23 @@ import Testing
         counts.add(bundleID: "b", end: .dead, epochSeconds: 7300, count: 4)
         let batch = counts.take()
         #expect(counts.isEmpty)
-        #expect(batch[.init(bundleID: "a", hour: 7200, end: .delivered)] == 2)
-        #expect(batch[.init(bundleID: "a", hour: 10800, end: .delivered)] == 1)
-        #expect(batch[.init(bundleID: "b", hour: 7200, end: .dead)] == 4)
+        let key = { (bundle: String, hour: Int64, end: JobEnd) in try #require(CountAggregator.Key(bundleID: bundle, hour: hour, end: end)) }
+        #expect(batch[try key("a", 7200, .delivered)] == 2)
+        #expect(batch[try key("a", 10800, .delivered)] == 1)
+        #expect(batch[try key("b", 7200, .dead)] == 4)
         counts.merge(batch)
         counts.merge(batch)
-        #expect(counts.counts[.init(bundleID: "b", hour: 7200, end: .dead)] == 8)
+        #expect(counts.counts[try key("b", 7200, .dead)] == 8)
+    }
+
+    /// What the registry stores is each end's `contractName` (`apns_counts.end_kind`), the
+    /// contract's camelCase; `held` has not ended and is never counted.
+    @Test func countsKeepTheRegistryNameAndNeverHeld() {
+        var counts = CountAggregator()
+        for end in JobEnd.allCases { counts.add(bundleID: "a", end: end, epochSeconds: 7200) }
+        #expect(
+            Set(counts.take().keys.map(\.end))
+                == ["delivered", "invalidToken", "retry", "dead", "gated", "fannedOut", "coalesced", "trailing"])
     }
 
     @Test func postgresURLsParseAndMaskThePassword() throws {

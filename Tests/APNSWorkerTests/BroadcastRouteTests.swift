@@ -16,9 +16,9 @@ import Testing
 
     /// Records what the pipeline tells the registry.
     final class RecordingObserver: JobEndObserver {
-        let ends = Mutex<[JobEndKind]>([])
+        let ends = Mutex<[JobEnd]>([])
         let invalidTokens = Mutex<[String]>([])
-        func jobEnded(bundleID: String, end: JobEndKind) { ends.withLock { $0.append(end) } }
+        func jobEnded(bundleID: String, end: JobEnd) { ends.withLock { $0.append(end) } }
         func tokenInvalid(bundleID: String, token: DeviceToken, reason: String, timestamp: Int64?) {
             invalidTokens.withLock { $0.append(token.hex) }
         }

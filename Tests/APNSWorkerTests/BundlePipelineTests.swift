@@ -1,5 +1,6 @@
 import AMQPClient
 import APNSModel
+import APNSTopology
 import APNSTopologyNames
 import Foundation
 import Logging
@@ -26,11 +27,16 @@ import Testing
 
         init(
             answer: TransportResult?, prefetch: UInt16 = 10, shutdownDeadline: Duration = .seconds(30), rollout: RolloutRule = .open,
-            observer: (any JobEndObserver)? = nil
+            observer: (any JobEndObserver)? = nil, logger: Logger? = nil
         ) {
             transport = ScriptedTransport(answer: answer)
-            var logger = Logger(label: "pipeline-test")
-            logger.logLevel = .critical
+            let logger =
+                logger
+                ?? {
+                    var quiet = Logger(label: "pipeline-test")
+                    quiet.logLevel = .critical
+                    return quiet
+                }()
             pipeline = BundlePipeline(
                 settings: BundlePipelineSettings(
                     bundleID: BundlePipelineTests.bundle, prefetch: prefetch, retryPolicy: .standard, probeInterval: .seconds(5),
@@ -46,8 +52,8 @@ import Testing
                 redelivered: redelivered, headers: headers, timestamp: timestamp)
         }
 
-        func jobs(_ end: OutcomeRouter.End) -> Int {
-            statistics.activity(bundle: BundlePipelineTests.bundle).jobs[end.rawValue] ?? 0
+        func jobs(_ end: JobEnd) -> Int {
+            statistics.activity(bundle: BundlePipelineTests.bundle).jobs[end.label] ?? 0
         }
 
         /// Runs the pipeline while `body` drives it, then shuts it down gracefully and waits for it.
@@ -163,7 +169,7 @@ import Testing
         #expect(rig.broker.snapshot.nacked.isEmpty)
         #expect(rig.broker.snapshot.published.isEmpty)
         #expect(rig.broker.snapshot.consumersCancelled == 1)
-        #expect(OutcomeRouter.End.allCases.allSatisfy { rig.jobs($0) == 0 })
+        #expect(JobEnd.pipelineEnds.allSatisfy { rig.jobs($0) == 0 })
     }
 
     /// A settle that awaits the broker (here a feedback event's confirm that never comes) is a
@@ -291,6 +297,38 @@ import Testing
         #expect(rig.jobs(.delivered) == 2)
     }
 
+    /// Issue 37: every settled job, sent or not, writes one end line in the words of its count:
+    /// `job.end` is the label `apns_worker_jobs_total{outcome}` counts it under, and the message
+    /// and level are its `JobEnd.logLine`. The stages before sending write no line of their own
+    /// for a job they settle unsent (a malformed job once had a warning and no end line).
+    @Test func everySettledJobWritesOneEndLineInTheWordsOfItsCount() async throws {
+        let log = CapturedLog()
+        let rig = Rig(answer: ScriptedTransport.unregistered, rollout: RolloutRule(deny: ["old-server"]), logger: log.logger)
+        try await rig.running { _ in
+            rig.enqueueJob()
+            try await waitUntil("the invalid token's end line") { log.ends.count == 1 }
+            rig.transport.answer(ScriptedTransport.accepted)
+            rig.enqueueJob()
+            rig.enqueueJob(syncServer: "old-server")
+            rig.broker.enqueue(body: Array(#"{"token":"zz"}"#.utf8), messageID: "m-1")
+            rig.broker.enqueue(body: [], messageID: "m-big", oversizedBodySize: 1 << 20)
+            try await waitUntil("five end lines") { log.ends.count == 5 }
+        }
+        let ends = log.ends
+        #expect(ends.map(\.end.label).sorted() == ["dead", "dead", "delivered", "gated", "invalid_token"])
+        for end in JobEnd.pipelineEnds {
+            #expect(ends.filter { $0.end == end }.count == rig.jobs(end), "\(end.label): one line per job counted")
+        }
+        for line in ends {
+            #expect(line.entry.message == line.end.logLine.message.description)
+            #expect(line.entry.level == line.end.logLine.level)
+        }
+        let reasons = ends.filter { $0.end == .dead }.compactMap { $0.entry.metadata["job.reason"] }.sorted()
+        #expect(reasons == [JobEnvelope.messageTooLarge, JobError.Kind.malformedJob.rawValue].sorted())
+        let warnings = log.entries.filter { $0.level >= .warning }
+        #expect(warnings.allSatisfy { $0.metadata["job.end"] != nil }, "\(warnings.map(\.message))")
+    }
+
     @Test func aJobTheRolloutGateHoldsBackGoesToTheFirstRetryQueueUnsent() async throws {
         let rig = Rig(answer: ScriptedTransport.accepted, rollout: RolloutRule(deny: ["old-server"]))
         try await rig.running { _ in
@@ -337,5 +375,47 @@ import Testing
         }
         #expect(rig.jobs(.delivered) == 1)
         #expect(rig.clock.sleepers == 0)
+    }
+}
+
+/// A logger whose lines the test reads back (level, message, metadata as text).
+final class CapturedLog: Sendable {
+    struct Entry: Sendable {
+        var level: Logger.Level
+        var message: String
+        var metadata: [String: String]
+    }
+
+    private let lines = Mutex<[Entry]>([])
+
+    var entries: [Entry] { lines.withLock { $0 } }
+
+    /// The end lines: those with `job.end`, and the end it names.
+    var ends: [(end: JobEnd, entry: Entry)] {
+        entries.compactMap { entry in entry.metadata["job.end"].flatMap { JobEnd(label: $0) }.map { ($0, entry) } }
+    }
+
+    var logger: Logger {
+        var logger = Logger(label: "pipeline-test") { _ in Handler(log: self) }
+        logger.logLevel = .debug
+        return logger
+    }
+
+    struct Handler: LogHandler {
+        let log: CapturedLog
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .debug
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let all = metadata.merging(event.metadata ?? [:]) { $1 }
+            log.lines.withLock {
+                $0.append(Entry(level: event.level, message: event.message.description, metadata: all.mapValues(\.description)))
+            }
+        }
     }
 }

@@ -8,8 +8,8 @@ import Testing
 
 @testable import APNSWorker
 
-/// `OutcomeRouter.decide`: for every outcome, the route of the job's delivery, its end and the
-/// hold breaker's effect, in one table. A new outcome that is missing here fails to compile in
+/// `OutcomeRouter.decide`: for every outcome, the route of the job's delivery, the end it
+/// carries and the hold breaker's effect, in one table. A new outcome that is missing here fails to compile in
 /// `decide` (its switch names every case) and shows up as a row to add.
 @Suite struct OutcomeDecisionTests {
     static let bundle = "com.example.app"
@@ -28,7 +28,7 @@ import Testing
         var previousAttempts = 0
         /// Where the published message goes (exchange or queue), nil for a plain ack.
         var publishedTo: String?
-        var end: OutcomeRouter.End
+        var end: JobEnd
         var breaker: OutcomeRouter.BreakerEffect
         var testDescription: String { "\(outcome) after \(previousAttempts) attempts" }
     }
@@ -61,10 +61,11 @@ import Testing
     @Test(arguments: rows)
     func everyOutcomeHasOneRouteEndAndBreakerEffect(_ row: Row) {
         let decision = router.decide(row.outcome, job: job(previousAttempts: row.previousAttempts), now: now)
-        #expect(decision.end == row.end)
+        #expect(decision.route.end == row.end)
         #expect(decision.breaker == row.breaker)
         switch decision.route {
-        case .ack:
+        case .ack(let end):
+            #expect(end == row.end)
             #expect(row.publishedTo == nil)
         case .publishThenAck(let message, let end):
             #expect(end == row.end)

@@ -28,7 +28,17 @@ import TestSupport
     }
 
     @Test func deliveredIsAPlainAck() {
-        #expect(router.route(.delivered, job: job(), now: now) == .ack)
+        #expect(router.route(.delivered, job: job(), now: now) == .ack(end: .delivered))
+    }
+
+    /// A job too large ends `dead` whichever way it goes: acked after its body was copied to the
+    /// dead queue, or rejected for the broker to dead-letter. The route says so; nobody pairs a
+    /// bare ack with an end of their own.
+    @Test func anOversizedJobsRouteCarriesTheDeadEnd() {
+        #expect(router.routeOversized(copied: true) == .ack(end: .dead))
+        #expect(router.routeOversized(copied: true).end == .dead)
+        #expect(router.routeOversized(copied: false) == .rejectToDeadLetter)
+        #expect(router.routeOversized(copied: false).end == .dead)
     }
 
     @Test func invalidTokenPublishesFeedbackWithApplesTimestamp() throws {

@@ -7,6 +7,7 @@
 // and bytes), and the graph's axis and labels drawn from the rates (`FleetGraphScale`, what
 // `/fleet/graph` shows) stay numbers: issue 35's trap was there, in the sum over bundles.
 import APNSFleet
+import APNSModel
 import Foundation
 import FuzzDriver
 
@@ -55,7 +56,7 @@ public func fuzzFleet(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             let counts = integers(bytes)
             for (index, count) in counts.enumerated() {
                 // Seven bundles: enough slots of `Int.max` in one bucket to pass `Int` once summed.
-                rates.record(instance: "i\(index % 3)", counts: ["b\(index % 7)": [FleetEnd.allCases[index % 4]: count]], at: now)
+                rates.record(instance: "i\(index % 3)", counts: ["b\(index % 7)": [JobEnd.fleetEnds[index % 4]: count]], at: now)
             }
         default:
             guard var instance = last else { break }
