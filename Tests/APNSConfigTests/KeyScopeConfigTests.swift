@@ -45,7 +45,7 @@ struct KeyScopeConfigTests {
         let error = try #require(try loadError(text + ", com.example.one-too-many", in: directory))
         #expect(error.kind == .badValue)
         #expect(error.key == "keyTopics")
-        #expect(error.location == .file(path: directory.path + "/test.conf", line: 10))
+        #expect(error.location == .file(path: directory.path + "/test.conf", line: 9))
         #expect(error.description.hasSuffix("keyTopics: lists 401 topics; a topic-specific key has at most 400 (Apple's limit)"))
     }
 
