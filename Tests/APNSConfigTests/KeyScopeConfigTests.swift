@@ -24,6 +24,7 @@ struct KeyScopeConfigTests {
         #expect(bundle.keyScope.covers(topic: "com.example.app.voip"))
         let both = try #require(try loadConfig(minimalConfig + "\nkeyEnvironment = both", in: directory).bundles.first)
         #expect(both.keyScope == .unrestricted)
+        #expect(try loadConfig(text, in: directory).summaryLines.last?.hasSuffix("2 connections, sandbox-only key") == true)
     }
 
     @Test func aTopicSpecificKeyKeepsItsTopics() throws {
@@ -35,6 +36,8 @@ struct KeyScopeConfigTests {
         #expect(bundle.keyScope.covers(topic: "com.example.app"))
         #expect(bundle.keyScope.covers(topic: "com.example.app.voip"))
         #expect(!bundle.keyScope.covers(topic: "com.example.app.complication"))
+        // check-config says which kind of key each bundle has.
+        #expect(try loadConfig(text, in: directory).summaryLines.last?.hasSuffix("2 connections, topic-specific production key (3 topics)") == true)
     }
 
     @Test func fourHundredTopicsAreApplesLimit() throws {
