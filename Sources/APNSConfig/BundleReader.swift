@@ -9,14 +9,14 @@ struct BundleReader {
 
     private var sectionName: String { section.displayName }
 
-    private func entry(_ key: String) -> ConfigEntry? { section.entries(forKey: key).last }
+    func entry(_ key: String) -> ConfigEntry? { section.entries(forKey: key).last }
 
-    private func error(_ kind: ConfigurationError.Kind, line: Int?, key: String?, _ message: String) -> ConfigurationError {
+    func error(_ kind: ConfigurationError.Kind, line: Int?, key: String?, _ message: String) -> ConfigurationError {
         ConfigurationError(kind, at: .file(path: path, line: line ?? section.line), section: sectionName, key: key, message)
     }
 
     /// The value of `key` parsed by `parser`, nil when the key is absent.
-    private func value<T>(_ key: String, _ parser: (String) throws(ValueProblem) -> T) throws(ConfigurationError) -> T? {
+    func value<T>(_ key: String, _ parser: (String) throws(ValueProblem) -> T) throws(ConfigurationError) -> T? {
         guard let entry = entry(key), let text = entry.value else { return nil }
         do {
             return try parser(text)
@@ -51,6 +51,7 @@ struct BundleReader {
 
         let environment = try readEnvironment()
         let auth = try readAuth(transport: transport)
+        let keyScope = try readKeyScope(auth: auth, environment: environment, bundleID: bundleID)
 
         func hostName(portKey: String) -> (String) throws(ValueProblem) -> String {
             { v throws(ValueProblem) in
@@ -115,11 +116,13 @@ struct BundleReader {
         let feedbackPort = try value("feedbackPort") { v throws(ValueProblem) in try ValueSyntax.int(v, in: 1...65535) }
             ?? BundleConfiguration.defaultFeedbackPort
 
-        return BundleConfiguration(
+        var bundle = BundleConfiguration(
             bundleID: bundleID, transport: transport, environment: environment, auth: auth, host: host, port: port,
             caFile: caFile, connections: connections, rollout: rollout, binaryHoldWindow: binaryHoldWindow,
             feedbackInterval: feedbackInterval, feedbackPort: feedbackPort, channelHost: channelHost, channelPort: channelPort,
             line: section.line)
+        bundle.keyScope = keyScope
+        return bundle
     }
 
     /// `environment`, or the seed's `domain`; both may be given when they agree.

@@ -40,7 +40,7 @@ public enum ConfigurationLoader {
         "transport", "environment", "domain", "teamId", "keyId", "tokenKeyFile", "certFile", "keyFile",
         "host", "port", "caFile", "connections", "allowSyncServers", "denySyncServers", "rolloutPercentage",
         "binaryHoldWindow", "feedbackInterval", "feedbackPort", "channelHost", "channelPort",
-    ]
+    ] + BundleReader.keyScopeKeys
     static let multiValuedKeys: Set<String> = ["amqp.url"]
     static let secretKeys: Set<String> = ["amqp.url", "admin.token", "admin.metricstoken", "registry.url"]
     /// The prefix of environment overrides.
@@ -99,6 +99,8 @@ public enum ConfigurationLoader {
                 .noBundles, at: .file(path: document.path, line: nil),
                 "no [apns \"bundle.id\"] section: configure at least one bundle")
         }
+
+        try KeyScopeRules.check(bundles, document: document)
 
         var configuration = WorkerConfiguration(amqp: amqp, retry: retry, admin: admin, worker: worker, bundles: bundles)
         configuration.registry = registry

@@ -23,6 +23,10 @@ extension WorkerConfiguration {
             var line = "  \(bundle.bundleID): \(bundle.transport.rawValue), \(bundle.auth.kindName) auth, "
             line += "\(bundle.environment.rawValue), \(endpoint.host):\(endpoint.port), \(bundle.connections) connection"
             line += bundle.connections == 1 ? "" : "s"
+            if let keyEnvironment = bundle.keyScope.environment {
+                let topics = bundle.keyScope.topics.map { " (\($0.count) topic\($0.count == 1 ? "" : "s"))" }
+                line += topics.map { ", topic-specific \(keyEnvironment.rawValue) key\($0)" } ?? ", \(keyEnvironment.rawValue)-only key"
+            }
             if !bundle.rollout.isOpen { line += ", rollout gate on" }
             lines.append(line)
         }

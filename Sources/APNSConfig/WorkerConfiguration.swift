@@ -302,6 +302,9 @@ public struct BundleConfiguration: Sendable, Hashable {
     public var channelPort: Int?
     /// The line of the section header, for messages about the bundle as a whole.
     public var line: Int?
+    /// `keyEnvironment` and `keyTopics` (token auth only): what Apple lets the token key sign
+    /// for. Default: both environments, every topic of the team.
+    public var keyScope: TokenKeyScope = .unrestricted
 
     public static let defaultBinaryHoldWindow: Duration = .seconds(1)
     public static let defaultFeedbackInterval: Duration = .seconds(3600)

@@ -57,6 +57,7 @@ public final class APNSSimulator: Sendable, Service {
         _ configuration: SimulatorConfiguration, logger: Logger,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws -> APNSSimulator {
+        try AppleRules.checkKeys(configuration.tokenKeys)
         let sslContext = try NIOSSLContext(configuration: try makeTLSConfiguration(configuration.tls))
         let engine = SimulatorEngine(configuration: configuration)
         let registry = ConnectionRegistry(engine: engine)

@@ -11,6 +11,8 @@ final class ConnectionState: Sendable {
         /// The token is now the connection's; `first` when it had none before.
         case adopted(first: Bool)
         case tooSoon
+        /// A token of another team than the connection's first: Apple takes one team per connection.
+        case otherTeam
     }
 
     /// What to do with a stream the peer just opened.
@@ -26,6 +28,8 @@ final class ConnectionState: Sendable {
         var hasClientCertificate: Bool?
         var authorization: String?
         var credential: RequestCredential?
+        /// The team of the connection's first token; it never changes.
+        var team: String?
         var tokenSince: Date?
         var streamsOpened = 0
         var activeStreams = 0
@@ -52,6 +56,10 @@ final class ConnectionState: Sendable {
     func adoptToken(authorization: String, credential: RequestCredential, now: Date, minimumInterval: Duration) -> TokenAdoption {
         state.withLock { s in
             let first = s.authorization == nil
+            if case .token(_, _, let team, _) = credential {
+                if let bound = s.team, bound != team { return .otherTeam }
+                s.team = team
+            }
             if let since = s.tokenSince, now.timeIntervalSince(since) < Double(minimumInterval.components.seconds) {
                 return .tooSoon
             }

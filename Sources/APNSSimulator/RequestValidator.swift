@@ -83,9 +83,15 @@ struct RequestValidator: Sendable {
     var bundleIDs: Set<String>
     var tokenKeys: [String: SimulatorTokenKey]
     var providerTokenLifetime: Duration
+    /// The environment this simulator is, for keys limited to one (`AppleKeyRules.swift`).
+    var environment: APNSEnvironment
+    /// Bundle ID → the team that owns it.
+    var bundleTeams: [String: String]
 
     init(configuration: SimulatorConfiguration) {
         self.bundleIDs = Set(configuration.bundleIDs)
+        self.environment = configuration.environment
+        self.bundleTeams = configuration.bundleTeams
         var keys: [String: SimulatorTokenKey] = [:]
         for key in configuration.tokenKeys { keys[key.keyID] = key }
         self.tokenKeys = keys
@@ -165,6 +171,9 @@ struct RequestValidator: Sendable {
         guard claims["iss"] as? String == key.teamID, let issuedAt = Self.integer(claims["iat"]) else {
             return .failure(invalid)
         }
+        if let keyEnvironment = key.environment, keyEnvironment != environment {
+            return .failure(Rejection(403, .badEnvironmentKeyInToken))
+        }
         let age = Int64(now.timeIntervalSince1970) - issuedAt
         if age > providerTokenLifetime.components.seconds { return .failure(Rejection(403, .expiredProviderToken)) }
         // A token from the future is one Apple cannot have issued a key for yet.
@@ -183,9 +192,11 @@ struct RequestValidator: Sendable {
 
     // MARK: Headers and payload
 
-    /// Everything after authentication: topic, push type, priority, id, expiration, collapse id,
-    /// payload.
-    func validateNotification(_ request: SimulatorRequest, route: ValidatedRoute) -> Result<ValidatedNotification, Rejection> {
+    /// Everything after authentication: topic (and whether the token's key may sign for it),
+    /// push type, priority, id, expiration, collapse id, payload.
+    func validateNotification(
+        _ request: SimulatorRequest, route: ValidatedRoute, credential: RequestCredential? = nil
+    ) -> Result<ValidatedNotification, Rejection> {
         guard let tokenHex = route.tokenHex else { return .failure(Rejection(404, .badPath)) }
         func header(_ name: String) -> String? { request.headers.first(where: { $0.name == name })?.value }
 
@@ -212,6 +223,7 @@ struct RequestValidator: Sendable {
             }
             return .failure(Rejection(400, .topicDisallowed))
         }
+        if let rejection = keyRefusal(credential, topic: topic, bundle: bundle) { return .failure(rejection) }
 
         let priority: Int
         if let raw = header("apns-priority") {
@@ -248,6 +260,13 @@ struct RequestValidator: Sendable {
             ValidatedNotification(
                 tokenHex: tokenHex, topic: topic, pushType: pushType, priority: priority,
                 apnsID: apnsID, expiration: expiration, collapseID: collapseID))
+    }
+
+    /// Whether the key of a provider token may sign for `topic` of `bundle`; nil when it may (and
+    /// for certificates, whose topics the certificate names).
+    func keyRefusal(_ credential: RequestCredential?, topic: String, bundle: String) -> Rejection? {
+        guard case .token(_, let keyID, _, _)? = credential, let key = tokenKeys[keyID] else { return nil }
+        return AppleRules.topicRefusal(key: key, topic: topic, bundle: bundle, owners: bundleTeams)
     }
 
     /// The push type whose suffix a topic carries, when it carries one of a configured bundle.

@@ -27,16 +27,27 @@ public struct SimulatorTLSConfiguration: Sendable {
 }
 
 /// A provider token signing key the simulator accepts: Apple's "key ID" and "team ID" with the
-/// public half of the `.p8` key.
+/// public half of the `.p8` key, and what Apple lets the key sign for (`AppleRules.KeyLimits`).
 public struct SimulatorTokenKey: Sendable {
     public var keyID: String
     public var teamID: String
     public var publicKey: P256.Signing.PublicKey
+    /// The one environment of a team-scoped or topic-specific key: a token of it sent to the
+    /// other environment's simulator is 403 `BadEnvironmentKeyInToken`. nil: both environments.
+    public var environment: APNSEnvironment?
+    /// A topic-specific key's topics: a request for any other topic is 400 `TopicDisallowed`.
+    /// nil: every topic of its team.
+    public var topics: [String]?
 
-    public init(keyID: String, teamID: String, publicKey: P256.Signing.PublicKey) {
+    public init(
+        keyID: String, teamID: String, publicKey: P256.Signing.PublicKey, environment: APNSEnvironment? = nil,
+        topics: [String]? = nil
+    ) {
         self.keyID = keyID
         self.teamID = teamID
         self.publicKey = publicKey
+        self.environment = environment
+        self.topics = topics
     }
 }
 
@@ -56,18 +67,23 @@ public struct SimulatorConfiguration: Sendable {
     /// credentials as the provider API.
     public var channelPort: Int?
     public var tls: SimulatorTLSConfiguration
-    /// The apps this "team" may push to. A topic is one of these, or one of these plus the suffix
+    /// The apps that may be pushed to. A topic is one of these, or one of these plus the suffix
     /// its push type requires (`.voip`, `.complication`, …).
     public var bundleIDs: [String]
-    /// Keys whose provider tokens (JWT, ES256) are accepted.
+    /// Keys whose provider tokens (JWT, ES256) are accepted; several keys of several teams may
+    /// be given (`AppleRules.checkKeys` holds them to Apple's limits at start).
     public var tokenKeys: [SimulatorTokenKey]
+    /// The team that owns each bundle ID: a provider token of another team for its topics is
+    /// 400 `TopicDisallowed`. A bundle not named here may be pushed with any accepted key.
+    public var bundleTeams: [String: String] = [:]
     /// SETTINGS_MAX_CONCURRENT_STREAMS advertised on every connection; default 1000.
     public var maxConcurrentStreams: Int
     /// When set, a new connection first advertises this many concurrent streams and raises the
     /// limit to `maxConcurrentStreams` (with a SETTINGS frame) once its first token-authenticated
     /// request has been validated, as Apple does (it starts at 1).
     public var maxConcurrentStreamsBeforeFirstToken: Int?
-    /// Only decides whether responses carry `apns-unique-id` (Apple sends it in sandbox only).
+    /// Which of Apple's environments this is: responses carry `apns-unique-id` in sandbox only,
+    /// and a key limited to the other environment is refused (`SimulatorTokenKey.environment`).
     public var environment: APNSEnvironment
     /// How many accepted notifications are kept for `APNSSimulator.accepted()` (the oldest are
     /// dropped first); 0 keeps none. Counters are kept regardless.

@@ -41,6 +41,9 @@ extension SimulatorEngine {
         func reject(_ status: Int, _ reason: APNSReason) -> StreamDecision { respond(answer(status, reason, apnsID: requestID)) }
 
         guard validator.bundleIDs.contains(bundleID) else { return reject(400, .topicDisallowed) }
+        if let refusal = validator.keyRefusal(credential, topic: bundleID, bundle: bundleID) {
+            return reject(refusal.status, refusal.reason)
+        }
         guard let channelID = header("apns-channel-id") else { return reject(400, .missingChannelId) }
         guard AppleChannelRules.isWellFormedChannelID(channelID) else { return reject(400, .badChannelId) }
         guard let pushType = header("apns-push-type") else { return reject(400, .missingPushType) }

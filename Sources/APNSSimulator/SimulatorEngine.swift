@@ -164,7 +164,7 @@ final class SimulatorEngine: Sendable {
         }
 
         let notification: ValidatedNotification
-        switch validator.validateNotification(request, route: route) {
+        switch validator.validateNotification(request, route: route, credential: credential) {
         case .success(let value): notification = value
         case .failure(let rejection):
             return .respond(
@@ -339,8 +339,9 @@ final class SimulatorEngine: Sendable {
     }
 
     /// Authentication with the connection's memory: a token seen before on the connection is not
-    /// verified again (only its age is checked), and a new token too soon after the previous one
-    /// is `TooManyProviderTokenUpdates`. Only tokens that verified count as the connection's.
+    /// verified again (only its age is checked), a token of another team than the connection's
+    /// first is `UnrelatedKeyIdInToken`, and a new token too soon after the previous one is
+    /// `TooManyProviderTokenUpdates`. Only tokens that verified count as the connection's.
     func authenticate(
         _ request: SimulatorRequest, connection: ConnectionState, now: Date
     ) -> Result<(RequestCredential, Int?), Rejection> {
@@ -366,6 +367,8 @@ final class SimulatorEngine: Sendable {
         {
         case .tooSoon:
             return .failure(Rejection(429, .tooManyProviderTokenUpdates))
+        case .otherTeam:
+            return .failure(Rejection(403, .unrelatedKeyIdInToken))
         case .adopted(let first):
             let raise = first && configuration.maxConcurrentStreamsBeforeFirstToken != nil
             return .success((credential, raise ? currentStreamLimit : nil))

@@ -2,15 +2,25 @@ import APNSModel
 
 /// Sends each notification through the transport of its environment: a job may override its
 /// bundle's environment (tokens of debug builds), so a bundle keeps a transport per environment.
+///
+/// A notification the bundle's token key cannot sign for (`keyEnvironment`, `keyTopics`) is not
+/// sent: it gets Apple's answer to it at once, 403 `BadEnvironmentKeyInToken` or 400
+/// `TopicDisallowed`, which holds the bundle (contract §4: the fault is the configuration's, not
+/// the job's; `docs/decisions.md`, "Apple's key rules").
 public struct EnvironmentRouter: NotificationTransport {
     let transports: [APNSEnvironment: any NotificationTransport]
+    let keyScope: TokenKeyScope
 
-    public init(_ transports: [APNSEnvironment: any NotificationTransport]) {
+    public init(_ transports: [APNSEnvironment: any NotificationTransport], keyScope: TokenKeyScope = .unrestricted) {
         precondition(!transports.isEmpty, "a bundle needs at least one transport")
         self.transports = transports
+        self.keyScope = keyScope
     }
 
     public func send(_ notification: PushNotification, completion: @escaping @Sendable (TransportResult) -> Void) {
+        if let refusal = keyScope.refusal(environment: notification.environment, topic: notification.topic) {
+            return completion(.http(refusal))
+        }
         guard let transport = transports[notification.environment] else { return completion(Self.notConfigured) }
         transport.send(notification, completion: completion)
     }

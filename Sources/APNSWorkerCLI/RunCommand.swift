@@ -88,7 +88,7 @@ struct RunCommand: AsyncParsableCommand {
                 shutdownDeadline: configuration.worker.shutdownDeadline, maxDeliveries: configuration.worker.maxDeliveries)
             pipelines.append(
                 BundlePipeline(
-                    settings: settings, broker: broker, transport: EnvironmentRouter(transports),
+                    settings: settings, broker: broker, transport: EnvironmentRouter(transports, keyScope: bundle.keyScope),
                     rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger, observer: registry?.recorder,
                     tracing: tracing.map { PipelineTracing(tracer: $0.tracer, continuesProducerTrace: configuration.tracing?.parentBased ?? false) }))
         }

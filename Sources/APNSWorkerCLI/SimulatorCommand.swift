@@ -52,14 +52,23 @@ struct SimulatorCommand: AsyncParsableCommand {
         help: "An extra DNS name for the generated server certificate, beside localhost and 127.0.0.1 (repeatable; e.g. the compose service name).")
     var serverNames: [String] = []
 
-    @Option(name: .customLong("bundle"), help: "A bundle ID the simulator accepts (repeatable).")
+    @Option(
+        name: .customLong("bundle"),
+        help: "A bundle ID the simulator accepts, optionally with the team that owns it: ID or ID:TEAM (repeatable; another team's token for its topics is 400 TopicDisallowed).")
     var bundles: [String] = []
 
-    @Option(help: "Team ID of the provider token key.")
+    @Option(help: "Team ID of the generated provider token key.")
     var teamID = "TEAM123456"
 
-    @Option(help: "Key ID of the provider token key.")
+    @Option(help: "Key ID of the generated provider token key.")
     var keyID = "KEY1234567"
+
+    @Option(
+        name: .customLong("key"),
+        help: """
+            Another provider token key to accept, TEAM:KEYID:FILE[:sandbox|production|both[:TOPIC,TOPIC...]]             (repeatable). FILE is the .p8 key or its PEM public key; an environment limits the key to it             (the other environment's simulator answers 403 BadEnvironmentKeyInToken); topics make it a             topic-specific key (other topics: 400 TopicDisallowed). A --key with the generated key's ID replaces it.
+            """)
+    var keys: [String] = []
 
     @Option(help: "SETTINGS_MAX_CONCURRENT_STREAMS advertised to clients.")
     var maxStreams = 1000
@@ -109,6 +118,31 @@ struct SimulatorCommand: AsyncParsableCommand {
         for rate in [failRate429, failRate500, failRate503] where !(0...1).contains(rate) {
             throw ValidationError("fail rates are fractions between 0.0 and 1.0")
         }
+        for key in keys {
+            do { _ = try SimulatorKeySpec.parse(key) } catch { throw ValidationError(error.description) }
+        }
+        for bundle in bundles where bundle.split(separator: ":", omittingEmptySubsequences: false).count > 2 {
+            throw ValidationError("--bundle \(bundle): use ID or ID:TEAM")
+        }
+    }
+
+    /// `TEAM:KEYID:environment`, with the number of topics of a topic-specific key.
+    static func describe(_ key: SimulatorTokenKey) -> String {
+        let topics = key.topics.map { ":\($0.count) topics" } ?? ""
+        return "\(key.teamID):\(key.keyID):\(key.environment?.rawValue ?? "both")\(topics)"
+    }
+
+    /// `--bundle ID[:TEAM]`: the bundle IDs, and the owners named.
+    var bundleOwners: (ids: [String], teams: [String: String]) {
+        var ids: [String] = []
+        var teams: [String: String] = [:]
+        for bundle in bundles {
+            let parts = bundle.split(separator: ":", maxSplits: 1).map(String.init)
+            guard let id = parts.first else { continue }
+            ids.append(id)
+            if parts.count == 2 { teams[id] = parts[1] }
+        }
+        return (ids, teams)
     }
 
     func run() async throws {
@@ -118,13 +152,16 @@ struct SimulatorCommand: AsyncParsableCommand {
 
         let generated = try SimulatorCredentials.loadOrGenerate(
             directory: credentials, teamID: teamID, keyID: keyID, serverNames: serverNames)
-        let configuration = SimulatorConfiguration(
+        let extraKeys = try keys.map { try SimulatorKeySpec.parse($0).load() }
+        let owners = bundleOwners
+        var configuration = SimulatorConfiguration(
             host: host, port: port, binaryPort: binaryPort, feedbackPort: feedbackPort, channelPort: channelPort,
             tls: generated.tlsConfiguration(),
-            bundleIDs: bundles.isEmpty ? ["com.example.app", "com.example.legacy"] : bundles,
-            tokenKeys: [generated.tokenKey], maxConcurrentStreams: maxStreams,
-            maxConcurrentStreamsBeforeFirstToken: streamsBeforeToken,
+            bundleIDs: owners.ids.isEmpty ? ["com.example.app", "com.example.legacy"] : owners.ids,
+            tokenKeys: (extraKeys.contains { $0.keyID == keyID } ? [] : [generated.tokenKey]) + extraKeys,
+            maxConcurrentStreams: maxStreams, maxConcurrentStreamsBeforeFirstToken: streamsBeforeToken,
             environment: APNSEnvironment(rawValue: environment) ?? .production)
+        configuration.bundleTeams = owners.teams
         let simulator = try await APNSSimulator.start(configuration, logger: logger)
         simulator.setFaults(
             SimulatorFaults(
@@ -139,6 +176,7 @@ struct SimulatorCommand: AsyncParsableCommand {
             metadata: [
                 "simulator.ca": "\(generated.caCertificatePath)", "simulator.tokenKey": "\(generated.tokenKeyPath)",
                 "simulator.teamID": "\(teamID)", "simulator.keyID": "\(keyID)",
+                "simulator.keys": "\(configuration.tokenKeys.map(Self.describe).joined(separator: ", "))",
             ])
 
         var services: [any Service] = [simulator]
