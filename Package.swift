@@ -8,6 +8,19 @@ let strictSettings: [SwiftSetting] = [
     .enableUpcomingFeature("MemberImportVisibility"),
 ]
 
+// How `apns-worker` is linked on Linux, for resident memory (docs/benchmarks.md, "Resident memory";
+// docs/decisions.md, "Linking for resident memory"): lld with relative relocations packed
+// (DT_RELR; gold's 2 MiB of R_X86_64_RELATIVE entries were read by ld.so at every start and stayed
+// resident), and no dynamic export of the executable's own symbols (the static Swift runtime's
+// link arguments export all ~200,000 of them: 3.5 MiB of symbol tables touched by every lookup
+// ld.so makes). Needs lld (in the Swift toolchain) and glibc 2.36 at run time (Debian 12).
+let residentLinkerSettings: [LinkerSetting] = [
+    .unsafeFlags(
+        ["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker", "--no-export-dynamic"],
+        .when(platforms: [.linux])
+    ),
+]
+
 let package = Package(
     name: "apns-worker",
     platforms: [.macOS(.v15)],
@@ -274,7 +287,8 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
-            swiftSettings: strictSettings
+            swiftSettings: strictSettings,
+            linkerSettings: residentLinkerSettings
         ),
         // Benchmarks for the README (release mode): pure codecs, AMQP, transport, end to end.
         .executableTarget(
