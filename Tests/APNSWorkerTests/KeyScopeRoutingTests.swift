@@ -1,6 +1,7 @@
 /// A job the bundle's token key cannot sign for (its environment override, or a push type's
 /// topic a topic-specific key does not list) is not sent: it gets Apple's answer at once and the
 /// bundle holds (contract §4: the configuration's fault, not the job's).
+import AMQPClient
 import APNSModel
 import APNSOutcome
 import APNSTopologyNames
@@ -81,8 +82,8 @@ import Testing
         #expect(production.sends == 1)
         #expect(sandbox.sends == 0)
         #expect(broker.snapshot.published.map(\.routingKey) == [TopologyNames.workQueue(bundle)])
-        #expect(statistics.activity(bundle: bundle).jobs[OutcomeRouter.End.held.rawValue] == 1)
-        #expect(statistics.activity(bundle: bundle).jobs[OutcomeRouter.End.delivered.rawValue] == 1)
+        #expect(statistics.activity(bundle: bundle).jobs[JobEnd.held.label] == 1)
+        #expect(statistics.activity(bundle: bundle).jobs[JobEnd.delivered.label] == 1)
     }
 
     @Test func whatTheKeyServesIsSent() async throws {
