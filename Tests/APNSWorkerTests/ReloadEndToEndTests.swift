@@ -220,6 +220,7 @@ struct ReloadEndToEndTests {
     @Test func aCertificateRotatedBySwappingTheSecretsSymlinkIsUsedWithoutASignal() async throws {
         var options = WorkerHarness.Options()
         options.extraCredentials = ["KEYROTATED"]
+        options.binaryHoldWindow = "200ms"  // the simulator opens its binary gateway
         let h = try await WorkerHarness.start(broker: try TestBroker.require(), options: options)
         let port = try #require(h.simulator.binaryPort, "the simulator's binary gateway")
         // A mounted secret as Kubernetes lays it out: the files link through `..data` to a
