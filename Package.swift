@@ -196,7 +196,7 @@ let package = Package(
             name: "APNSWorker",
             dependencies: [
                 "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSJSON", "APNSTopologyNames",
-                "AMQPClient", "APNSTopology", "APNSTransport", "QueueConsumer",
+                "AMQPClient", "APNSConfig", "APNSTopology", "APNSTransport", "QueueConsumer",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "Logging", package: "swift-log"),

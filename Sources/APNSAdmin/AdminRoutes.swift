@@ -156,7 +156,7 @@ struct AdminRoutes: Sendable {
         return Self.json(
             StatusReport(
                 ready: status.isReady, broker: status.broker, heldBundles: status.heldBundles, bundles: bundles,
-                queueError: queueError))
+                queueError: queueError, configuration: status.configuration))
     }
 
     /// Queue depths, or why they could not be read (the page and status still answer).
@@ -324,6 +324,8 @@ struct StatusReport: Codable {
     var heldBundles: [String]
     var bundles: [Bundle]
     var queueError: String?
+    /// The configuration in force: when it was read, its fingerprint, what waits for a restart.
+    var configuration: ConfigurationInForce?
 }
 
 // MARK: - Query options

@@ -73,6 +73,14 @@ struct StatusPage {
         let held = summary.map { ($0.held, $0.heldCount) } ?? (status.heldBundles.sorted(), status.heldBundles.count)
         if held.1 > 0 { context["heldBundles"] = FleetBundleSummary.named(held.0, count: held.1) }
         if let paused = fleet?.paused, !paused.isEmpty { context["pausedBundles"] = FleetBundleSummary.named(paused) }
+        if let configuration = status.configuration {
+            var shown: [String: Any] = [
+                "loadedAt": Self.timestamp(configuration.loadedAt), "fingerprint": configuration.fingerprint,
+                "bundleCount": configuration.bundles.count,
+            ]
+            if !configuration.pendingRestart.isEmpty { shown["pendingRestart"] = configuration.pendingRestart.joined(separator: ", ") }
+            context["configuration"] = shown
+        }
         if let queueError { context["queueError"] = queueError }
         if fleet == nil { context["fleetMissing"] = true }
         return context

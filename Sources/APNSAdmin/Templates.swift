@@ -37,6 +37,7 @@ enum Templates {
         <body>
         <h1>apns-worker</h1>
         <p>Broker: <span id="broker-state">{{broker}}</span> · Ready: <span id="ready">{{ready}}</span> · This instance: {{instanceID}} · Generated {{generatedAt}}</p>
+        {{#configuration}}<p id="configuration">Configuration in force: loaded {{loadedAt}}, fingerprint <code id="config-fingerprint">{{fingerprint}}</code>, {{bundleCount}} bundles{{#pendingRestart}} · <span class="alert" id="config-pending-restart">changed, applied at the next restart: {{pendingRestart}}</span>{{/pendingRestart}}</p>{{/configuration}}
         {{#heldBundles}}<p class="alert" id="held-alert">HELD (APNs refuses the credentials or topic; jobs wait in the broker): {{.}}</p>{{/heldBundles}}
         {{#pausedBundles}}<p class="alert" id="paused-alert">PAUSED by an operator on every instance (jobs wait in the broker): {{.}}</p>{{/pausedBundles}}
         {{#queueError}}<p class="notice" id="queue-error">Queue depths and jobs unavailable: {{queueError}}</p>{{/queueError}}

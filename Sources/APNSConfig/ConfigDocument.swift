@@ -27,18 +27,14 @@ public struct ConfigDocument: Sendable, Hashable {
 
     /// Reads and parses a file.
     public static func load(path: String) throws(ConfigurationError) -> ConfigDocument {
-        let text: String
+        let data: Data
         do {
-            let data = try Data(contentsOf: URL(fileURLWithPath: path))
-            guard let decoded = String(data: data, encoding: .utf8) else {
-                throw ConfigurationError(.unreadableFile, at: .file(path: path, line: nil), "not UTF-8 text")
-            }
-            text = decoded
-        } catch let error as ConfigurationError {
-            throw error
+            data = try BoundedFile.read(path, limit: BoundedFile.configurationLimit)
         } catch {
-            throw ConfigurationError(
-                .unreadableFile, at: .file(path: path, line: nil), "cannot read the file (\(error.localizedDescription))")
+            throw ConfigurationError(.unreadableFile, at: .file(path: path, line: nil), "cannot read the file (it \(error))")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw ConfigurationError(.unreadableFile, at: .file(path: path, line: nil), "not UTF-8 text")
         }
         return try parse(text, path: path)
     }

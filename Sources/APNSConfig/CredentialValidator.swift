@@ -81,13 +81,13 @@ public enum CredentialValidator {
     }
 
     static func readText(_ path: String) throws(CredentialProblem) -> String {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-            throw CredentialProblem("\(path) does not exist")
-        }
-        guard !isDirectory.boolValue else { throw CredentialProblem("\(path) is a directory, not a file") }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw CredentialProblem("cannot read \(path) (permission denied?)")
+        let data: Data
+        do {
+            data = try BoundedFile.read(path, limit: BoundedFile.credentialLimit)
+        } catch .unreadable(let why) {
+            throw CredentialProblem("cannot read \(path) (\(why))")
+        } catch {
+            throw CredentialProblem("\(path) \(error)")
         }
         guard let text = String(data: data, encoding: .utf8), text.contains("-----BEGIN ") else {
             throw CredentialProblem("\(path) is not a PEM file (binary DER? convert it with openssl … -outform pem)")

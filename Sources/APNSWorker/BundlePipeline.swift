@@ -35,7 +35,9 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     public let settings: Settings
     package let broker: Broker
     let transport: any NotificationTransport
-    let router: OutcomeRouter
+    /// Replaced at run time by `updateRetryPolicy(_:)` (a `[retry]` change while running).
+    let routerState: Mutex<OutcomeRouter>
+    var router: OutcomeRouter { routerState.withLock { $0 } }
     let statistics: WorkerStatistics
     /// This bundle's counters and timers, made once.
     let bundleStatistics: BundleStatistics
@@ -64,7 +66,7 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
         self.settings = settings
         self.broker = broker
         self.transport = transport
-        self.router = OutcomeRouter(bundleID: settings.bundleID, retryPolicy: settings.retryPolicy)
+        self.routerState = Mutex(OutcomeRouter(bundleID: settings.bundleID, retryPolicy: settings.retryPolicy))
         self.statistics = statistics
         let bundleStatistics = statistics.bundle(settings.bundleID)
         self.bundleStatistics = bundleStatistics
@@ -106,6 +108,19 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     public func updateRollout(_ rule: RolloutRule) {
         rollout.withLock { $0 = rule }
         logger.info("rollout rule updated")
+    }
+
+    /// A `[retry]` change while running: the jobs answered from now on are retried by it.
+    public func updateRetryPolicy(_ policy: RetryPolicy) {
+        routerState.withLock { $0.retryPolicy = policy }
+        logger.info("retry policy updated")
+    }
+
+    /// Stops this pipeline alone (its bundle was removed or is being rebuilt): no more jobs are
+    /// taken, and `run()` returns once those in flight have ended and settled; the rest wait in
+    /// the broker.
+    public func stop() {
+        consumer.stop()
     }
 
     /// Consumes until graceful shutdown (or cancellation). Jobs in flight at shutdown get

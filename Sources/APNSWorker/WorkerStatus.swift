@@ -32,6 +32,8 @@ public struct WorkerStatus: Sendable, Hashable, Codable {
     public var bundles: [Bundle]
     /// The device registry (contract §6): `ok`, `held` (PostgreSQL unavailable), or nil when none is configured.
     public var registry: String? = nil
+    /// The configuration in force (contract §3, changes while running), when the worker knows it.
+    public var configuration: ConfigurationInForce? = nil
 
     public init(broker: String, bundles: [Bundle]) {
         self.broker = broker
@@ -51,7 +53,7 @@ public protocol WorkerStatusProviding: Sendable {
 
 extension WorkerService: WorkerStatusProviding {
     public func status() -> WorkerStatus {
-        WorkerStatus(
+        var status = WorkerStatus(
             broker: broker.state.rawValue,
             bundles: pipelines.map { pipeline in
                 let connections = pipeline.connectionStates() ?? [:]
@@ -60,6 +62,8 @@ extension WorkerService: WorkerStatusProviding {
                     activity: pipeline.statistics.activity(bundle: pipeline.settings.bundleID),
                     connections: Dictionary(uniqueKeysWithValues: connections.map { ($0.key.rawValue, $0.value) }))
             })
+        status.configuration = configurationInForce
+        return status
     }
 }
 

@@ -28,6 +28,12 @@ struct CheckConfigCommand: ParsableCommand {
                 path: file, credentials: skipCredentials ? .skipFiles : .verifyFiles)
             print("\(file): OK\(skipCredentials ? " (credential files not checked)" : "")")
             for line in configuration.summaryLines { print(line) }
+            if !skipCredentials {
+                // The same fingerprint the admin page shows for the configuration in force: equal
+                // when the running worker applied this file and these credential files.
+                let loaded = try LoadedConfiguration.read(path: file)
+                print("read at \(loaded.loadedAt.formatted(.iso8601)), fingerprint \(loaded.fingerprint) (compare the admin page's configuration in force)")
+            }
             for warning in PeerSecurity.warnings(configuration) { print("warning: insecure connection: \(warning)") }
         } catch {
             FileHandle.standardError.write(Data("\(error)\n".utf8))

@@ -27,7 +27,8 @@ struct RunCommand: AsyncParsableCommand {
     var configPath: String = BrokerOptions.defaultConfigPath
 
     func run() async throws {
-        let configuration = try loadConfiguration(configPath)
+        let loaded = try loadConfigurationWithDigests(configPath)
+        let configuration = loaded.configuration
         let logger = makeLogger("apns-worker")
         // Before anything creates a metric, so every one of them reaches /metrics.
         let metricsRegistry = PrometheusCollectorRegistry()
@@ -65,20 +66,18 @@ struct RunCommand: AsyncParsableCommand {
                 flushInterval: settings.countsFlushInterval, settings: registrySettings, logger: logger)
         }
         var services: [any Service] = []
-        var pipelines: [BundlePipeline<AMQPConnection>] = []
         let statistics = WorkerStatistics()
         let tokenSources = TokenSources()
-        // `[amqp] maxInFlight` shared evenly: RabbitMQ bounds each consumer only, so the
-        // instance-wide bound is each bundle's consumer asking for its share.
-        let budget = configuration.amqp.inFlightBudget
-        let bundlePrefetch = budget.share(bundles: configuration.bundles.count).perBundle
-        for bundle in configuration.bundles {
-            var transports: [APNSEnvironment: any NotificationTransport] = [:]
-            for environment in APNSEnvironment.allCases {
-                let transport = try makeTransport(bundle, environment: environment, settings: configuration.worker, tokens: tokenSources, logger: logger)
-                services.append(transport)
-                transports[environment] = transport
-            }
+        let transports = PerBundleTransportSource(settings: configuration.worker, tokens: tokenSources, logger: logger)
+        services.append(transports)
+        let pipelineTracing = tracing.map { PipelineTracing(tracer: $0.tracer, continuesProducerTrace: configuration.tracing?.parentBased ?? false) }
+        let observer: (any JobEndObserver)? = registry?.recorder
+        // A bundle's pipeline over its unit's transports, at start-up and for every bundle a
+        // change while running adds or rebuilds (`ConfigurationReloader`).
+        let makePipeline: WorkerService<AMQPConnection>.PipelineMaker = { bundle, configuration, transport in
+            // `[amqp] maxInFlight` shared evenly: RabbitMQ bounds each consumer only, so the
+            // instance-wide bound is each bundle's consumer asking for its share.
+            let bundlePrefetch = configuration.amqp.inFlightBudget.share(bundles: configuration.bundles.count).perBundle
             let settings = BundlePipelineSettings(
                 bundleID: bundle.bundleID, defaultEnvironment: bundle.environment,
                 transportKind: bundle.transport == .binary ? .binary : .http2,
@@ -86,18 +85,19 @@ struct RunCommand: AsyncParsableCommand {
                 retryPolicy: RetryPolicy(delays: configuration.retry.delays, maxAttempts: configuration.retry.maxAttempts),
                 probeInterval: configuration.worker.probeInterval,
                 shutdownDeadline: configuration.worker.shutdownDeadline, maxDeliveries: configuration.worker.maxDeliveries)
-            pipelines.append(
-                BundlePipeline(
-                    settings: settings, broker: broker, transport: EnvironmentRouter(transports, keyScope: bundle.keyScope),
-                    rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger, observer: registry?.recorder,
-                    tracing: tracing.map { PipelineTracing(tracer: $0.tracer, continuesProducerTrace: configuration.tracing?.parentBased ?? false) }))
+            return BundlePipeline(
+                settings: settings, broker: broker, transport: transport, rollout: RolloutRule(bundle.rollout),
+                statistics: statistics, logger: logger, observer: observer, tracing: pipelineTracing)
         }
+        let budget = configuration.amqp.inFlightBudget
+        let bundlePrefetch = budget.share(bundles: configuration.bundles.count).perBundle
         services += try makeFeedbackPollers(configuration.bundles, broker: broker, logger: logger).map { poller in
             var poller = poller
             poller.observer = registry?.recorder
             return poller
         }
-        let worker = WorkerService(broker: broker, topology: configuration.topologyPlan, pipelines: pipelines, logger: logger)
+        let worker = try WorkerService(
+            broker: broker, configuration: configuration, source: transports, logger: logger, makePipeline: makePipeline)
         let fleet = FleetService(
             broker: broker, worker: worker, identity: .current(version: APNSWorkerVersion.current),
             interval: configuration.admin.heartbeatInterval, logger: logger)
@@ -117,12 +117,6 @@ struct RunCommand: AsyncParsableCommand {
             services.insert(tracing.service, at: 1)
             logger.info("tracing on", metadata: ["otel.endpoint": "\(configuration.tracing?.tracesURL ?? "-")"])
         }
-        let configPath = configPath
-        services.append(
-            RolloutReloader(pipelines: pipelines, logger: logger) {
-                let reloaded = try ConfigurationLoader.load(path: configPath, credentials: .skipFiles)
-                return Dictionary(uniqueKeysWithValues: reloaded.bundles.map { ($0.bundleID, RolloutRule($0.rollout)) })
-            })
         // The PostgreSQL pool before the registry service, so it shuts down after it (last flush).
         if let registry {
             services.append(registry.store.client)
@@ -133,6 +127,8 @@ struct RunCommand: AsyncParsableCommand {
         // Heartbeats go on while the worker drains: the fleet sees it until it exits.
         services.append(fleet)
         services.append(worker)
+        // Last, so it stops first: no change is applied while the worker drains.
+        services.append(ConfigurationReloader(path: configPath, inForce: loaded, worker: worker, logger: logger))
         let group = ServiceGroup(
             configuration: .init(
                 services: services.map { .init(service: $0) },
@@ -150,52 +146,6 @@ struct RunCommand: AsyncParsableCommand {
             logger.warning("INSECURE CONNECTION: \(warning)")
         }
         try await broker.whileConnected { try await group.run() }
-    }
-
-    func makeTransport(
-        _ bundle: BundleConfiguration, environment: APNSEnvironment, settings: WorkerSettings, tokens: TokenSources, logger: Logger
-    ) throws -> any NotificationTransport & Service {
-        var transportLogger = logger
-        transportLogger[metadataKey: "apns.bundle"] = "\(bundle.bundleID)"
-        if bundle.transport == .binary {
-            return try makeBinaryTransport(bundle, environment: environment, settings: settings, logger: transportLogger)
-        }
-        let authentication: HTTP2TransportConfiguration.Authentication
-        switch bundle.auth {
-        case .token(let teamID, let keyID, let keyFile):
-            authentication = .token(try tokens.source(teamID: teamID, keyID: keyID, keyFile: keyFile, maximumAge: settings.providerTokenRefresh))
-        case .certificate(let certFile, let keyFile):
-            authentication = .certificate(certFile: certFile, keyFile: keyFile)
-        }
-        let (host, port) = bundle.endpoint(for: environment)
-        var configuration = HTTP2TransportConfiguration(
-            environment: environment, authentication: authentication, host: host, port: port)
-        if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
-        configuration.connections = bundle.connections
-        configuration.connectOnFirstUse = environment != bundle.environment
-        configuration.requestTimeout = settings.requestTimeout
-        configuration.connectTimeout = settings.connectTimeout
-        return try HTTP2Transport(configuration: configuration, logger: transportLogger)
-    }
-
-    /// The legacy binary provider API: certificate authentication only (the loader refuses a
-    /// binary bundle with token keys; this guards against a configuration built another way).
-    func makeBinaryTransport(
-        _ bundle: BundleConfiguration, environment: APNSEnvironment, settings: WorkerSettings, logger: Logger
-    ) throws -> BinaryTransport {
-        guard case .certificate(let certFile, let keyFile) = bundle.auth else {
-            throw ValidationError("[apns \"\(bundle.bundleID)\"] transport = binary needs certFile and keyFile")
-        }
-        let (host, port) = bundle.endpoint(for: environment)
-        var configuration = BinaryTransportConfiguration(
-            environment: environment, certFile: certFile, keyFile: keyFile, host: host, port: port)
-        if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
-        configuration.connections = bundle.connections
-        configuration.connectOnFirstUse = environment != bundle.environment
-        configuration.holdWindow = bundle.binaryHoldWindow
-        configuration.connectTimeout = settings.connectTimeout
-        configuration.maxQueueWait = settings.requestTimeout
-        return try BinaryTransport(configuration: configuration, logger: logger)
     }
 }
 
@@ -216,29 +166,13 @@ extension RunCommand {
     }
 }
 
-/// One provider-token source per team key, shared by every transport that signs with it, so
-/// there is one JWT per key (contract §4: TooManyProviderTokenUpdates must never happen).
-final class TokenSources {
-    private var sources: [String: ProviderTokenSource] = [:]
-
-    func source(teamID: String, keyID: String, keyFile: String, maximumAge: Duration) throws -> ProviderTokenSource {
-        let id = "\(teamID)/\(keyID)"
-        if let existing = sources[id] { return existing }
-        let pem = try String(contentsOfFile: keyFile, encoding: .utf8)
-        let source = ProviderTokenSource(
-            teamID: teamID, keyID: keyID, key: try .init(pemRepresentation: pem), maximumAge: maximumAge)
-        sources[id] = source
-        return source
-    }
-}
-
-extension RolloutRule {
-    /// The configuration's rollout keys as the gate's rule.
-    init(_ gate: RolloutGate) {
-        self.init(
-            allow: gate.allowSyncServers.isEmpty ? nil : Set(gate.allowSyncServers),
-            deny: Set(gate.denySyncServers),
-            percentage: gate.percentage,
-            allowUnnamed: gate.allowSyncServers.isEmpty)
+/// `loadConfiguration` with the digests of the files it names: the configuration in force at
+/// start-up, which a change while running is compared with (`ConfigurationReloader`).
+func loadConfigurationWithDigests(_ path: String) throws -> LoadedConfiguration {
+    do {
+        return try LoadedConfiguration.read(path: path)
+    } catch {
+        FileHandle.standardError.write(Data("\(error)\n".utf8))
+        throw ExitCode.failure
     }
 }

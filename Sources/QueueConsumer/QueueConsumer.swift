@@ -67,6 +67,13 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
         event { $0.setPaused(paused, now: clock.now) }
     }
 
+    /// Stops this consumer alone, as graceful shutdown would: it takes no more jobs, and `run()`
+    /// returns once the jobs in flight have ended (or the shutdown deadline passed). Safe at any
+    /// time, before `run()` too, and more than once.
+    package func stop() {
+        event { $0.shutdown(now: clock.now) }
+    }
+
     /// A sibling's fault holds this consumer too (`ConsumerStateMachine.holdAlongside`).
     package func holdAlongside(reason: String) {
         event { $0.holdAlongside(reason: reason, now: clock.now) }

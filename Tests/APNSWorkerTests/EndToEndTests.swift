@@ -181,7 +181,9 @@ struct EndToEndTests {
         worker.signal(SIGHUP)
         try await waitUntil("the denied job after the reload") { h.acceptedIDs().distinct.contains(denied.uuidString.lowercased()) }
         #expect(worker.isRunning)
-        try await waitUntil("the reload logged") { worker.log.contains("rollout rules reloaded") }
+        try await waitUntil("the reload logged") {
+            worker.log.split(separator: "\n").contains { $0.contains("configuration change applied") && $0.contains("denySyncServers") }
+        }
         await h.shutdown()
     }
 

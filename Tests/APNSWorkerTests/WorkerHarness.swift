@@ -60,7 +60,14 @@ final class WorkerHarness: Sendable {
         var channelManagement = false
         /// More bundles configured like `bundle` (sections of their own, same credentials).
         var extraBundles = 0
+        /// More credential sets the simulator trusts (its token key, its CA for client
+        /// certificates), one per key ID, in `credentials-<keyID>/`; the client certificate of
+        /// each names `rotated.<keyID>` (`extraClientTopic`): a rotation test sees which one it got.
+        var extraCredentials: [String] = []
     }
+
+    /// The topic the client certificate of an `Options.extraCredentials` set names.
+    static func extraClientTopic(_ keyID: String) -> String { "rotated.\(keyID)" }
 
     static func start(broker: BrokerCoordinates, options: Options = Options()) async throws -> WorkerHarness {
         let bundle = uniqueName("com.example.e2e")
@@ -70,8 +77,14 @@ final class WorkerHarness: Sendable {
         let credentials = try SimulatorCredentials.generate(into: directory + "/credentials", teamID: "TEAM123456", keyID: "KEY1234567")
         var logger = Logger(label: "e2e.simulator")
         logger.logLevel = .warning
+        let extraCredentials = try options.extraCredentials.map { keyID in
+            try SimulatorCredentials.generate(
+                into: directory + "/credentials-\(keyID)", teamID: "TEAM123456", keyID: keyID, clientBundleID: extraClientTopic(keyID))
+        }
+        var tls = credentials.tlsConfiguration()
+        tls.clientCAPEM = ([credentials] + extraCredentials).map(\.caCertificatePEM).joined()
         var simulatorConfiguration = SimulatorConfiguration(
-            tls: credentials.tlsConfiguration(), bundleIDs: bundles, tokenKeys: [credentials.tokenKey],
+            tls: tls, bundleIDs: bundles, tokenKeys: [credentials.tokenKey] + extraCredentials.map(\.tokenKey),
             environment: .production)
         if options.binaryHoldWindow != nil { simulatorConfiguration.binaryPort = 0 }
         if let recordLimit = options.recordLimit { simulatorConfiguration.recordLimit = recordLimit }

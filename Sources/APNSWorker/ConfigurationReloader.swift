@@ -1,0 +1,160 @@
+import APNSConfig
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+import UnixSignals
+
+/// Changes while running (contract §3): re-reads the configuration on SIGHUP, and by itself
+/// when the configuration file or a file it names changes, and applies what changed to the
+/// worker (`WorkerService.apply`).
+///
+/// Changes are noticed by polling the files' content digests every `pollInterval` (paths
+/// followed afresh each time, so a Kubernetes `..data` symlink swap is seen, and a file
+/// rewritten with the same bytes is not a change). Every read validates the whole
+/// configuration as at start-up; one that cannot be used changes nothing and logs the start-up
+/// error line, once per change (a poll re-reads only when something changed again). A change
+/// to a restart-only section is logged and not applied; every applied change is one log line.
+public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendable {
+    public enum Trigger: String, Sendable {
+        case signal = "SIGHUP"
+        case fileChange = "file change"
+    }
+
+    let path: String
+    let environment: [String: String]
+    let worker: WorkerService<Broker>
+    let pollInterval: Duration
+    let logger: Logger
+    private let state: Mutex<State>
+
+    private struct State {
+        var inForce: LoadedConfiguration
+        /// The content digests of the watched files as last seen by a poll or a read.
+        var seen: [String: String] = [:]
+        /// Files named by the last configuration read, usable or not (a missing key file the new
+        /// configuration names is watched until it appears).
+        var lastNamed: [String] = []
+    }
+
+    public init(
+        path: String, environment: [String: String] = ProcessInfo.processInfo.environment, inForce: LoadedConfiguration,
+        worker: WorkerService<Broker>, pollInterval: Duration = .seconds(2), logger: Logger
+    ) {
+        self.path = path
+        self.environment = environment
+        self.worker = worker
+        self.pollInterval = pollInterval
+        self.logger = logger
+        self.state = Mutex(State(inForce: inForce))
+        let seen = fingerprint()
+        state.withLock { $0.seen = seen }
+        worker.configurationInForce = ConfigurationInForce(inForce)
+    }
+
+    /// The configuration in force and when it was read.
+    public var inForce: LoadedConfiguration { state.withLock { $0.inForce } }
+
+    public func run() async throws {
+        let (triggers, trigger) = AsyncStream.makeStream(of: Trigger.self, bufferingPolicy: .bufferingNewest(1))
+        let signals = await UnixSignalsSequence(trapping: .sighup)
+        await withDiscardingTaskGroup { group in
+            group.addTask {
+                for await _ in signals.cancelOnGracefulShutdown() { trigger.yield(.signal) }
+            }
+            group.addTask {
+                while (try? await Task.sleep(for: self.pollInterval)) != nil {
+                    if self.changedSinceSeen() { trigger.yield(.fileChange) }
+                }
+            }
+            for await reason in triggers.cancelOnGracefulShutdown() {
+                await reload(reason)
+            }
+            group.cancelAll()
+        }
+    }
+
+    /// The watched files: the configuration file and every file named by the configuration in
+    /// force or by the last one read.
+    private func watchedFiles() -> [String] {
+        let (inForce, lastNamed) = state.withLock { ($0.inForce, $0.lastNamed) }
+        var seen = Set<String>()
+        return ([path] + LoadedConfiguration.namedFiles(inForce.configuration) + lastNamed).filter { seen.insert($0).inserted }
+    }
+
+    private func fingerprint() -> [String: String] {
+        Dictionary(
+            watchedFiles().map { ($0, BoundedFile.digest($0, limit: $0 == path ? BoundedFile.configurationLimit : BoundedFile.credentialLimit)) },
+            uniquingKeysWith: { first, _ in first })
+    }
+
+    /// Whether a watched file's content changed since the last poll or read (and notes it).
+    private func changedSinceSeen() -> Bool {
+        let now = fingerprint()
+        return state.withLock { state in
+            guard state.seen != now else { return false }
+            state.seen = now
+            return true
+        }
+    }
+
+    /// Reads the configuration and applies what changed; a configuration that cannot be used
+    /// changes nothing.
+    public func reload(_ trigger: Trigger) async {
+        let before = fingerprint()
+        state.withLock { $0.seen = before }
+        var metadata: Logger.Metadata = ["config.trigger": "\(trigger.rawValue)", "config.path": "\(path)"]
+        let next: LoadedConfiguration
+        do {
+            next = try LoadedConfiguration.read(path: path, environment: environment)
+        } catch {
+            // The start-up line itself; the files it names are watched so that fixing one of
+            // them is noticed too.
+            let named = (try? ConfigurationLoader.load(path: path, environment: environment, credentials: .skipFiles))
+                .map(LoadedConfiguration.namedFiles) ?? []
+            state.withLock { $0.lastNamed = named }
+            metadata["config.reload"] = "not applied: the configuration in force stays"
+            logger.error("\(error)", metadata: metadata)
+            return
+        }
+        let current = inForce
+        state.withLock { $0.lastNamed = LoadedConfiguration.namedFiles(next.configuration) }
+        let change = current.change(to: next)
+        if change.isEmpty {
+            logger.info("configuration read again: nothing changed", metadata: metadata)
+            return
+        }
+        if !change.restartOnly.isEmpty {
+            metadata["config.sections"] = "\(change.restartOnly.joined(separator: ", "))"
+            logger.warning("configuration change needs a restart: not applied", metadata: metadata)
+            metadata["config.sections"] = nil
+        }
+        var applied = current.applying(next)
+        guard change.needsApplying else {
+            keep(applied, pendingRestart: change.restartOnly)
+            return
+        }
+        let failures: [String: any Error]
+        do {
+            failures = try await worker.apply(change, configuration: applied.configuration)
+        } catch {
+            metadata["error"] = "\(error)"
+            logger.error("configuration change not applied: the configuration in force stays", metadata: metadata)
+            return
+        }
+        metadata["config.changes"] = "\(change.summary.joined(separator: "; "))"
+        logger.notice("configuration change applied", metadata: metadata)
+        for (bundleID, error) in failures.sorted(by: { $0.key < $1.key }) {
+            logger.error(
+                "bundle not started: its transports could not be made; it is read again at the next change",
+                metadata: ["apns.bundle": "\(bundleID)", "error": "\(error)"])
+        }
+        applied = applied.removingBundles(Set(failures.keys))
+        keep(applied, pendingRestart: change.restartOnly)
+    }
+
+    private func keep(_ applied: LoadedConfiguration, pendingRestart: [String]) {
+        state.withLock { $0.inForce = applied }
+        worker.configurationInForce = ConfigurationInForce(applied, pendingRestart: pendingRestart)
+    }
+}
