@@ -183,7 +183,7 @@ let package = Package(
             name: "APNSWorker",
             dependencies: [
                 "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSJSON", "APNSTopologyNames",
-                "AMQPClient", "APNSTopology", "APNSTransport", "QueueConsumer",
+                "AMQPClient", "APNSTopology", "APNSTransport", "QueueConsumer", "APNSConfig",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "Logging", package: "swift-log"),
@@ -417,6 +417,7 @@ let package = Package(
             dependencies: [
                 "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSChannelManagement", "APNSTopologyNames", "AMQPClient",
                 "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker", "CancellableWait", "TestSupport", "QueueConsumer",
+                "APNSConfig",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

@@ -16,12 +16,17 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
     let broker: Broker
     let topology: TopologyPlan
     let logger: Logger
+    /// The connection pools the pipelines send through, for the status; nil when they are not pooled.
+    let transports: TransportRegistry?
 
-    public init(broker: Broker, topology: TopologyPlan, pipelines: [BundlePipeline<Broker>], logger: Logger) {
+    public init(
+        broker: Broker, topology: TopologyPlan, pipelines: [BundlePipeline<Broker>], logger: Logger, transports: TransportRegistry? = nil
+    ) {
         self.broker = broker
         self.topology = topology
         self.pipelines = pipelines
         self.logger = logger
+        self.transports = transports
     }
 
     /// Bundles a provider fault holds right now (for `/ready` and the admin page).

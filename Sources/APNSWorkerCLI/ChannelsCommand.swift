@@ -21,8 +21,12 @@ final class ConfiguredChannels: BroadcastChannelManaging {
             bundles[bundle.bundleID] = bundle
             switch bundle.auth {
             case .token(let teamID, let keyID, let keyFile):
+                // The pools' token: the key's digest names the source (one JWT per key).
+                guard case .token(_, _, let keyDigest) = try TransportPoolKey.reading(bundle: bundle, environment: bundle.environment).credential
+                else { continue }
                 authentications[bundle.bundleID] = .token(
-                    try tokens.source(teamID: teamID, keyID: keyID, keyFile: keyFile, maximumAge: configuration.worker.providerTokenRefresh))
+                    try tokens.source(
+                        teamID: teamID, keyID: keyID, keyFile: keyFile, keyDigest: keyDigest, maximumAge: configuration.worker.providerTokenRefresh))
             case .certificate(let certFile, let keyFile):
                 authentications[bundle.bundleID] = .certificate(certFile: certFile, keyFile: keyFile)
             }

@@ -15,6 +15,7 @@ import Logging
 import Metrics
 import Prometheus
 import ServiceLifecycle
+import Synchronization
 import UnixSignals
 
 /// `apns-worker run`: the worker. Start more instances to scale; they share the queues.
@@ -68,6 +69,11 @@ struct RunCommand: AsyncParsableCommand {
         var pipelines: [BundlePipeline<AMQPConnection>] = []
         let statistics = WorkerStatistics()
         let tokenSources = TokenSources()
+        // One connection pool per credential, environment and endpoint, shared by the bundles
+        // whose keys are equal (issue 39); each opens on its first job.
+        let transportRegistry = TransportRegistry(logger: logger) { [worker = configuration.worker] key, bundle, environment in
+            try Self.makeTransport(bundle, environment: environment, key: key, settings: worker, tokens: tokenSources, logger: logger)
+        }
         // `[amqp] maxInFlight` shared evenly: RabbitMQ bounds each consumer only, so the
         // instance-wide bound is each bundle's consumer asking for its share.
         let budget = configuration.amqp.inFlightBudget
@@ -75,9 +81,7 @@ struct RunCommand: AsyncParsableCommand {
         for bundle in configuration.bundles {
             var transports: [APNSEnvironment: any NotificationTransport] = [:]
             for environment in APNSEnvironment.allCases {
-                let transport = try makeTransport(bundle, environment: environment, settings: configuration.worker, tokens: tokenSources, logger: logger)
-                services.append(transport)
-                transports[environment] = transport
+                transports[environment] = try transportRegistry.acquire(bundle: bundle, environment: environment)
             }
             let settings = BundlePipelineSettings(
                 bundleID: bundle.bundleID, defaultEnvironment: bundle.environment,
@@ -92,12 +96,14 @@ struct RunCommand: AsyncParsableCommand {
                     rollout: RolloutRule(bundle.rollout), statistics: statistics, logger: logger, observer: registry?.recorder,
                     tracing: tracing.map { PipelineTracing(tracer: $0.tracer, continuesProducerTrace: configuration.tracing?.parentBased ?? false) }))
         }
+        services.append(transportRegistry)
         services += try makeFeedbackPollers(configuration.bundles, broker: broker, logger: logger).map { poller in
             var poller = poller
             poller.observer = registry?.recorder
             return poller
         }
-        let worker = WorkerService(broker: broker, topology: configuration.topologyPlan, pipelines: pipelines, logger: logger)
+        let worker = WorkerService(
+            broker: broker, topology: configuration.topologyPlan, pipelines: pipelines, logger: logger, transports: transportRegistry)
         let fleet = FleetService(
             broker: broker, worker: worker, identity: .current(version: APNSWorkerVersion.current),
             interval: configuration.admin.heartbeatInterval, logger: logger)
@@ -152,19 +158,26 @@ struct RunCommand: AsyncParsableCommand {
         try await broker.whileConnected { try await group.run() }
     }
 
-    func makeTransport(
-        _ bundle: BundleConfiguration, environment: APNSEnvironment, settings: WorkerSettings, tokens: TokenSources, logger: Logger
+    /// The transport of a new pool (`TransportRegistry`): `bundle` is the first bundle that
+    /// needed it. Every pool connects on its first notification: a bundle's other environment
+    /// rarely gets one, and an idle credential should keep no connections to Apple.
+    static func makeTransport(
+        _ bundle: BundleConfiguration, environment: APNSEnvironment, key: TransportPoolKey, settings: WorkerSettings,
+        tokens: TokenSources, logger: Logger
     ) throws -> any NotificationTransport & Service {
         var transportLogger = logger
-        transportLogger[metadataKey: "apns.bundle"] = "\(bundle.bundleID)"
+        transportLogger[metadataKey: "apns.pool"] = "\(key)"
         if bundle.transport == .binary {
             return try makeBinaryTransport(bundle, environment: environment, settings: settings, logger: transportLogger)
         }
         let authentication: HTTP2TransportConfiguration.Authentication
-        switch bundle.auth {
-        case .token(let teamID, let keyID, let keyFile):
-            authentication = .token(try tokens.source(teamID: teamID, keyID: keyID, keyFile: keyFile, maximumAge: settings.providerTokenRefresh))
-        case .certificate(let certFile, let keyFile):
+        switch (bundle.auth, key.credential) {
+        case (.token(let teamID, let keyID, let keyFile), .token(_, _, let keyDigest)):
+            authentication = .token(
+                try tokens.source(teamID: teamID, keyID: keyID, keyFile: keyFile, keyDigest: keyDigest, maximumAge: settings.providerTokenRefresh))
+        case (.token, _):
+            throw ValidationError("[apns \"\(bundle.bundleID)\"] a token key needs a token pool")
+        case (.certificate(let certFile, let keyFile), _):
             authentication = .certificate(certFile: certFile, keyFile: keyFile)
         }
         let (host, port) = bundle.endpoint(for: environment)
@@ -172,7 +185,7 @@ struct RunCommand: AsyncParsableCommand {
             environment: environment, authentication: authentication, host: host, port: port)
         if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
         configuration.connections = bundle.connections
-        configuration.connectOnFirstUse = environment != bundle.environment
+        configuration.connectOnFirstUse = true
         configuration.requestTimeout = settings.requestTimeout
         configuration.connectTimeout = settings.connectTimeout
         return try HTTP2Transport(configuration: configuration, logger: transportLogger)
@@ -180,7 +193,7 @@ struct RunCommand: AsyncParsableCommand {
 
     /// The legacy binary provider API: certificate authentication only (the loader refuses a
     /// binary bundle with token keys; this guards against a configuration built another way).
-    func makeBinaryTransport(
+    static func makeBinaryTransport(
         _ bundle: BundleConfiguration, environment: APNSEnvironment, settings: WorkerSettings, logger: Logger
     ) throws -> BinaryTransport {
         guard case .certificate(let certFile, let keyFile) = bundle.auth else {
@@ -191,7 +204,7 @@ struct RunCommand: AsyncParsableCommand {
             environment: environment, certFile: certFile, keyFile: keyFile, host: host, port: port)
         if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
         configuration.connections = bundle.connections
-        configuration.connectOnFirstUse = environment != bundle.environment
+        configuration.connectOnFirstUse = true
         configuration.holdWindow = bundle.binaryHoldWindow
         configuration.connectTimeout = settings.connectTimeout
         configuration.maxQueueWait = settings.requestTimeout
@@ -216,19 +229,24 @@ extension RunCommand {
     }
 }
 
-/// One provider-token source per team key, shared by every transport that signs with it, so
-/// there is one JWT per key (contract §4: TooManyProviderTokenUpdates must never happen).
-final class TokenSources {
-    private var sources: [String: ProviderTokenSource] = [:]
+/// One provider-token source per team key, shared by every pool that signs with it (both
+/// environments of a credential), so there is one JWT per key (contract §4:
+/// TooManyProviderTokenUpdates must never happen). Pools are made at run time, from any thread.
+final class TokenSources: Sendable {
+    private let sources = Mutex<[String: ProviderTokenSource]>([:])
 
-    func source(teamID: String, keyID: String, keyFile: String, maximumAge: Duration) throws -> ProviderTokenSource {
-        let id = "\(teamID)/\(keyID)"
-        if let existing = sources[id] { return existing }
+    /// The source of a key; `keyDigest` (the key file's, `TransportPoolKey`) tells a rotated key
+    /// under the same key ID from the one before: it gets a source, and a token, of its own.
+    func source(teamID: String, keyID: String, keyFile: String, keyDigest: String, maximumAge: Duration) throws -> ProviderTokenSource {
+        let id = "\(teamID)/\(keyID)/\(keyDigest)"
+        if let existing = sources.withLock({ $0[id] }) { return existing }
         let pem = try String(contentsOfFile: keyFile, encoding: .utf8)
-        let source = ProviderTokenSource(
-            teamID: teamID, keyID: keyID, key: try .init(pemRepresentation: pem), maximumAge: maximumAge)
-        sources[id] = source
-        return source
+        let made = ProviderTokenSource(teamID: teamID, keyID: keyID, key: try .init(pemRepresentation: pem), maximumAge: maximumAge)
+        return sources.withLock { sources in
+            if let raced = sources[id] { return raced }
+            sources[id] = made
+            return made
+        }
     }
 }
 

@@ -60,6 +60,9 @@ final class WorkerHarness: Sendable {
         var channelManagement = false
         /// More bundles configured like `bundle` (sections of their own, same credentials).
         var extraBundles = 0
+        /// The last this many of `bundles` are configured in the worker but not in the simulator:
+        /// their topics are another team's, answered `TopicDisallowed`.
+        var simulatorDisallowsLastBundles = 0
     }
 
     static func start(broker: BrokerCoordinates, options: Options = Options()) async throws -> WorkerHarness {
@@ -71,7 +74,8 @@ final class WorkerHarness: Sendable {
         var logger = Logger(label: "e2e.simulator")
         logger.logLevel = .warning
         var simulatorConfiguration = SimulatorConfiguration(
-            tls: credentials.tlsConfiguration(), bundleIDs: bundles, tokenKeys: [credentials.tokenKey],
+            tls: credentials.tlsConfiguration(), bundleIDs: Array(bundles.dropLast(options.simulatorDisallowsLastBundles)),
+            tokenKeys: [credentials.tokenKey],
             environment: .production)
         if options.binaryHoldWindow != nil { simulatorConfiguration.binaryPort = 0 }
         if let recordLimit = options.recordLimit { simulatorConfiguration.recordLimit = recordLimit }
