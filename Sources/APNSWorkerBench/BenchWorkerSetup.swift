@@ -41,7 +41,9 @@ struct BenchWorkerSetup {
             ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("apns-worker")
         process.arguments = ["run", "--config", configPath]
         var environment = ProcessInfo.processInfo.environment
-        environment["APNS_WORKER_LOG_LEVEL"] = "warning"
+        // Quiet unless the bench is asked for more (`APNS_BENCH_WORKER_LOG_LEVEL=info`: why a
+        // figure looks wrong, e.g. connections replaced during a drain).
+        environment["APNS_WORKER_LOG_LEVEL"] = environment["APNS_BENCH_WORKER_LOG_LEVEL"] ?? "warning"
         process.environment = environment
         try process.run()
         return process

@@ -128,7 +128,14 @@ struct ScaleBench: AsyncParsableCommand {
         try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) { run.setup.simulator.counters().accepted >= 1 }
         let firstAccepted = ContinuousClock.now
         let startupCPU = probes.map { $0.cpuSeconds() }.reduce(0, +)
-        try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) { run.setup.simulator.counters().accepted >= jobs }
+        // The most connections open at once, sampled as the drain is watched (`connections`
+        // counts every one accepted, replacements included).
+        var peakOpen = 0
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) {
+            let counters = run.setup.simulator.counters()
+            peakOpen = max(peakOpen, counters.openConnections)
+            return counters.accepted >= jobs
+        }
         let seconds = firstAccepted.duration(to: .now).timeInterval
         let cpu = probes.map { $0.cpuSeconds() }.reduce(0, +) - startupCPU
         let peaks = probes.map { $0.peakRSS() }
@@ -144,7 +151,7 @@ struct ScaleBench: AsyncParsableCommand {
         for worker in workers { worker.waitUntilExit() }
         try await run.finish()
         return ScaleResult(
-            bundles: bundles, instances: instances, teams: teamPerBundle ? bundles : 1, connections: connections,
+            bundles: bundles, instances: instances, teams: teamPerBundle ? bundles : 1, connections: connections, peakOpen: peakOpen,
             jobs: jobs, seconds: seconds, cpuSeconds: cpu,
             startupSeconds: started.duration(to: firstAccepted).timeInterval, startupCPUSeconds: startupCPU, peakRSS: peaks,
             p99: latencies.isEmpty ? nil : LatencySample(latencies).percentile(0.99))
@@ -197,8 +204,10 @@ struct ScaleResult {
     var instances: Int
     /// Teams (token keys) the bundles belong to: 1, or one per bundle.
     var teams: Int
-    /// TLS connections the simulator accepted from spawn to the end of the drain.
+    /// TLS connections the simulator accepted from spawn to the end of the drain, and the most
+    /// open at once during the drain.
     var connections: Int
+    var peakOpen: Int
     var jobs: Int
     /// First notification accepted to the last: the drain.
     var seconds: Double
@@ -214,7 +223,7 @@ struct ScaleResult {
     static func printTable(_ results: [ScaleResult]) {
         print("jobs/s and CPU µs/job: inside the drain (first notification accepted to the last); start-up: spawn to the first")
         print(
-            "| bundles | teams | instances | jobs | jobs/s | CPU µs/job (vs first row) | APNs connections | start-up s (CPU s) "
+            "| bundles | teams | instances | jobs | jobs/s | CPU µs/job (vs first row) | APNs connections (most open at once) | start-up s (CPU s) "
                 + "| peak RSS per instance (MiB) | p99 publish → 200 (ms) |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         let baseline = results.first.map { $0.cpuSeconds / Double($0.jobs) }
@@ -226,7 +235,7 @@ struct ScaleResult {
             let versus = baseline.map { String(format: "%+.0f %%", (perJob / $0 - 1) * 100) } ?? "-"
             print(
                 "| \(r.bundles) | \(r.teams) | \(r.instances) | \(r.jobs) | \(Int(Double(r.jobs) / r.seconds)) | "
-                    + "\(String(format: "%.1f", perJob * 1e6)) (\(versus)) | \(r.connections) | \(startup) | \(rss) | \(p99) |")
+                    + "\(String(format: "%.1f", perJob * 1e6)) (\(versus)) | \(r.connections) (\(r.peakOpen)) | \(startup) | \(rss) | \(p99) |")
         }
     }
 }
