@@ -78,6 +78,19 @@ struct RunCommand: AsyncParsableCommand {
         // instance-wide bound is each bundle's consumer asking for its share.
         let budget = configuration.amqp.inFlightBudget
         let bundlePrefetch = budget.share(bundles: configuration.bundles.count).perBundle
+        // Bundles sharing a pool split its streams, so no job waits for one past its deadline.
+        let poolPrefetch = PoolPrefetch.prefetches(
+            try configuration.bundles.map { bundle in
+                PoolPrefetch.Member(
+                    bundleID: bundle.bundleID, key: try TransportPoolKey.reading(bundle: bundle, environment: bundle.environment),
+                    connections: bundle.connections)
+            },
+            share: bundlePrefetch, streamsPerConnection: HTTP2TransportConfiguration.defaultMaxConcurrentStreamsPerConnection)
+        if let smallest = poolPrefetch.values.min(), smallest < bundlePrefetch {
+            logger.info(
+                "bundles sharing a connection pool split its streams: some consumers take fewer jobs than the budget's share",
+                metadata: ["amqp.bundlePrefetch": "\(bundlePrefetch)", "amqp.smallestPoolPrefetch": "\(smallest)"])
+        }
         for bundle in configuration.bundles {
             var transports: [APNSEnvironment: any NotificationTransport] = [:]
             for environment in APNSEnvironment.allCases {
@@ -86,7 +99,7 @@ struct RunCommand: AsyncParsableCommand {
             let settings = BundlePipelineSettings(
                 bundleID: bundle.bundleID, defaultEnvironment: bundle.environment,
                 transportKind: bundle.transport == .binary ? .binary : .http2,
-                prefetch: UInt16(clamping: bundlePrefetch),
+                prefetch: UInt16(clamping: poolPrefetch[bundle.bundleID] ?? bundlePrefetch),
                 retryPolicy: RetryPolicy(delays: configuration.retry.delays, maxAttempts: configuration.retry.maxAttempts),
                 probeInterval: configuration.worker.probeInterval,
                 shutdownDeadline: configuration.worker.shutdownDeadline, maxDeliveries: configuration.worker.maxDeliveries)
