@@ -431,6 +431,7 @@ let package = Package(
             dependencies: [
                 "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSChannelManagement", "APNSTopologyNames", "AMQPClient",
                 "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker", "CancellableWait", "TestSupport", "QueueConsumer",
+                "APNSConfig",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

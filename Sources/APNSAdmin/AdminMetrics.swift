@@ -80,6 +80,15 @@ public final class AdminMetrics: Sendable {
                     .record(bundle.connections[state.rawValue, default: 0])
             }
         }
+        // A shared pool once, by name; a pool is made for a credential in the configuration,
+        // so the label's values are as many as its credentials × environments.
+        for pool in status.pools {
+            for state in TransportConnectionState.allCases {
+                gauge("apns_transport_pool_connections", [("pool", pool.name), ("state", state.rawValue)])
+                    .record(pool.connections[state.rawValue, default: 0])
+            }
+            gauge("apns_transport_pool_bundles", [("pool", pool.name)]).record(pool.bundles.count)
+        }
     }
 
     /// The queue roles whose depths are exported, retry queues (one per delay) summed.

@@ -156,7 +156,7 @@ struct AdminRoutes: Sendable {
         return Self.json(
             StatusReport(
                 ready: status.isReady, broker: status.broker, heldBundles: status.heldBundles, bundles: bundles,
-                queueError: queueError, configuration: status.configuration))
+                pools: status.pools, queueError: queueError, configuration: status.configuration))
     }
 
     /// Queue depths, or why they could not be read (the page and status still answer).
@@ -323,6 +323,8 @@ struct StatusReport: Codable {
     var broker: String
     var heldBundles: [String]
     var bundles: [Bundle]
+    /// The connection pools, each once with the bundles that share it (issue 39).
+    var pools: [WorkerStatus.Pool]
     var queueError: String?
     /// The configuration in force: when it was read, its fingerprint, what waits for a restart.
     var configuration: ConfigurationInForce?

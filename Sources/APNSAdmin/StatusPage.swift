@@ -50,6 +50,8 @@ struct StatusPage {
             "instances": instances.prefix(Self.maxInstanceRows).map(instanceRow),
             "instanceCount": fleet?.instances.count ?? 1,
             "bundles": bundles.map { bundleRow($0, totals: totals) },
+            "pools": status.pools.map(poolRow),
+            "hasPools": !status.pools.isEmpty,
             "queues": (depths ?? []).map { queueRow($0, totals: totals) },
             "retryJobs": shownRetry.map { jobRow($0, kind: .retry) },
             "retryJobsTruncated": retryJobs.count > limit,
@@ -143,7 +145,7 @@ struct StatusPage {
             "deliveredPerMinute": perMinute[.delivered, default: 0], "invalidPerMinute": perMinute[.invalidToken, default: 0],
             "retriedPerMinute": perMinute[.retry, default: 0], "deadPerMinute": perMinute[.dead, default: 0],
             "inFlight": counts.inFlight,
-            "connections": connections.isEmpty ? "none" : connections.joined(separator: ", "),
+            "connections": connections.isEmpty ? (status.pools.isEmpty ? "none" : "pooled (below)") : connections.joined(separator: ", "),
             "workDepth": totals.map { "\($0.work)" } ?? "?",
             "retryDepth": totals.map { "\($0.retry)" } ?? "?",
             "deadDepth": totals.map { "\($0.dead)" } ?? "?",
@@ -153,6 +155,17 @@ struct StatusPage {
             row[paused ? "resumePath" : "pausePath"] = "/bundles/\(bundleID)/\(paused ? "resume" : "pause")"
         }
         return row
+    }
+
+    /// One connection pool of this instance: its connections, and the bundles sharing it named
+    /// up to a few. A pool no job has needed yet is `idle`, which is not a fault.
+    func poolRow(_ pool: WorkerStatus.Pool) -> [String: Any] {
+        let connections = pool.connections.sorted { $0.key < $1.key }.filter { $0.value > 0 }.map { "\($0.key) \($0.value)" }
+        return [
+            "name": pool.name, "environment": pool.environment,
+            "connections": connections.isEmpty ? "none" : connections.joined(separator: ", "),
+            "bundleCount": pool.bundles.count, "bundles": FleetBundleSummary.named(pool.bundles),
+        ]
     }
 
     func queueRow(_ depth: QueueDepth) -> [String: Any] { queueRow(depth, totals: fleetTotals) }

@@ -71,6 +71,15 @@ enum Templates {
         {{/bundles}}
         {{#bundlesNotShown}}<tr id="bundles-more"><td colspan="11">{{.}} more bundles of the fleet not drawn here (this instance's and the busiest are): <code>GET /api/fleet</code> has every instance's bundles.</td></tr>{{/bundlesNotShown}}
         </table>
+        {{#hasPools}}
+        <h2>Connection pools (this instance)</h2>
+        <table id="pools">
+        <tr><th>pool</th><th>environment</th><th>connections</th><th>bundles</th></tr>
+        {{#pools}}
+        <tr class="pool-row" data-pool="{{name}}"><td>{{name}}</td><td>{{environment}}</td><td>{{connections}}</td><td>{{bundleCount}}: {{bundles}}</td></tr>
+        {{/pools}}
+        </table>
+        {{/hasPools}}
         <h2>Queues</h2>
         <table id="queues">
         <tr><th>queue</th><th>role</th><th>ready</th><th>consumers</th><th>retry delay</th><th>oldest ready job</th></tr>

@@ -41,7 +41,9 @@ public struct HTTP2TransportConfiguration: Sendable {
     /// A PING on a connection that has been quiet this long; closed if the next one finds it unanswered.
     public var pingInterval: Duration = .seconds(60)
     /// Our own ceiling on streams per connection, under the server's SETTINGS_MAX_CONCURRENT_STREAMS.
-    public var maxConcurrentStreamsPerConnection: Int = 1000
+    public var maxConcurrentStreamsPerConnection: Int = defaultMaxConcurrentStreamsPerConnection
+    /// Apple's own limit; what a shared pool's bundles split (`PoolPrefetch`).
+    public static let defaultMaxConcurrentStreamsPerConnection = 1000
     /// Delay before the first reconnect attempt after a failure; doubles up to `reconnectMaxDelay`.
     public var reconnectInitialDelay: Duration = .milliseconds(100)
     public var reconnectMaxDelay: Duration = .seconds(30)

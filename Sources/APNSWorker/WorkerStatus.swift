@@ -27,9 +27,30 @@ public struct WorkerStatus: Sendable, Hashable, Codable {
         }
     }
 
+    /// A connection pool to APNs, shared by the bundles of one credential (`TransportRegistry`).
+    public struct Pool: Sendable, Hashable, Codable {
+        /// `TransportPoolKey.description`: the credential (a digest's prefix), environment, endpoint.
+        public var name: String
+        public var environment: String
+        /// The bundles using it, sorted.
+        public var bundles: [String]
+        /// Its connections by state (`TransportConnectionState` raw values, every state present):
+        /// `idle` while no job has needed it, which is not a fault.
+        public var connections: [String: Int]
+
+        public init(name: String, environment: String, bundles: [String], connections: [String: Int]) {
+            self.name = name
+            self.environment = environment
+            self.bundles = bundles
+            self.connections = connections
+        }
+    }
+
     /// The worker's broker connection (`AMQPConnectionState` raw value: connected, connecting, …).
     public var broker: String
     public var bundles: [Bundle]
+    /// The connection pools, by name; empty when the worker's transports are not pooled.
+    public var pools: [Pool] = []
     /// The device registry (contract §6): `ok`, `held` (PostgreSQL unavailable), or nil when none is configured.
     public var registry: String? = nil
     /// The configuration in force (contract §3, changes while running), when the worker knows it.
@@ -56,13 +77,16 @@ extension WorkerService: WorkerStatusProviding {
         var status = WorkerStatus(
             broker: broker.state.rawValue,
             bundles: pipelines.map { pipeline in
-                let connections = pipeline.connectionStates() ?? [:]
+                // A pooled bundle's connections are its pool's, shared: reported once per pool
+                // (`pools`), never once per bundle that uses it.
+                let connections = source is TransportRegistry ? [:] : pipeline.connectionStates() ?? [:]
                 return WorkerStatus.Bundle(
                     bundleID: pipeline.settings.bundleID, held: pipeline.isHeld, paused: pipeline.isPaused,
                     activity: pipeline.statistics.activity(bundle: pipeline.settings.bundleID),
                     connections: Dictionary(uniqueKeysWithValues: connections.map { ($0.key.rawValue, $0.value) }))
             })
         status.configuration = configurationInForce
+        status.pools = (source as? TransportRegistry)?.reports() ?? []
         return status
     }
 }

@@ -13,13 +13,17 @@ struct BenchWorkerSetup {
 
     /// Creates `directory` (removed by `remove()`), credentials in it, and a simulator serving
     /// `bundleIDs` that records up to `recordLimit` accepted notifications.
-    static func start(directoryPrefix: String, bundleIDs: [String], recordLimit: Int, logger: Logger) async throws -> BenchWorkerSetup {
+    /// - Parameter tokenKeys: more provider token keys the simulator accepts (teams of their own).
+    static func start(
+        directoryPrefix: String, bundleIDs: [String], recordLimit: Int, tokenKeys: [SimulatorTokenKey] = [], logger: Logger
+    ) async throws -> BenchWorkerSetup {
         let directory = NSTemporaryDirectory() + "\(directoryPrefix)-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let credentials = try SimulatorCredentials.generate(into: directory + "/credentials", teamID: "TEAM123456", keyID: "KEY1234567")
         let simulator = try await APNSSimulator.start(
             SimulatorConfiguration(
-                tls: credentials.tlsConfiguration(), bundleIDs: bundleIDs, tokenKeys: [credentials.tokenKey], recordLimit: recordLimit),
+                tls: credentials.tlsConfiguration(), bundleIDs: bundleIDs, tokenKeys: [credentials.tokenKey] + tokenKeys,
+                recordLimit: recordLimit),
             logger: logger)
         return BenchWorkerSetup(directory: directory, credentials: credentials, simulator: simulator)
     }
@@ -37,7 +41,9 @@ struct BenchWorkerSetup {
             ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("apns-worker")
         process.arguments = ["run", "--config", configPath]
         var environment = ProcessInfo.processInfo.environment
-        environment["APNS_WORKER_LOG_LEVEL"] = "warning"
+        // Quiet unless the bench is asked for more (`APNS_BENCH_WORKER_LOG_LEVEL=info`: why a
+        // figure looks wrong, e.g. connections replaced during a drain).
+        environment["APNS_WORKER_LOG_LEVEL"] = environment["APNS_BENCH_WORKER_LOG_LEVEL"] ?? "warning"
         process.environment = environment
         try process.run()
         return process
@@ -69,13 +75,15 @@ struct BenchWorkerSetup {
     }
 
     /// A token-authenticated `[apns "bundle"]` section against the simulator on `port`, with
-    /// `extraKeys` (one `key = value` each).
-    static func bundleSection(_ bundle: String, port: Int, extraKeys: [String]) -> String {
+    /// `extraKeys` (one `key = value` each), signing with the key `credentials/AuthKey_<keyID>.p8`.
+    static func bundleSection(
+        _ bundle: String, port: Int, extraKeys: [String], teamID: String = "TEAM123456", keyID: String = "KEY1234567"
+    ) -> String {
         """
         [apns "\(bundle)"]
-        teamId = TEAM123456
-        keyId = KEY1234567
-        tokenKeyFile = credentials/AuthKey_KEY1234567.p8
+        teamId = \(teamID)
+        keyId = \(keyID)
+        tokenKeyFile = credentials/AuthKey_\(keyID).p8
         host = 127.0.0.1
         port = \(port)
         caFile = credentials/ca.pem

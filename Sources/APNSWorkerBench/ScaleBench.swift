@@ -1,7 +1,9 @@
 /// `apns-worker-bench scale`: what the worker costs as the work grows (issue 30). Real
 /// `apns-worker run` processes against a real broker and the in-process simulator:
-/// - `bundles`: the same total of jobs spread over 1, 10 and 50 bundles (one queue and its own
-///   APNs connections each): cost per job, and resident memory per added bundle;
+/// - `bundles`: the same total of jobs spread over 1, 10 and 50 bundles (one queue each), of one
+///   team (one shared connection pool, issue 39) or with `--teams each` a team per bundle (a
+///   pool each): cost per job, connections to the sink, start-up, and resident memory per added
+///   bundle;
 /// - `instances`: 1, 2 and 4 worker processes draining the same 20 bundles: what one more
 ///   instance buys on this machine;
 /// - `idle`: an instance with 50 bundles and nothing to do, its CPU and memory per second.
@@ -35,6 +37,9 @@ struct ScaleBench: AsyncParsableCommand {
     @Option(help: "Bundle counts of the `bundles` case, comma-separated.")
     var bundleCounts: String = "1,10,50"
 
+    @Option(help: "Teams of the `bundles` case, comma-separated: `one` (every bundle of one team key) and/or `each` (a team per bundle).")
+    var teams: String = "one"
+
     @Option(help: "Worker processes of the `instances` case, comma-separated.")
     var instanceCounts: String = "1,2,4"
 
@@ -67,14 +72,16 @@ struct ScaleBench: AsyncParsableCommand {
         logger.logLevel = .warning
         switch scaleCase {
         case .bundles:
-            var results: [ScaleResult] = []
-            for count in try counts(bundleCounts) {
-                results.append(try await drain(bundles: count, instances: 1, logger: logger))
-            }
-            ScaleResult.printTable(results)
-            if let first = results.first, let last = results.last, last.bundles > first.bundles {
-                let perBundle = (last.peakRSS.max()! - first.peakRSS.max()!) / Double(last.bundles - first.bundles)
-                print("peak RSS per added bundle: \(String(format: "%.2f", perBundle)) MiB (\(first.bundles) → \(last.bundles) bundles)")
+            for teamPerBundle in try teamModes() {
+                var results: [ScaleResult] = []
+                for count in try counts(bundleCounts) {
+                    results.append(try await drain(bundles: count, instances: 1, teamPerBundle: teamPerBundle, logger: logger))
+                }
+                ScaleResult.printTable(results)
+                if let first = results.first, let last = results.last, last.bundles > first.bundles {
+                    let perBundle = (last.peakRSS.max()! - first.peakRSS.max()!) / Double(last.bundles - first.bundles)
+                    print("peak RSS per added bundle: \(String(format: "%.2f", perBundle)) MiB (\(first.bundles) → \(last.bundles) bundles)")
+                }
             }
         case .instances:
             var results: [ScaleResult] = []
@@ -87,6 +94,17 @@ struct ScaleBench: AsyncParsableCommand {
         }
     }
 
+    /// `--teams` as whether each bundle has a team of its own, in the order given.
+    private func teamModes() throws -> [Bool] {
+        try teams.split(separator: ",").map { mode in
+            switch mode.trimmingCharacters(in: .whitespaces) {
+            case "one": false
+            case "each": true
+            default: throw ValidationError("--teams: \(mode) is neither `one` nor `each`")
+            }
+        }
+    }
+
     private func counts(_ list: String) throws -> [Int] {
         let values = list.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
         guard !values.isEmpty, values.allSatisfy({ $0 > 0 }) else { throw ValidationError("not a list of positive counts: \(list)") }
@@ -95,10 +113,11 @@ struct ScaleBench: AsyncParsableCommand {
 
     /// Preloads `jobs` over `bundles` bundles, drains them with `instances` workers, then
     /// publishes at `rate` for the latency.
-    private func drain(bundles: Int, instances: Int, logger: Logger) async throws -> ScaleResult {
-        let run = try await ScaleRun.start(bundles: bundles, recordLimit: rate * latencySeconds + 10, bench: self, logger: logger)
+    private func drain(bundles: Int, instances: Int, teamPerBundle: Bool = false, logger: Logger) async throws -> ScaleResult {
+        let run = try await ScaleRun.start(
+            bundles: bundles, recordLimit: rate * latencySeconds + 10, teamPerBundle: teamPerBundle, bench: self, logger: logger)
         defer { run.setup.remove() }
-        print("\(bundles) bundles, \(instances) instance(s): preloading \(jobs) jobs …")
+        print("\(bundles) bundles (\(teamPerBundle ? "a team each" : "one team")), \(instances) instance(s): preloading \(jobs) jobs …")
         try await run.publish(count: jobs)
         let started = ContinuousClock.now
         let workers = try (0..<instances).map { _ in try run.setup.startWorker(configPath: run.configPath) }
@@ -109,10 +128,18 @@ struct ScaleBench: AsyncParsableCommand {
         try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) { run.setup.simulator.counters().accepted >= 1 }
         let firstAccepted = ContinuousClock.now
         let startupCPU = probes.map { $0.cpuSeconds() }.reduce(0, +)
-        try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) { run.setup.simulator.counters().accepted >= jobs }
+        // The most connections open at once, sampled as the drain is watched (`connections`
+        // counts every one accepted, replacements included).
+        var peakOpen = 0
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(900)) {
+            let counters = run.setup.simulator.counters()
+            peakOpen = max(peakOpen, counters.openConnections)
+            return counters.accepted >= jobs
+        }
         let seconds = firstAccepted.duration(to: .now).timeInterval
         let cpu = probes.map { $0.cpuSeconds() }.reduce(0, +) - startupCPU
         let peaks = probes.map { $0.peakRSS() }
+        let connections = run.setup.simulator.counters().connections
         if smaps, let probe = probes.first { printBreakdown(probe) }
 
         var latencies: [Double] = []
@@ -124,7 +151,8 @@ struct ScaleBench: AsyncParsableCommand {
         for worker in workers { worker.waitUntilExit() }
         try await run.finish()
         return ScaleResult(
-            bundles: bundles, instances: instances, jobs: jobs, seconds: seconds, cpuSeconds: cpu,
+            bundles: bundles, instances: instances, teams: teamPerBundle ? bundles : 1, connections: connections, peakOpen: peakOpen,
+            jobs: jobs, seconds: seconds, cpuSeconds: cpu,
             startupSeconds: started.duration(to: firstAccepted).timeInterval, startupCPUSeconds: startupCPU, peakRSS: peaks,
             p99: latencies.isEmpty ? nil : LatencySample(latencies).percentile(0.99))
     }
@@ -174,6 +202,12 @@ struct ScaleBench: AsyncParsableCommand {
 struct ScaleResult {
     var bundles: Int
     var instances: Int
+    /// Teams (token keys) the bundles belong to: 1, or one per bundle.
+    var teams: Int
+    /// TLS connections the simulator accepted from spawn to the end of the drain, and the most
+    /// open at once during the drain.
+    var connections: Int
+    var peakOpen: Int
     var jobs: Int
     /// First notification accepted to the last: the drain.
     var seconds: Double
@@ -188,15 +222,20 @@ struct ScaleResult {
 
     static func printTable(_ results: [ScaleResult]) {
         print("jobs/s and CPU µs/job: inside the drain (first notification accepted to the last); start-up: spawn to the first")
-        print("| bundles | instances | jobs | jobs/s | CPU µs/job | start-up s (CPU s) | peak RSS per instance (MiB) | p99 publish → 200 (ms) |")
-        print("|---|---|---|---|---|---|---|---|")
+        print(
+            "| bundles | teams | instances | jobs | jobs/s | CPU µs/job (vs first row) | APNs connections (most open at once) | start-up s (CPU s) "
+                + "| peak RSS per instance (MiB) | p99 publish → 200 (ms) |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        let baseline = results.first.map { $0.cpuSeconds / Double($0.jobs) }
         for r in results {
             let rss = r.peakRSS.map { String(format: "%.1f", $0) }.joined(separator: ", ")
             let p99 = r.p99.map { String(format: "%.1f", $0) } ?? "-"
             let startup = String(format: "%.2f (%.2f)", r.startupSeconds, r.startupCPUSeconds)
+            let perJob = r.cpuSeconds / Double(r.jobs)
+            let versus = baseline.map { String(format: "%+.0f %%", (perJob / $0 - 1) * 100) } ?? "-"
             print(
-                "| \(r.bundles) | \(r.instances) | \(r.jobs) | \(Int(Double(r.jobs) / r.seconds)) | "
-                    + "\(String(format: "%.1f", r.cpuSeconds * 1e6 / Double(r.jobs))) | \(startup) | \(rss) | \(p99) |")
+                "| \(r.bundles) | \(r.teams) | \(r.instances) | \(r.jobs) | \(Int(Double(r.jobs) / r.seconds)) | "
+                    + "\(String(format: "%.1f", perJob * 1e6)) (\(versus)) | \(r.connections) (\(r.peakOpen)) | \(startup) | \(rss) | \(p99) |")
         }
     }
 }

@@ -6,6 +6,7 @@ import APNSSimulator
 import APNSTopology
 import APNSTopologyNames
 import ArgumentParser
+import Crypto
 import Foundation
 import Logging
 
@@ -17,15 +18,27 @@ struct ScaleRun {
 
     /// A simulator serving `bundles` fresh bundle IDs, a worker configuration naming them all
     /// (with the benchmark's extra keys), and their topology declared.
-    static func start(bundles: Int, recordLimit: Int, bench: ScaleBench, logger: Logger) async throws -> ScaleRun {
+    /// - Parameter teamPerBundle: each bundle signs with a key of a team of its own (a pool
+    ///   each); otherwise every bundle is of one team and shares one key (one pool).
+    static func start(bundles: Int, recordLimit: Int, teamPerBundle: Bool = false, bench: ScaleBench, logger: Logger) async throws -> ScaleRun {
         let prefix = "com.example.scale.\(UUID().uuidString.prefix(6).lowercased())"
         let bundleIDs = (0..<bundles).map { "\(prefix).b\($0)" }
+        // Apple's IDs are 10 upper-case letters and digits.
+        let teams = teamPerBundle ? (0..<bundles).map { (teamID: String(format: "T%09d", $0), keyID: String(format: "K%09d", $0), key: P256.Signing.PrivateKey()) } : []
         let setup = try await BenchWorkerSetup.start(
-            directoryPrefix: "apnsw-scale", bundleIDs: bundleIDs, recordLimit: recordLimit, logger: logger)
+            directoryPrefix: "apnsw-scale", bundleIDs: bundleIDs, recordLimit: recordLimit,
+            tokenKeys: teams.map { SimulatorTokenKey(keyID: $0.keyID, teamID: $0.teamID, publicKey: $0.key.publicKey) }, logger: logger)
         let configPath = setup.directory + "/worker.conf"
-        try BenchWorkerSetup.workerConfig(
-            url: bench.url, amqpKeys: bench.amqpKeys, bundles: bundleIDs, port: setup.simulator.port, bundleKeys: bench.bundleKeys
-        ).write(toFile: configPath, atomically: true, encoding: .utf8)
+        var config = BenchWorkerSetup.workerConfig(
+            url: bench.url, amqpKeys: bench.amqpKeys, bundles: teamPerBundle ? [] : bundleIDs, port: setup.simulator.port,
+            bundleKeys: bench.bundleKeys)
+        for (bundle, team) in zip(bundleIDs, teams) {
+            try (team.key.pemRepresentation + "\n").write(
+                toFile: "\(setup.directory)/credentials/AuthKey_\(team.keyID).p8", atomically: true, encoding: .utf8)
+            config += BenchWorkerSetup.bundleSection(
+                bundle, port: setup.simulator.port, extraKeys: bench.bundleKeys, teamID: team.teamID, keyID: team.keyID)
+        }
+        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
         let connection = try await AMQPConnection.connect(
             configuration: AMQPConfiguration(urlStrings: [bench.url], connectionName: "bench scale"), logger: logger)
         try await connection.declare(TopologyPlan(bundleIDs: bundleIDs, retryDelays: [.seconds(1)], queueType: .quorum))

@@ -15,6 +15,7 @@ import Logging
 import Metrics
 import Prometheus
 import ServiceLifecycle
+import Synchronization
 import UnixSignals
 
 /// `apns-worker run`: the worker. Start more instances to scale; they share the queues.
@@ -68,7 +69,12 @@ struct RunCommand: AsyncParsableCommand {
         var services: [any Service] = []
         let statistics = WorkerStatistics()
         let tokenSources = TokenSources()
-        let transports = PerBundleTransportSource(settings: configuration.worker, tokens: tokenSources, logger: logger)
+        // One connection pool per credential, environment and endpoint, shared by the bundles
+        // whose keys are equal (issue 39), opened on its first job; a bundle unit acquires its
+        // pools when it starts and releases them when it stops (a change while running).
+        let transports = TransportRegistry(logger: logger) { [worker = configuration.worker] key, bundle, environment in
+            try PoolTransports.make(bundle, environment: environment, key: key, settings: worker, tokens: tokenSources, logger: logger)
+        }
         services.append(transports)
         let pipelineTracing = tracing.map { PipelineTracing(tracer: $0.tracer, continuesProducerTrace: configuration.tracing?.parentBased ?? false) }
         let observer: (any JobEndObserver)? = registry?.recorder
@@ -78,10 +84,12 @@ struct RunCommand: AsyncParsableCommand {
             // `[amqp] maxInFlight` shared evenly: RabbitMQ bounds each consumer only, so the
             // instance-wide bound is each bundle's consumer asking for its share.
             let bundlePrefetch = configuration.amqp.inFlightBudget.share(bundles: configuration.bundles.count).perBundle
+            // Bundles sharing a pool split its streams, so no job waits for one past its deadline.
+            let poolPrefetch = PoolTransports.prefetch(of: bundle, in: configuration, share: bundlePrefetch, logger: logger)
             let settings = BundlePipelineSettings(
                 bundleID: bundle.bundleID, defaultEnvironment: bundle.environment,
                 transportKind: bundle.transport == .binary ? .binary : .http2,
-                prefetch: UInt16(clamping: bundlePrefetch),
+                prefetch: UInt16(clamping: poolPrefetch),
                 retryPolicy: RetryPolicy(delays: configuration.retry.delays, maxAttempts: configuration.retry.maxAttempts),
                 probeInterval: configuration.worker.probeInterval,
                 shutdownDeadline: configuration.worker.shutdownDeadline, maxDeliveries: configuration.worker.maxDeliveries)

@@ -77,6 +77,29 @@ final class CountingMetricsFactory: MetricsFactory, Sendable {
         #expect(factory.value("apns_transport_connections", [("bundle", "com.example.b"), ("state", "idle")]) == 0)
     }
 
+    /// A pool shared by two bundles: its connections once under its name, with the count of
+    /// bundles using it; the pooled bundles report none of their own (no double count).
+    @Test func aSharedPoolIsOneSeriesPerStateNotOnePerBundle() {
+        let factory = CountingMetricsFactory()
+        let metrics = AdminMetrics(factory: factory)
+        var status = WorkerStatus(
+            broker: "connected",
+            bundles: ["com.example.a", "com.example.b"].map { bundle in
+                WorkerStatus.Bundle(bundleID: bundle, held: false, activity: WorkerStatistics().activity(bundle: bundle), connections: [:])
+            })
+        var connections = Dictionary(uniqueKeysWithValues: TransportConnectionState.allCases.map { ($0.rawValue, 0) })
+        connections[TransportConnectionState.ready.rawValue] = 2
+        let pool = "token TEAM1/KEY1#0123abcd production api.push.apple.com:443"
+        status.pools = [WorkerStatus.Pool(name: pool, environment: "production", bundles: ["com.example.a", "com.example.b"], connections: connections)]
+        metrics.sample(status)
+        // Broker, two pause gauges per bundle, the pool's states and its bundle count.
+        #expect(factory.recordersMade == 1 + 2 * 2 + TransportConnectionState.allCases.count + 1)
+        #expect(factory.value("apns_transport_pool_connections", [("pool", pool), ("state", "ready")]) == 2)
+        #expect(factory.value("apns_transport_pool_connections", [("pool", pool), ("state", "idle")]) == 0)
+        #expect(factory.value("apns_transport_pool_bundles", [("pool", pool)]) == 2)
+        #expect(factory.value("apns_transport_connections", [("bundle", "com.example.a"), ("state", "ready")]) == nil)
+    }
+
     @Test func aSecondScrapeOfTheDepthsMakesNoGaugeAndRecordsItsOwnValues() {
         let factory = CountingMetricsFactory()
         let metrics = AdminMetrics(factory: factory)

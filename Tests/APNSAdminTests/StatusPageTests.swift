@@ -1,5 +1,6 @@
 @testable import APNSAdmin
 import APNSFleet
+import APNSModel
 import APNSOperations
 import APNSWorker
 import Foundation
@@ -19,14 +20,18 @@ struct StatusPageTests {
             bundles: [bundle: FleetInstance.Bundle(delivered: delivered, dead: 1, inFlight: 3, held: held, paused: paused, lastTakenPublishedAt: taken)])
     }
 
-    static func page(_ instances: [FleetInstance], paused: [String] = [], depths: [QueueDepth]? = nil) -> StatusPage {
+    static func page(
+        _ instances: [FleetInstance], paused: [String] = [], depths: [QueueDepth]? = nil, pools: [WorkerStatus.Pool] = []
+    ) -> StatusPage {
         var view = FleetView()
         for instance in instances { view.received(instance, at: now.addingTimeInterval(-1)) }
         let local = WorkerStatus(
             broker: "connected",
             bundles: [WorkerStatus.Bundle(bundleID: bundle, held: false, activity: WorkerStatistics().activity(bundle: bundle), connections: [:])])
+        var status = local
+        status.pools = pools
         return StatusPage(
-            status: local, fleet: FleetReport(instances: view.live(now: now), paused: paused), fleetView: view, instanceID: instances.first?.id,
+            status: status, fleet: FleetReport(instances: view.live(now: now), paused: paused), fleetView: view, instanceID: instances.first?.id,
             depths: depths, retryDelays: [.seconds(10), .seconds(300)], queueError: nil, deadJobs: [], retryJobs: [], deadFilter: JobFilter(),
             limit: 100, now: now)
     }
@@ -46,6 +51,33 @@ struct StatusPageTests {
         #expect(html.contains("<td>50.0 MiB</td>"))
         #expect(html.contains("<td>2.5 s</td>"))
         #expect(!html.contains("held-alert") && !html.contains("paused-alert"))
+    }
+
+    /// Forty bundles of one team: one pool row per environment naming its bundles (up to a
+    /// few), not a connections cell per bundle; a pool no job needed yet says `idle`.
+    @Test func sharedPoolsAreOneRowEachWithTheirBundles() {
+        let bundles = (0..<40).map { "com.example.app\($0)" }.sorted()
+        func connections(_ state: String, _ count: Int) -> [String: Int] {
+            var all = Dictionary(uniqueKeysWithValues: TransportConnectionState.allCases.map { ($0.rawValue, 0) })
+            all[state] = count
+            return all
+        }
+        let pools = [
+            WorkerStatus.Pool(
+                name: "token TEAM1/KEY1#0123abcd production api.push.apple.com:443", environment: "production", bundles: bundles,
+                connections: connections("ready", 2)),
+            WorkerStatus.Pool(
+                name: "token TEAM1/KEY1#0123abcd sandbox api.sandbox.push.apple.com:443", environment: "sandbox", bundles: bundles,
+                connections: connections("idle", 2)),
+        ]
+        let page = Self.page([Self.instance("a", delivered: 1)], pools: pools)
+        let html = page.render()
+        #expect(html.components(separatedBy: #"<tr class="pool-row""#).count == 3)
+        #expect(html.contains("<td>ready 2</td><td>40: com.example.app0, com.example.app1,"))
+        #expect(html.contains("<td>idle 2</td>"))
+        #expect(page.bundleRow(Self.bundle)["connections"] as? String == "pooled (below)")
+        // Without pools (transports not pooled) there is no pool table.
+        #expect(!Self.page([Self.instance("a", delivered: 1)]).render().contains(#"id="pools""#))
     }
 
     @Test func heldAndPausedBundlesAreLoud() {

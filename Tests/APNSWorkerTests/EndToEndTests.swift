@@ -25,8 +25,8 @@ struct EndToEndTests {
         await h.shutdown()
     }
 
-    /// The bundle's default environment connects at start-up; the other one only once a job asks
-    /// for it. (Both point at the simulator here, so its count of open connections tells.)
+    /// Each environment's pool connects on its first job: the other environment only once a job
+    /// asks for it. (Both point at the simulator here, so its count of open connections tells.)
     @Test func theOtherEnvironmentConnectsOnFirstUse() async throws {
         let h = try await WorkerHarness.start(broker: try TestBroker.require())
         let worker = try h.startWorker()

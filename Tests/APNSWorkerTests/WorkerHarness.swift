@@ -64,6 +64,9 @@ final class WorkerHarness: Sendable {
         /// certificates), one per key ID, in `credentials-<keyID>/`; the client certificate of
         /// each names `rotated.<keyID>` (`extraClientTopic`): a rotation test sees which one it got.
         var extraCredentials: [String] = []
+        /// The last this many of `bundles` are configured in the worker but not in the simulator:
+        /// their topics are another team's, answered `TopicDisallowed`.
+        var simulatorDisallowsLastBundles = 0
     }
 
     /// The topic the client certificate of an `Options.extraCredentials` set names.
@@ -84,7 +87,8 @@ final class WorkerHarness: Sendable {
         var tls = credentials.tlsConfiguration()
         tls.clientCAPEM = ([credentials] + extraCredentials).map(\.caCertificatePEM).joined()
         var simulatorConfiguration = SimulatorConfiguration(
-            tls: tls, bundleIDs: bundles, tokenKeys: [credentials.tokenKey] + extraCredentials.map(\.tokenKey),
+            tls: tls, bundleIDs: Array(bundles.dropLast(options.simulatorDisallowsLastBundles)),
+            tokenKeys: [credentials.tokenKey] + extraCredentials.map(\.tokenKey),
             environment: .production)
         if options.binaryHoldWindow != nil { simulatorConfiguration.binaryPort = 0 }
         if let recordLimit = options.recordLimit { simulatorConfiguration.recordLimit = recordLimit }
