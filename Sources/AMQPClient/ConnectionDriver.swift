@@ -333,6 +333,7 @@ final class ConnectionDriver: @unchecked Sendable {
                 for command in commands { try handle(command, askedAt: askedAt) }
             }
             try flushAcks()
+            closeSettledCancelledChannels()
             if stopRequested { continue }
             var handled = 0
             while handled < 256, let state = conn {

@@ -282,6 +282,9 @@ public struct BundleConfiguration: Sendable, Hashable {
     /// http2, so one carries on while the other reconnects after GOAWAY; 1 for binary, whose
     /// error replay is simplest on one ordered stream.
     public var connections: Int
+    /// Whether the operator wrote `connections`: then it is also the most connections the
+    /// in-flight window may open (issue 38); otherwise the window may open more, as it needs.
+    public var connectionsSet: Bool
     /// The rollout gate (`allowSyncServers`, `denySyncServers`, `rolloutPercentage`).
     public var rollout: RolloutGate
     /// `binaryHoldWindow` (binary only): how long a written notification is kept for replay
@@ -325,6 +328,7 @@ public struct BundleConfiguration: Sendable, Hashable {
         self.port = port
         self.caFile = caFile
         self.connections = connections ?? Self.defaultConnections(for: transport)
+        self.connectionsSet = connections != nil
         self.rollout = rollout
         self.binaryHoldWindow = binaryHoldWindow
         self.feedbackInterval = feedbackInterval

@@ -20,3 +20,13 @@ public protocol TransportStatusReporting: Sendable {
     /// A count for every state, zero included, so gauges and tables always have the same rows.
     func connectionStates() -> [TransportConnectionState: Int]
 }
+
+/// A transport that sizes what it keeps in flight to the round trip it measures (issue 38,
+/// `InFlightWindow`): whoever feeds it (a bundle's consumer) keeps its prefetch at the window.
+public protocol InFlightWindowReporting: Sendable {
+    /// Notifications the transport wants in flight now.
+    var inFlightWindow: Int { get }
+    /// `observer` is told each new window, on the thread that measured it (an event loop): it
+    /// must be quick and never block.
+    func observeInFlightWindow(_ observer: @escaping @Sendable (Int) -> Void)
+}

@@ -78,6 +78,12 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
             clock: clock, announce: { [logger] news in BundlePipeline.announce(news, logger: logger) })
         self.consumer = consumer
         bundleStatistics.countInFlight { consumer.inFlight }
+        // The consumer holds what the transport's window asks (issue 38), never less than the
+        // prefetch it starts with.
+        if let windowed = transport as? any InFlightWindowReporting {
+            let floor = Int(settings.prefetch)
+            windowed.observeInFlightWindow { window in consumer.resize(to: max(floor, window)) }
+        }
     }
 
     public var queue: String { TopologyNames.workQueue(settings.bundleID) }

@@ -30,3 +30,17 @@ extension EnvironmentRouter: TransportStatusReporting {
         return total
     }
 }
+
+extension EnvironmentRouter: InFlightWindowReporting {
+    /// The largest window of the environments' transports: a bundle's jobs nearly all go to its
+    /// own environment, and a sum would double the consumer's prefetch for an idle one.
+    public var inFlightWindow: Int {
+        transports.values.compactMap { ($0 as? any InFlightWindowReporting)?.inFlightWindow }.max() ?? 0
+    }
+
+    public func observeInFlightWindow(_ observer: @escaping @Sendable (Int) -> Void) {
+        for case let transport as any InFlightWindowReporting in transports.values {
+            transport.observeInFlightWindow { [self] _ in observer(inFlightWindow) }
+        }
+    }
+}

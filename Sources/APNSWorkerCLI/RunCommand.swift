@@ -71,11 +71,13 @@ struct RunCommand: AsyncParsableCommand {
         // `[amqp] maxInFlight` shared evenly: RabbitMQ bounds each consumer only, so the
         // instance-wide bound is each bundle's consumer asking for its share.
         let budget = configuration.amqp.inFlightBudget
-        let bundlePrefetch = budget.share(bundles: configuration.bundles.count).perBundle
+        let bundleShare = budget.share(bundles: configuration.bundles.count)
+        let bundlePrefetch = bundleShare.perBundle
         for bundle in configuration.bundles {
             var transports: [APNSEnvironment: any NotificationTransport] = [:]
             for environment in APNSEnvironment.allCases {
-                let transport = try makeTransport(bundle, environment: environment, settings: configuration.worker, tokens: tokenSources, logger: logger)
+                let transport = try makeTransport(
+                    bundle, environment: environment, settings: configuration.worker, tokens: tokenSources, window: bundleShare, logger: logger)
                 services.append(transport)
                 transports[environment] = transport
             }
@@ -141,7 +143,7 @@ struct RunCommand: AsyncParsableCommand {
         logger.info("apns-worker starting", metadata: ["apns.bundles": "\(configuration.bundles.map(\.bundleID))"])
         logger.info("in-flight budget", metadata: [
             "amqp.maxInFlight": "\(budget.maxInFlight)", "amqp.prefetch": "\(configuration.amqp.prefetch)",
-            "amqp.bundlePrefetch": "\(bundlePrefetch)", "apns.bundleCount": "\(configuration.bundles.count)",
+            "amqp.bundlePrefetch": "\(bundlePrefetch)", "amqp.bundleWindowCeiling": "\(bundleShare.ceiling)", "apns.bundleCount": "\(configuration.bundles.count)",
         ])
         if let warning = budget.floorWarning(bundles: configuration.bundles.count) {
             logger.warning("IN-FLIGHT BUDGET: \(warning)")
@@ -152,8 +154,11 @@ struct RunCommand: AsyncParsableCommand {
         try await broker.whileConnected { try await group.run() }
     }
 
+    /// - Parameter window: the bundle's share of `[amqp] maxInFlight`: where its in-flight window
+    ///   starts (the consumer's first prefetch) and the most it grows to (issue 38).
     func makeTransport(
-        _ bundle: BundleConfiguration, environment: APNSEnvironment, settings: WorkerSettings, tokens: TokenSources, logger: Logger
+        _ bundle: BundleConfiguration, environment: APNSEnvironment, settings: WorkerSettings, tokens: TokenSources,
+        window: InFlightBudget.Share, logger: Logger
     ) throws -> any NotificationTransport & Service {
         var transportLogger = logger
         transportLogger[metadataKey: "apns.bundle"] = "\(bundle.bundleID)"
@@ -175,6 +180,14 @@ struct RunCommand: AsyncParsableCommand {
         configuration.connectOnFirstUse = environment != bundle.environment
         configuration.requestTimeout = settings.requestTimeout
         configuration.connectTimeout = settings.connectTimeout
+        configuration.inFlightFloor = window.perBundle
+        configuration.inFlightCeiling = window.ceiling
+        // Unless the operator fixed `connections`, the window may open as many as its ceiling
+        // needs at our stream cap (Apple allows about 1,000 streams each), up to 16.
+        if !bundle.connectionsSet {
+            let streams = configuration.maxConcurrentStreamsPerConnection
+            configuration.maxConnections = max(bundle.connections, min(16, (window.ceiling + streams - 1) / streams))
+        }
         return try HTTP2Transport(configuration: configuration, logger: transportLogger)
     }
 

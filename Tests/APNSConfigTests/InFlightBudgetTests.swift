@@ -4,13 +4,13 @@ import Testing
 @Suite struct InFlightBudgetTests {
     static let standard = InFlightBudget(maxInFlight: InFlightBudget.defaultMaxInFlight, prefetch: 500)
 
-    /// The default budget of 2,000 with the default prefetch of 500: (bundles, share each).
-    @Test(arguments: [(1, 500), (4, 500), (5, 400), (50, 40), (62, 32)])
+    /// The default budget of 4,000 with the default prefetch of 500: (bundles, share each).
+    @Test(arguments: [(1, 500), (8, 500), (10, 400), (100, 40), (125, 32)])
     func evenShareCappedByPrefetch(bundles: Int, perBundle: Int) {
         let share = Self.standard.share(bundles: bundles)
         #expect(share.perBundle == perBundle)
         #expect(share.total == perBundle * bundles)
-        #expect(share.total <= 2000)
+        #expect(share.total <= 4000)
         #expect(!share.floorBinds)
         #expect(Self.standard.floorWarning(bundles: bundles) == nil)
     }
@@ -20,7 +20,7 @@ import Testing
         #expect(share == .init(perBundle: 32, total: 32_000, floorBinds: true))
         #expect(
             Self.standard.floorWarning(bundles: 1000)
-                == "[amqp] maxInFlight = 2000 is less than 1000 bundles × the floor of 32 jobs each: each bundle's consumer "
+                == "[amqp] maxInFlight = 4000 is less than 1000 bundles × the floor of 32 jobs each: each bundle's consumer "
                 + "takes 32, up to 32000 jobs in flight; raise maxInFlight to at least 32000 or run fewer bundles per instance")
     }
 
@@ -35,10 +35,13 @@ import Testing
 
     @Test func aPrefetchBelowTheShareOrTheFloorIsTheMost() {
         // The budget would give 250 each: prefetch 100 caps it, and the instance holds less than its budget.
-        #expect(InFlightBudget(maxInFlight: 1000, prefetch: 100).share(bundles: 4) == .init(perBundle: 100, total: 400, floorBinds: false))
+        #expect(
+            InFlightBudget(maxInFlight: 1000, prefetch: 100).share(bundles: 4)
+                == .init(perBundle: 100, total: 400, floorBinds: false, ceiling: 250))
         // prefetch under the floor: prefetch is still the most a consumer takes.
         #expect(InFlightBudget(maxInFlight: 1000, prefetch: 10).share(bundles: 500) == .init(perBundle: 10, total: 5000, floorBinds: true))
-        #expect(InFlightBudget(maxInFlight: 1000, prefetch: 10).share(bundles: 50) == .init(perBundle: 10, total: 500, floorBinds: false))
+        #expect(
+            InFlightBudget(maxInFlight: 1000, prefetch: 10).share(bundles: 50) == .init(perBundle: 10, total: 500, floorBinds: false, ceiling: 20))
     }
 
     /// Whole shares that never add up to more than the budget while the floor does not bind.
@@ -51,6 +54,8 @@ import Testing
                     #expect(share.perBundle >= 1 && share.perBundle <= prefetch)
                     #expect(share.total == share.perBundle * bundles)
                     #expect(share.floorBinds == (budget.floorWarning(bundles: bundles) != nil))
+                    #expect(share.ceiling >= share.perBundle && share.ceiling <= max(share.perBundle, 65_535))
+                    if share.ceiling > share.perBundle { #expect(share.ceiling * bundles <= maxInFlight) }
                     if !share.floorBinds {
                         #expect(share.total <= maxInFlight, "budget \(maxInFlight), prefetch \(prefetch), \(bundles) bundles")
                     } else {
@@ -59,6 +64,16 @@ import Testing
                 }
             }
         }
+    }
+
+    /// Issue 38: the prefetch is where a window starts; it grows to the whole share, so one
+    /// bundle can hold what a 50 ms round trip needs, and many bundles stay within the budget.
+    @Test func theWindowCeilingIsTheWholeShareNotThePrefetch() {
+        #expect(Self.standard.share(bundles: 1).ceiling == 4000)
+        #expect(Self.standard.share(bundles: 4).ceiling == 1000)
+        #expect(Self.standard.share(bundles: 100).ceiling == 40)
+        #expect(Self.standard.share(bundles: 1000).ceiling == 32)
+        #expect(InFlightBudget(maxInFlight: 1_000_000, prefetch: 500).share(bundles: 1).ceiling == 65_535)
     }
 
     @Test func noBundlesCountsAsOne() {
