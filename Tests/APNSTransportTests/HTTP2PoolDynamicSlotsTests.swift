@@ -72,7 +72,7 @@ import Testing
         #expect(pool.idleCheck().isEmpty)
         _ = pool.release(a, answered: true)
         _ = pool.release(b, answered: true)
-        #expect(pool.idleCheck().isEmpty, "carried a stream since the last check")
+        #expect(pool.idleCheck().isEmpty, "one quiet check is not a whole period")
         #expect(pool.idleCheck() == ["c1"], "a whole period with nothing: closed; the base slot stays")
         #expect(!pool.isActive(slot: 1))
         #expect(pool.slots[1].state == .draining)

@@ -49,8 +49,10 @@ import Testing
 
     @Test func growsByDoublingWhileFullAtALongRoundTripUpToTheCeiling() {
         var window = InFlightWindow(floor: 500, ceiling: 4000, now: 0)
-        let (targets, _) = drive(&window, rtt: 50 * Self.ms, periods: 8)
-        // Never more than double per period, never over the ceiling, and it reaches it.
+        let (targets, _) = drive(&window, rtt: 50 * Self.ms, periods: 16)
+        // Never more than double per period, never over the ceiling, and it reaches it. (A
+        // period is two round trips, and the one after a growth still counts a round at the
+        // old window, so each step is between × 1.5 and × 2.)
         var previous = 500
         for target in targets {
             #expect(target <= previous * 2)
@@ -59,7 +61,6 @@ import Testing
         }
         #expect(targets.last == 4000)
         #expect(targets.contains(1000))
-        #expect(targets.contains(2000))
     }
 
     @Test func theStreamCapacityBoundsGrowth() {
@@ -92,7 +93,7 @@ import Testing
 
     @Test func shrinksTowardsDemandButNotUnderTheFloor() {
         var window = InFlightWindow(floor: 200, ceiling: 8000, now: 0)
-        let (grown, end) = drive(&window, rtt: 50 * Self.ms, periods: 14)
+        let (grown, end) = drive(&window, rtt: 50 * Self.ms, periods: 24)
         #expect(grown.last == 8000)
         // The backlog is gone: 300 at a time. Little: 300 in flight × 2 = 600.
         let (shrunk, end2) = drive(&window, rtt: 50 * Self.ms, periods: 6, demand: 300, from: end)
@@ -148,7 +149,7 @@ import Testing
         var window = InFlightWindow(floor: 100, ceiling: 1000, now: 0)
         var changes: [Int] = []
         var now: UInt64 = 0
-        for _ in 0..<10 {
+        for _ in 0..<12 {
             for _ in 0..<window.target { window.sent() }
             now += 50 * Self.ms
             for _ in 0..<window.target {
@@ -157,12 +158,12 @@ import Testing
                 }
             }
         }
-        #expect(changes == [200, 400, 800, 1000])
+        #expect(changes == [200, 300, 500, 800, 1000])
     }
 
     @Test func reboundKeepsTheTargetInside() {
         var window = InFlightWindow(floor: 100, ceiling: 4000, now: 0)
-        _ = drive(&window, rtt: 50 * Self.ms, periods: 14)
+        _ = drive(&window, rtt: 50 * Self.ms, periods: 24)
         #expect(window.target == 4000)
         window.rebound(floor: 50, ceiling: 1000)
         #expect(window.target == 1000)

@@ -45,7 +45,7 @@ struct ReconsumeBrokerTests {
     }
 
     static func channels(of connectionName: String, _ broker: BrokerCoordinates) async throws -> Int? {
-        guard let connections = try await broker.managementJSON("/api/connections") as? [[String: Any]] else { return nil }
+        guard let connections = try await broker.managementJSON("/connections") as? [[String: Any]] else { return nil }
         for connection in connections {
             let properties = connection["client_properties"] as? [String: Any]
             if properties?["connection_name"] as? String == connectionName { return connection["channels"] as? Int }
@@ -89,7 +89,7 @@ struct ReconsumeBrokerTests {
                 #expect(Set(seen.keys) == Set((0..<total).map { "job-\($0)" }))
                 // One consumer left; the replaced ones' channels closed (control, publish, one
                 // consumer channel remain). The management API samples every few seconds.
-                #expect(try await connection.inspectQueue(queue).consumerCount == 1)
+                try await waitUntilTrue(.seconds(60)) { try await connection.inspectQueue(queue).consumerCount == 1 }
                 try await waitUntilTrue(.seconds(60)) { try await Self.channels(of: name, broker) == 3 }
                 group.cancelAll()
             }
