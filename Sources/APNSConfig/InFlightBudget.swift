@@ -26,12 +26,15 @@ public struct InFlightBudget: Sendable, Hashable {
     public var prefetch: Int
     /// The least one bundle's consumer takes (itself capped by `prefetch`).
     public var floor: Int
+    /// The operator set `prefetch`: it is also the most a bundle's window grows to.
+    public var prefetchIsCeiling: Bool
 
-    public init(maxInFlight: Int, prefetch: Int, floor: Int = defaultFloor) {
+    public init(maxInFlight: Int, prefetch: Int, floor: Int = defaultFloor, prefetchIsCeiling: Bool = false) {
         precondition(maxInFlight >= 1 && prefetch >= 1 && floor >= 1, "budget, prefetch and floor are at least 1")
         self.maxInFlight = maxInFlight
         self.prefetch = prefetch
         self.floor = floor
+        self.prefetchIsCeiling = prefetchIsCeiling
     }
 
     /// What `bundles` consumers each get.
@@ -43,7 +46,8 @@ public struct InFlightBudget: Sendable, Hashable {
         /// True when the floor (not the budget) set `perBundle`, so `total` exceeds the budget.
         public var floorBinds: Bool
         /// The most one bundle's in-flight window grows to: its whole share of the budget (at
-        /// least `perBundle`, at most 65,535, AMQP's largest prefetch).
+        /// least `perBundle`, at most 65,535, AMQP's largest prefetch), or `perBundle` when the
+        /// operator set `prefetch`.
         public var ceiling: Int
 
         public init(perBundle: Int, total: Int, floorBinds: Bool, ceiling: Int? = nil) {
@@ -62,7 +66,7 @@ public struct InFlightBudget: Sendable, Hashable {
         let floor = min(self.floor, prefetch)
         let even = maxInFlight / count
         let perBundle = min(prefetch, max(floor, even))
-        let ceiling = max(perBundle, min(Int(UInt16.max), even))
+        let ceiling = prefetchIsCeiling ? perBundle : max(perBundle, min(Int(UInt16.max), even))
         return Share(perBundle: perBundle, total: perBundle * count, floorBinds: even < floor, ceiling: ceiling)
     }
 

@@ -74,6 +74,8 @@ import Testing
         #expect(Self.standard.share(bundles: 100).ceiling == 40)
         #expect(Self.standard.share(bundles: 1000).ceiling == 32)
         #expect(InFlightBudget(maxInFlight: 1_000_000, prefetch: 500).share(bundles: 1).ceiling == 65_535)
+        // An operator's prefetch stays the most a bundle takes.
+        #expect(InFlightBudget(maxInFlight: 4000, prefetch: 20, prefetchIsCeiling: true).share(bundles: 1).ceiling == 20)
     }
 
     @Test func noBundlesCountsAsOne() {
