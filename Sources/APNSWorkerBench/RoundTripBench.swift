@@ -44,6 +44,12 @@ struct RoundTripBench: AsyncParsableCommand {
     @Option(help: "The apns-worker binary to measure (another build's, for a before figure).")
     var worker: String?
 
+    @Option(help: "Run the simulator as `<this apns-worker> simulator --latency-ms N` on --simulator-port instead of in this process (a release build, so the simulator is not what limits a debug bench).")
+    var simulator: String?
+
+    @Option(help: "Port of the --simulator process.")
+    var simulatorPort: Int = 18_721
+
     func run() async throws {
         var logger = Logger(label: "bench")
         logger.logLevel = .warning
@@ -56,6 +62,7 @@ struct RoundTripBench: AsyncParsableCommand {
     }
 
     private func measure(rtt: Int, logger: Logger) async throws -> String {
+        if let simulator { return try await measureExternal(rtt: rtt, simulatorBinary: simulator, logger: logger) }
         let bundle = "com.example.rtt.\(UUID().uuidString.prefix(6).lowercased())"
         let phaseJobs = rate * latencySeconds
         let setup = try await BenchWorkerSetup.start(
@@ -76,7 +83,11 @@ struct RoundTripBench: AsyncParsableCommand {
         let process = try setup.startWorker(configPath: configPath, executable: worker)
         defer { if process.isRunning { process.terminate() } }
         let probe = ProcessProbe(pid: process.processIdentifier)
+        // From the first job answered: the worker's start-up (connections, topology) is no drain.
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(300)) { simulator.counters().accepted > 0 }
         let start = ContinuousClock.now
+        let acceptedAtStart = simulator.counters().accepted
+        let cpuAtStart = probe.cpuSeconds()
         var inFlight: [Double] = []
         var ready: [Double] = []
         var sampledAt = ContinuousClock.now
@@ -89,7 +100,8 @@ struct RoundTripBench: AsyncParsableCommand {
             return simulator.counters().accepted >= jobs
         }
         let drain = start.duration(to: .now).timeInterval
-        let cpu = probe.cpuSeconds()
+        let drained = jobs - acceptedAtStart
+        let cpu = probe.cpuSeconds() - cpuAtStart
 
         var latency: [Double] = []
         if phaseJobs > 0 {
@@ -109,9 +121,80 @@ struct RoundTripBench: AsyncParsableCommand {
         let sample = LatencySample(latency)
         let flight = LatencySample(inFlight)
         let f1 = { (value: Double) in String(format: "%.1f", value) }
-        return "\(rtt) ms | \(Int(Double(jobs) / drain)) | \(Int(flight.percentile(0.5))), \(Int(flight.percentile(1.0))) | "
-            + "\(Int(ready.max() ?? 0)) | \(f1(cpu / Double(jobs) * 1e6)) | "
+        return "\(rtt) ms | \(Int(Double(drained) / drain)) | \(Int(flight.percentile(0.5))), \(Int(flight.percentile(1.0))) | "
+            + "\(Int(ready.max() ?? 0)) | \(f1(cpu / Double(max(drained, 1)) * 1e6)) | "
             + (phaseJobs > 0 ? "\(f1(sample.percentile(0.5))) / \(f1(sample.percentile(0.99)))" : "-")
+    }
+
+    /// The drain against `apns-worker simulator` as a process: progress read from the work
+    /// queue's depth and the worker's jobs in flight; no latency phase.
+    private func measureExternal(rtt: Int, simulatorBinary: String, logger: Logger) async throws -> String {
+        let bundle = "com.example.rtt.\(UUID().uuidString.prefix(6).lowercased())"
+        let directory = NSTemporaryDirectory() + "apnsw-rtt-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let simulator = Process()
+        simulator.executableURL = URL(fileURLWithPath: simulatorBinary)
+        simulator.arguments = [
+            "simulator", "--port", "\(simulatorPort)", "--credentials", directory + "/credentials", "--bundle", bundle,
+            "--latency-ms", "\(rtt)",
+        ]
+        var environment = ProcessInfo.processInfo.environment
+        environment["APNS_WORKER_LOG_LEVEL"] = "warning"
+        simulator.environment = environment
+        simulator.standardOutput = FileHandle.nullDevice
+        try simulator.run()
+        defer { if simulator.isRunning { simulator.terminate() } }
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(60)) {
+            FileManager.default.fileExists(atPath: directory + "/credentials/ca.pem")
+        }
+        try await Task.sleep(for: .seconds(1))
+        let configPath = directory + "/worker.conf"
+        try BenchWorkerSetup.workerConfig(
+            url: url, amqpKeys: Self.keys(amqpKeys), adminKeys: ["listen = 127.0.0.1:\(adminPort)"], bundles: [bundle],
+            port: simulatorPort, bundleKeys: Self.keys(bundleKeys)
+        ).write(toFile: configPath, atomically: true, encoding: .utf8)
+        let connection = try await AMQPConnection.connect(
+            configuration: AMQPConfiguration(urlStrings: [url], connectionName: "round-trip bench"), logger: logger)
+        try await connection.declare(TopologyPlan(bundleIDs: [bundle], retryDelays: [.seconds(1)], queueType: .quorum))
+        let queue = TopologyNames.workQueue(bundle)
+        try await BenchJobs.publish(count: jobs, bundles: [bundle], connection: connection)
+        let process = Process()
+        process.executableURL =
+            worker.map(URL.init(fileURLWithPath:))
+            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("apns-worker")
+        process.arguments = ["run", "--config", configPath]
+        process.environment = environment
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+        let probe = ProcessProbe(pid: process.processIdentifier)
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(300)) { (try? await connection.inspectQueue(queue).messageCount) ?? UInt32(jobs) < UInt32(jobs) }
+        let start = ContinuousClock.now
+        let left = Int(try await connection.inspectQueue(queue).messageCount)
+        let cpuAtStart = probe.cpuSeconds()
+        var inFlight: [Double] = []
+        var ready: [Double] = []
+        var sampledAt = ContinuousClock.now
+        try await BenchWorkerSetup.waitUntil(limit: .seconds(1800)) {
+            let empty = try await connection.inspectQueue(queue).messageCount == 0
+            guard empty || ContinuousClock.now - sampledAt >= .milliseconds(250) else { return false }
+            sampledAt = .now
+            guard let metrics = Self.metrics(port: adminPort) else { return false }
+            inFlight.append(metrics.inFlight)
+            ready.append(metrics.ready)
+            return empty && metrics.inFlight == 0
+        }
+        let drain = start.duration(to: .now).timeInterval
+        let cpu = probe.cpuSeconds() - cpuAtStart
+        process.terminate()
+        process.waitUntilExit()
+        for name in [queue, TopologyNames.deadQueue(bundle), TopologyNames.retryQueue(bundle, delay: .seconds(1))] {
+            _ = try? await connection.deleteQueue(name)
+        }
+        await connection.close()
+        let flight = LatencySample(inFlight)
+        return "\(rtt) ms | \(Int(Double(left) / drain)) | \(Int(flight.percentile(0.5))), \(Int(flight.percentile(1.0))) | "
+            + "\(Int(ready.max() ?? 0)) | \(String(format: "%.1f", cpu / Double(max(left, 1)) * 1e6)) | -"
     }
 
     static func keys(_ text: String) -> [String] {
