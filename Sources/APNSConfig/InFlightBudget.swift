@@ -9,11 +9,11 @@
 /// need more than the budget to get the floor each, the floor wins (a bundle that cannot take jobs
 /// would starve) and `floorWarning` says by how much.
 public struct InFlightBudget: Sendable, Hashable {
-    /// The default `[amqp] maxInFlight`: one bundle's window may hold 4,000 jobs (80,000 jobs/s at
-    /// a 50 ms round trip, 40,000 at 100 ms), eight bundles start at the full default prefetch of
-    /// 500, and however many bundles drain at once they hold about 4,000 jobs (about 17 MiB at
-    /// 4.3 KB a job) above the floor.
-    public static let defaultMaxInFlight = 4000
+    /// The default `[amqp] maxInFlight`: one bundle's window may hold 2,000 jobs (40,000 jobs/s at
+    /// a 50 ms round trip, above what the worker's CPU drains at 0 ms; 20,000 at 100 ms), four
+    /// bundles start at the full default prefetch of 500, and 50 draining bundles hold 2,000 jobs
+    /// (about 8.4 MiB at 4.3 KB a job; issue 35's worst case of bodies unchanged) instead of 25,000.
+    public static let defaultMaxInFlight = 2000
     /// The least a bundle's consumer takes when the budget is shared thin. A bundle's throughput
     /// is about its jobs in flight divided by the APNs round trip: 32 is 16 streams on each of
     /// its 2 connections, 1,600 jobs/s at a 20 ms round trip and 320 jobs/s at 100 ms. With the

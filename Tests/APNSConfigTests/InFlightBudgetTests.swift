@@ -4,13 +4,13 @@ import Testing
 @Suite struct InFlightBudgetTests {
     static let standard = InFlightBudget(maxInFlight: InFlightBudget.defaultMaxInFlight, prefetch: 500)
 
-    /// The default budget of 4,000 with the default prefetch of 500: (bundles, share each).
-    @Test(arguments: [(1, 500), (8, 500), (10, 400), (100, 40), (125, 32)])
+    /// The default budget of 2,000 with the default prefetch of 500: (bundles, share each).
+    @Test(arguments: [(1, 500), (4, 500), (5, 400), (50, 40), (62, 32)])
     func evenShareCappedByPrefetch(bundles: Int, perBundle: Int) {
         let share = Self.standard.share(bundles: bundles)
         #expect(share.perBundle == perBundle)
         #expect(share.total == perBundle * bundles)
-        #expect(share.total <= 4000)
+        #expect(share.total <= 2000)
         #expect(!share.floorBinds)
         #expect(Self.standard.floorWarning(bundles: bundles) == nil)
     }
@@ -20,7 +20,7 @@ import Testing
         #expect(share == .init(perBundle: 32, total: 32_000, floorBinds: true))
         #expect(
             Self.standard.floorWarning(bundles: 1000)
-                == "[amqp] maxInFlight = 4000 is less than 1000 bundles × the floor of 32 jobs each: each bundle's consumer "
+                == "[amqp] maxInFlight = 2000 is less than 1000 bundles × the floor of 32 jobs each: each bundle's consumer "
                 + "takes 32, up to 32000 jobs in flight; raise maxInFlight to at least 32000 or run fewer bundles per instance")
     }
 
@@ -69,9 +69,9 @@ import Testing
     /// Issue 38: the prefetch is where a window starts; it grows to the whole share, so one
     /// bundle can hold what a 50 ms round trip needs, and many bundles stay within the budget.
     @Test func theWindowCeilingIsTheWholeShareNotThePrefetch() {
-        #expect(Self.standard.share(bundles: 1).ceiling == 4000)
-        #expect(Self.standard.share(bundles: 4).ceiling == 1000)
-        #expect(Self.standard.share(bundles: 100).ceiling == 40)
+        #expect(Self.standard.share(bundles: 1).ceiling == 2000)
+        #expect(Self.standard.share(bundles: 4).ceiling == 500)
+        #expect(Self.standard.share(bundles: 50).ceiling == 40)
         #expect(Self.standard.share(bundles: 1000).ceiling == 32)
         #expect(InFlightBudget(maxInFlight: 1_000_000, prefetch: 500).share(bundles: 1).ceiling == 65_535)
         // An operator's prefetch stays the most a bundle takes.

@@ -147,7 +147,7 @@ struct LoaderTests {
         #expect(legacy.endpoint(for: .production) == ("gateway.push.apple.com", 2195))
         #expect(configuration.topologyPlan.queues.map(\.name).contains("apns.com.example.legacy.retry.1h30m"))
         #expect(configuration.summaryLines == [
-            "amqp: 2 urls (failover): amqp://a:***@rabbit-1:5672/%2f, amqps://a:***@rabbit-2:5671/prod; prefetch 50, maxInFlight 4000: 50 per bundle × 2, classic queues",
+            "amqp: 2 urls (failover): amqp://a:***@rabbit-1:5672/%2f, amqps://a:***@rabbit-2:5671/prod; prefetch 50, maxInFlight 2000: 50 per bundle × 2, classic queues",
             "retry: delays 250ms, 2s, 1h30m, maxAttempts 10",
             "admin: listen [::1]:0, bearer token set, fleet heartbeat every 1500ms",
             "bundles: 2",
@@ -207,7 +207,7 @@ struct LoaderTests {
 
     @Test func maxInFlightFromTheFileSetsEachBundlesShareAndTheSummaryShowsIt() throws {
         let directory = try TempDirectory()
-        #expect(try loadConfig(minimalConfig, in: directory).amqp.maxInFlight == 4000)
+        #expect(try loadConfig(minimalConfig, in: directory).amqp.maxInFlight == 2000)
         let text = minimalConfig.replacingOccurrences(
             of: "url = amqp://guest:guest@127.0.0.1:5672/%2f", with: "url = amqp://guest:guest@127.0.0.1:5672/%2f\nmaxinflight = 100")
         let configuration = try loadConfig(text, in: directory)
