@@ -415,8 +415,7 @@ let package = Package(
         ),
         .testTarget(
             name: "QueueConsumerTests",
-            // The re-consume against the real broker (ReconsumeBrokerTests).
-            dependencies: ["QueueConsumer", "AMQPClient", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["QueueConsumer"],
             swiftSettings: strictSettings
         ),
         .testTarget(
