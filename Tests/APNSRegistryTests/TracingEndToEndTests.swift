@@ -1,5 +1,6 @@
 import AMQPClient
 import APNSConfig
+import APNSRegistry
 import APNSTopology
 import APNSTopologyNames
 import APNSTracing
@@ -138,7 +139,13 @@ struct TracingEndToEndTests {
             defer { worker.kill9() }
             try await client.publish(Registration.register(bundleID: universal, token: tokens[0], group: group))
             try await client.publish(Registration.register(bundleID: iphone, token: tokens[1], group: group))
-            try await waitUntil("registrations applied", timeout: .seconds(60)) { try await harness.queueIsSettled(TopologyNames.registry) }
+            // In the store, not the broker's queue count: the management API samples its counts,
+            // so an empty queue there can be read before the registrations were even counted.
+            try await TestPostgres.withStore(harness.registry) { store in
+                try await waitUntil("registrations applied", timeout: .seconds(60)) {
+                    try await store.activeDevices(group: group, after: nil, limit: 10).count == 2
+                }
+            }
             let producer = try await Self.publishInSpan(
                 tracer, client, [NotificationJob(bundleID: universal, token: tokens[2], payload: .alert("Hello"))],
                 groupJobs: [GroupNotificationJob(group: group, payload: .alert("Changed"))])
