@@ -69,6 +69,8 @@ struct TracingEndToEndTests {
         func stop() async {
             process.signal(SIGTERM)
             _ = await process.waitForExit(timeout: .seconds(10))
+            // The receiver's HTTP server outlived SIGTERM: every run left three behind.
+            process.kill9()
         }
     }
 
