@@ -10,8 +10,8 @@ import ServiceLifecycle
 import Synchronization
 
 /// What `apns-worker run` puts in its connection pools (`TransportRegistry`): the transport of a
-/// new pool, made for the first bundle that needed it, and the prefetch of a bundle whose pool
-/// other bundles share.
+/// new pool, made for the first bundle that needed it; and the prefetch of a bundle whose pool
+/// other bundles share (`PoolPrefetches`).
 enum PoolTransports {
     /// The transport of a new pool. Every pool connects on its first notification: a bundle's
     /// other environment rarely gets one, and an idle credential keeps no connections to Apple.
@@ -60,28 +60,42 @@ enum PoolTransports {
         configuration.maxQueueWait = settings.requestTimeout
         return try BinaryTransport(configuration: configuration, logger: logger)
     }
+}
 
-    /// `bundle`'s prefetch: its share of the in-flight budget, or less when bundles sharing its
-    /// pool would together take more jobs than the pool's streams carry (`PoolPrefetch`).
-    static func prefetch(of bundle: BundleConfiguration, in configuration: WorkerConfiguration, share: Int, logger: Logger) -> Int {
+/// Each bundle's prefetch: its share of the in-flight budget, or less when bundles sharing its
+/// pool would together take more jobs than the pool's streams carry (`PoolPrefetch`). Worked out
+/// once per configuration read, not once per bundle: it reads every bundle's credential files,
+/// and a configuration of n bundles makes n pipelines.
+final class PoolPrefetches: Sendable {
+    private let last = Mutex<(configuration: WorkerConfiguration, share: Int, prefetches: [String: Int])?>(nil)
+
+    func prefetch(of bundle: BundleConfiguration, in configuration: WorkerConfiguration, share: Int, logger: Logger) -> Int {
+        let cached = last.withLock { last in
+            last.flatMap { $0.configuration == configuration && $0.share == share ? $0.prefetches : nil }
+        }
+        let prefetches = cached ?? Self.prefetches(in: configuration, share: share)
+        if cached == nil { last.withLock { $0 = (configuration, share, prefetches) } }
+        let prefetch = prefetches[bundle.bundleID] ?? share
+        if prefetch < share {
+            logger.info(
+                "bundles sharing a connection pool split its streams: this consumer takes fewer jobs than the budget's share",
+                metadata: ["apns.bundle": "\(bundle.bundleID)", "amqp.bundlePrefetch": "\(share)", "amqp.poolPrefetch": "\(prefetch)"])
+        }
+        return prefetch
+    }
+
+    private static func prefetches(in configuration: WorkerConfiguration, share: Int) -> [String: Int] {
         do {
             let members = try configuration.bundles.map { member in
                 PoolPrefetch.Member(
                     bundleID: member.bundleID, key: try TransportPoolKey.reading(bundle: member, environment: member.environment),
                     connections: member.connections)
             }
-            let prefetch = PoolPrefetch.prefetches(
-                members, share: share, streamsPerConnection: HTTP2TransportConfiguration.defaultMaxConcurrentStreamsPerConnection
-            )[bundle.bundleID] ?? share
-            if prefetch < share {
-                logger.info(
-                    "bundles sharing a connection pool split its streams: this consumer takes fewer jobs than the budget's share",
-                    metadata: ["apns.bundle": "\(bundle.bundleID)", "amqp.bundlePrefetch": "\(share)", "amqp.poolPrefetch": "\(prefetch)"])
-            }
-            return prefetch
+            return PoolPrefetch.prefetches(
+                members, share: share, streamsPerConnection: HTTP2TransportConfiguration.defaultMaxConcurrentStreamsPerConnection)
         } catch {
             // A credential that cannot be read fails the bundle's acquire with its own error.
-            return share
+            return [:]
         }
     }
 }

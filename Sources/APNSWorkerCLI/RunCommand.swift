@@ -80,12 +80,13 @@ struct RunCommand: AsyncParsableCommand {
         let observer: (any JobEndObserver)? = registry?.recorder
         // A bundle's pipeline over its unit's transports, at start-up and for every bundle a
         // change while running adds or rebuilds (`ConfigurationReloader`).
+        let poolPrefetches = PoolPrefetches()
         let makePipeline: WorkerService<AMQPConnection>.PipelineMaker = { bundle, configuration, transport in
             // `[amqp] maxInFlight` shared evenly: RabbitMQ bounds each consumer only, so the
             // instance-wide bound is each bundle's consumer asking for its share.
             let bundlePrefetch = configuration.amqp.inFlightBudget.share(bundles: configuration.bundles.count).perBundle
             // Bundles sharing a pool split its streams, so no job waits for one past its deadline.
-            let poolPrefetch = PoolTransports.prefetch(of: bundle, in: configuration, share: bundlePrefetch, logger: logger)
+            let poolPrefetch = poolPrefetches.prefetch(of: bundle, in: configuration, share: bundlePrefetch, logger: logger)
             let settings = BundlePipelineSettings(
                 bundleID: bundle.bundleID, defaultEnvironment: bundle.environment,
                 transportKind: bundle.transport == .binary ? .binary : .http2,
