@@ -403,7 +403,7 @@ let package = Package(
             dependencies: [
                 "APNSRegistry", "APNSModel", "APNSJSON", "APNSRegistryMessages", "APNSFleet", "APNSTopologyNames",
                 "SeededRandom", "APNSConfig", "AMQPClient", "APNSTopology", "APNSSimulator", "TestSupport", "QueueConsumer",
-                "APNSTracing", "APNSWorkerClient",
+                "APNSTracing", "APNSWorkerClient", "APNSWorker",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
