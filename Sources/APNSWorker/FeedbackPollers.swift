@@ -110,9 +110,6 @@ public final class FeedbackPollers<Publisher: ConfirmedPublishing>: Service, Con
         state = Mutex(State(pollers: pollers))
     }
 
-    /// The bundles polled now.
-    public var bundleIDs: [String] { state.withLock { $0.pollers.keys.sorted() } }
-
     /// Starts the pollers, and stops them all at graceful shutdown (each after its poll under way).
     public func run() async throws {
         let entries = state.withLock { state -> [Entry] in
