@@ -6,7 +6,9 @@
 /// are: Apple's 4xx status with `{"status","reason"}`. Apple refusing the worker's own
 /// credentials (401, 403, 407) or failing itself (5xx) is 502 with the same shape plus `error`:
 /// passed through, it would read as the admin's own authentication failing, or the admin being
-/// busy (issue 35). A service that cannot be reached is 502 as well.
+/// busy (issue 35). A service that cannot be reached is 502 as well. A request the bundle's token
+/// key cannot sign for (`keyEnvironment`, `keyTopics`) is not sent: the answer Apple would give,
+/// mapped the same way, with `error` saying why.
 import APNSChannelManagement
 import APNSModel
 import Foundation
@@ -58,6 +60,12 @@ struct AdminChannelRoutes: Sendable {
     /// status for a 4xx about the request, 502 for anything about the worker's credentials,
     /// Apple's own failures and no answer at all.
     static func refusal(_ error: ChannelManagementError) -> (HTTPResponse.Status, AppleError) {
+        // Not sent (the bundle's key cannot sign for it): Apple's answer-to-be, with why.
+        if let notSent = error.notSent {
+            let status: HTTPResponse.Status = (400...499).contains(error.status) && ![401, 403, 407].contains(error.status)
+                ? HTTPResponse.Status(code: error.status) : .badGateway
+            return (status, AppleError(status: error.status, reason: error.reason, error: "\(notSent); not sent to Apple, which would refuse it"))
+        }
         switch error.status {
         case 401, 403, 407:
             return (.badGateway, AppleError(

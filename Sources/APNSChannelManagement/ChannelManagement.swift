@@ -60,13 +60,20 @@ public struct ChannelManagementError: Error, Sendable, Hashable, CustomStringCon
     public var status: Int
     /// Apple's `reason`, or a short description of what was wrong with the answer.
     public var reason: String
+    /// Set when the worker did not send the request because Apple would refuse it with `status`
+    /// and `reason` (the bundle's token key cannot sign for it): why, in one line.
+    public var notSent: String?
 
-    public init(status: Int, reason: String) {
+    public init(status: Int, reason: String, notSent: String? = nil) {
         self.status = status
         self.reason = reason
+        self.notSent = notSent
     }
 
-    public var description: String { status == 0 ? reason : "APNs answered \(status) \(reason)" }
+    public var description: String {
+        if let notSent { return "\(notSent); not sent: APNs would answer \(status) \(reason)" }
+        return status == 0 ? reason : "APNs answered \(status) \(reason)"
+    }
 }
 
 /// A channel management request ready for the wire.

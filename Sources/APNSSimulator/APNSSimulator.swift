@@ -225,10 +225,12 @@ public final class APNSSimulator: Sendable, Service {
     public func clearAccepted() { engine.clearAccepted() }
 
     /// Queues a tuple for the feedback service: the next connection to it receives it (and every
-    /// other queued one), after which it is gone. `token` is hexadecimal, either case.
-    public func addFeedback(token: String, timestamp: UInt32) {
+    /// other queued one), after which it is gone. `token` is hexadecimal, either case. With
+    /// `topic`, only a connection whose client certificate names that app receives it, as
+    /// Apple's service told each app's certificate about its own devices.
+    public func addFeedback(token: String, timestamp: UInt32, topic: String? = nil) {
         guard let token = DeviceToken(hex: token) else { preconditionFailure("addFeedback: \(token) is not hexadecimal") }
-        engine.addFeedback(FeedbackTuple(timestamp: timestamp, deviceToken: token.bytes))
+        engine.addFeedback(FeedbackTuple(timestamp: timestamp, deviceToken: token.bytes), topic: topic)
     }
 
     /// Every broadcast channel the simulator holds (created and not deleted), with what each

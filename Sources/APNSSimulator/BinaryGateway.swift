@@ -85,7 +85,7 @@ final class BinaryGatewayHandler: ChannelInboundHandler {
             logger.debug("binary gateway refused a frame", metadata: ["binary.status": "\(refusal.status)", "error": "\(refusal.reason)"])
             closeAfter(status: refusal.status, identifier: refusal.identifier, context: context)
         case .frame(let frame):
-            let topic = self.topic ?? peerTopic(context: context)
+            let topic = self.topic ?? Self.peerTopic(context: context)
             self.topic = topic
             let identifier = frame.identifier ?? 0
             switch engine.decideBinary(frame, ordinal: framesProcessed, topic: topic) {
@@ -118,7 +118,7 @@ final class BinaryGatewayHandler: ChannelInboundHandler {
 
     /// The bundle ID in the client certificate's common name (`Apple Push Services: <bundle>`),
     /// as Apple took the topic from the certificate; the whole common name if it has no prefix.
-    private func peerTopic(context: ChannelHandlerContext) -> String {
+    static func peerTopic(context: ChannelHandlerContext) -> String {
         guard let certificate = try? context.pipeline.syncOperations.nioSSL_peerCertificate(),
             let der = try? certificate.toDERBytes(),
             let parsed = try? Certificate(derEncoded: der)
@@ -130,8 +130,8 @@ final class BinaryGatewayHandler: ChannelInboundHandler {
     }
 }
 
-/// One feedback service connection: once the TLS handshake is done, writes every queued tuple
-/// and closes. What the peer sends is ignored, as Apple did.
+/// One feedback service connection: once the TLS handshake is done, writes every tuple queued
+/// for the app its client certificate names (and those queued for any app), and closes. What the peer sends is ignored, as Apple did.
 final class FeedbackServiceHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
@@ -142,16 +142,16 @@ final class FeedbackServiceHandler: ChannelInboundHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let tlsEvent = event as? TLSUserEvent, case .handshakeCompleted = tlsEvent {
-            let tuples = engine.takeFeedback()
+            let tuples = engine.takeQueuedFeedback(topic: BinaryGatewayHandler.peerTopic(context: context))
             let channel = context.channel
             var bytes = channel.allocator.buffer(capacity: tuples.count * 38)
-            for tuple in tuples {
+            for (_, tuple) in tuples {
                 AppleBinaryProtocol.writeFeedbackTuple(timestamp: tuple.timestamp, token: tuple.deviceToken, into: &bytes)
             }
             let engine = self.engine
             context.writeAndFlush(wrapOutboundOut(bytes)).whenComplete { result in
                 // Unsent tuples stay queued for the next poll.
-                if case .failure = result { engine.returnFeedback(tuples) }
+                if case .failure = result { engine.returnQueuedFeedback(tuples) }
                 channel.close(promise: nil)
             }
         }

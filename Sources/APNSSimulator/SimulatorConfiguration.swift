@@ -260,6 +260,8 @@ public struct SimulatorCounters: Sendable, Hashable {
     /// Feedback service: connections served, and tuples written to them.
     public var feedbackConnections: Int = 0
     public var feedbackTuplesServed: Int = 0
+    /// Feedback service: connections served, by the app (topic) their client certificate names.
+    public var feedbackConnectionsByTopic: [String: Int] = [:]
     /// Broadcasts answered 200 (also counted in `accepted`).
     public var broadcastsAccepted: Int = 0
     /// Channel management requests read completely, whatever their answer.

@@ -14,8 +14,8 @@
 ///   /1/apps/<bundle>/all-channels` → 200 `{"channels":[…]}`; the 10,001st channel of a bundle
 ///   is 400 `CannotCreateChannelConfig`.
 ///
-/// Decisions where the documents leave room: a bundle the simulator does not serve is 400
-/// `TopicDisallowed` on both services; a create body that is not JSON, or has a storage policy
+/// Decisions where the documents leave room: a bundle the simulator does not serve, or one the
+/// token's key may not sign for (`AppleKeyRules.swift`), is 400 `TopicDisallowed` on both services; a create body that is not JSON, or has a storage policy
 /// other than 0 or 1, is 400 `BadMessageStoragePolicy` (no documented reason names it).
 import APNSModel
 import Foundation
@@ -112,10 +112,17 @@ extension SimulatorEngine {
         case .failure(let rejection): return reject(rejection.status, rejection.reason)
         }
         if let reason = faults.rejectAllTokens { return reject(403, reason) }
-        if case .failure(let rejection) = authenticate(request, connection: connection, now: now.addingTimeInterval(faults.clockSkew.timeInterval)) {
-            return reject(rejection.status, rejection.reason)
+        let credential: RequestCredential
+        switch authenticate(request, connection: connection, now: now.addingTimeInterval(faults.clockSkew.timeInterval)) {
+        case .failure(let rejection): return reject(rejection.status, rejection.reason)
+        case .success(let (authenticated, _)): credential = authenticated
         }
         guard validator.bundleIDs.contains(operation.bundleID) else { return reject(400, .topicDisallowed) }
+        // A channel's topic is its bundle: a topic-specific key that does not list it, or a key of
+        // another team, is refused as a notification would be.
+        if let refusal = validator.keyRefusal(credential, topic: operation.bundleID, bundle: operation.bundleID) {
+            return reject(refusal.status, refusal.reason)
+        }
         if let raw = header("apns-request-id"), !RequestValidator.isCanonicalUUID(raw) { return reject(400, .badMessageId) }
 
         func channelID() -> Result<String, Rejection> {

@@ -70,8 +70,9 @@ final class SimulatorEngine: Sendable {
         var acceptedStart = 0
         /// Binary frames processed since start or the last `setFaults` (`binaryStatusAtFrame`).
         var binaryFrameIndex = 0
-        /// Tuples the feedback service hands out to the next connection, oldest first.
-        var feedback: [FeedbackTuple] = []
+        /// Tuples the feedback service hands out to the next connection of their app's
+        /// certificate (any connection for a tuple of no app), oldest first.
+        var feedback: [(topic: String?, tuple: FeedbackTuple)] = []
         /// Broadcast channels (`AppleChannels.swift`).
         var channels = ChannelBook()
     }
@@ -304,29 +305,42 @@ final class SimulatorEngine: Sendable {
 
     // MARK: Feedback service
 
-    func addFeedback(_ tuple: FeedbackTuple) {
-        state.withLock { $0.feedback.append(tuple) }
+    /// Queues a tuple for the app `topic` (Apple's feedback service tells each app's certificate
+    /// about its own devices), or for whichever connection comes next when nil.
+    func addFeedback(_ tuple: FeedbackTuple, topic: String? = nil) {
+        state.withLock { $0.feedback.append((topic, tuple)) }
     }
 
-    /// Every queued tuple, removed from the queue: a feedback connection serves each once.
-    func takeFeedback() -> [FeedbackTuple] {
+    /// The queued tuples a connection of the certificate of `topic` is served (every one when
+    /// nil), removed from the queue: a feedback connection serves each once.
+    func takeFeedback(topic: String? = nil) -> [FeedbackTuple] {
+        takeQueuedFeedback(topic: topic).map(\.tuple)
+    }
+
+    func takeQueuedFeedback(topic: String?) -> [(topic: String?, tuple: FeedbackTuple)] {
         state.withLock { s in
-            defer { s.feedback.removeAll() }
+            let served = s.feedback.filter { topic == nil || $0.topic == nil || $0.topic == topic }
+            s.feedback.removeAll { topic == nil || $0.topic == nil || $0.topic == topic }
             s.counters.feedbackConnections += 1
-            s.counters.feedbackTuplesServed += s.feedback.count
-            return s.feedback
+            if let topic { s.counters.feedbackConnectionsByTopic[topic, default: 0] += 1 }
+            s.counters.feedbackTuplesServed += served.count
+            return served
         }
     }
 
     /// Tuples whose write failed go back to the front of the queue.
     func returnFeedback(_ tuples: [FeedbackTuple]) {
+        returnQueuedFeedback(tuples.map { (topic: String?.none, tuple: $0) })
+    }
+
+    func returnQueuedFeedback(_ queued: [(topic: String?, tuple: FeedbackTuple)]) {
         state.withLock { s in
-            s.counters.feedbackTuplesServed -= tuples.count
-            s.feedback.insert(contentsOf: tuples, at: 0)
+            s.counters.feedbackTuplesServed -= queued.count
+            s.feedback.insert(contentsOf: queued, at: 0)
         }
     }
 
-    var pendingFeedback: [FeedbackTuple] { state.withLock { $0.feedback } }
+    var pendingFeedback: [FeedbackTuple] { state.withLock { $0.feedback.map(\.tuple) } }
 
     /// An error answer, counted.
     func answer(_ status: Int, _ reason: APNSReason, apnsID: String) -> SimulatorResponse {

@@ -15,6 +15,9 @@ import UnixSignals
 /// configuration as at start-up; one that cannot be used changes nothing and logs the start-up
 /// error line, once per change (a poll re-reads only when something changed again). A change
 /// to a restart-only section is logged and not applied; every applied change is one log line.
+/// What is built from the configuration beside the bundle units (the feedback pollers, the
+/// channel management clients) follows each applied change (`ConfigurationFollower`), before
+/// that line.
 public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendable {
     public enum Trigger: String, Sendable {
         case signal = "SIGHUP"
@@ -24,6 +27,7 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
     let path: String
     let environment: [String: String]
     let worker: WorkerService<Broker>
+    let followers: [any ConfigurationFollower]
     let pollInterval: Duration
     let logger: Logger
     private let state: Mutex<State>
@@ -39,11 +43,12 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
 
     public init(
         path: String, environment: [String: String] = ProcessInfo.processInfo.environment, inForce: LoadedConfiguration,
-        worker: WorkerService<Broker>, pollInterval: Duration = .seconds(2), logger: Logger
+        worker: WorkerService<Broker>, followers: [any ConfigurationFollower] = [], pollInterval: Duration = .seconds(2), logger: Logger
     ) {
         self.path = path
         self.environment = environment
         self.worker = worker
+        self.followers = followers
         self.pollInterval = pollInterval
         self.logger = logger
         self.state = Mutex(State(inForce: inForce))
@@ -142,6 +147,8 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
             logger.error("configuration change not applied: the configuration in force stays", metadata: metadata)
             return
         }
+        applied = applied.removingBundles(Set(failures.keys))
+        for follower in followers { await follower.follow(applied) }
         metadata["config.changes"] = "\(change.summary.joined(separator: "; "))"
         logger.notice("configuration change applied", metadata: metadata)
         for (bundleID, error) in failures.sorted(by: { $0.key < $1.key }) {
@@ -149,7 +156,6 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
                 "bundle not started: its transports could not be made; it is read again at the next change",
                 metadata: ["apns.bundle": "\(bundleID)", "error": "\(error)"])
         }
-        applied = applied.removingBundles(Set(failures.keys))
         keep(applied, pendingRestart: change.restartOnly)
     }
 

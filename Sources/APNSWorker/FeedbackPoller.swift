@@ -43,12 +43,14 @@ public struct FeedbackPoller<Publisher: ConfirmedPublishing>: Service {
     public func run() async throws {
         var unpublished: [FeedbackTuple] = []
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
-            unpublished = await poll(unpublished: unpublished)
+            // Not cut short by a stop (`FeedbackPollers`): what the service served is published
+            // first, as it is served only once.
+            unpublished = await Task { [unpublished] in await poll(unpublished: unpublished) }.value
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
         }
         if !unpublished.isEmpty {
             logger.error(
-                "feedback tokens not published before shutdown are lost (the service served them once)",
+                "feedback tokens not published before the poller stopped are lost (the service served them once)",
                 metadata: ["feedback.lost": "\(unpublished.count)"])
         }
     }

@@ -3,50 +3,137 @@ import APNSChannelManagement
 import APNSConfig
 import APNSModel
 import APNSTransport
+import APNSWorker
 import ArgumentParser
 import Foundation
+import Logging
+import Synchronization
 
 /// Channel management clients for the configured HTTP/2 bundles (contract §7): the bundle's
 /// credentials (one provider token source per team key, as the transports share), its `caFile`,
 /// and Apple's channel management host and port per environment unless `channelHost`/
 /// `channelPort` override them. What the admin routes and `apns-worker channels` use.
-final class ConfiguredChannels: BroadcastChannelManaging {
-    private let bundles: [String: BundleConfiguration]
-    private let authentications: [String: HTTP2TransportConfiguration.Authentication]
+///
+/// In `apns-worker run` they follow changes while running (`ConfigurationFollower`): a bundle
+/// added at run time can manage its channels, a removed one cannot, and a bundle whose
+/// credentials or endpoints changed (a key file's content included) uses the new ones.
+final class ConfiguredChannels: BroadcastChannelManaging, ConfigurationFollower {
+    private let tokens: TokenSources
+    private let logger: Logger?
+    private let entries: Mutex<[String: Entry]>
 
-    init(configuration: WorkerConfiguration, tokens: TokenSources) throws {
-        var bundles: [String: BundleConfiguration] = [:]
-        var authentications: [String: HTTP2TransportConfiguration.Authentication] = [:]
-        for bundle in configuration.bundles where bundle.transport == .http2 {
-            bundles[bundle.bundleID] = bundle
-            switch bundle.auth {
-            case .token(let teamID, let keyID, let keyFile):
-                authentications[bundle.bundleID] = .token(
-                    try tokens.source(teamID: teamID, keyID: keyID, keyFile: keyFile, maximumAge: configuration.worker.providerTokenRefresh))
-            case .certificate(let certFile, let keyFile):
-                authentications[bundle.bundleID] = .certificate(certFile: certFile, keyFile: keyFile)
-            }
-        }
-        self.bundles = bundles
-        self.authentications = authentications
+    /// One bundle's client settings, and what they were made from (to tell a change).
+    private struct Entry {
+        var bundle: BundleConfiguration
+        var digests: [String?]
+        var authentication: HTTP2TransportConfiguration.Authentication
     }
 
-    func defaultEnvironment(bundleID: String) -> APNSEnvironment? { bundles[bundleID]?.environment }
+    init(configuration: WorkerConfiguration, tokens: TokenSources, logger: Logger? = nil) throws {
+        self.tokens = tokens
+        self.logger = logger
+        let digests = LoadedConfiguration.digests(of: LoadedConfiguration.namedFiles(configuration))
+        var entries: [String: Entry] = [:]
+        for bundle in configuration.bundles where bundle.transport == .http2 {
+            entries[bundle.bundleID] = try Self.entry(bundle, digests: digests, settings: configuration.worker, tokens: tokens)
+        }
+        self.entries = Mutex(entries)
+    }
+
+    private static func entry(
+        _ bundle: BundleConfiguration, digests: [String: String], settings: WorkerSettings, tokens: TokenSources
+    ) throws -> Entry {
+        let authentication: HTTP2TransportConfiguration.Authentication
+        switch bundle.auth {
+        case .token(let teamID, let keyID, let keyFile):
+            authentication = .token(try tokens.source(teamID: teamID, keyID: keyID, keyFile: keyFile, maximumAge: settings.providerTokenRefresh))
+        case .certificate(let certFile, let keyFile):
+            authentication = .certificate(certFile: certFile, keyFile: keyFile)
+        }
+        return Entry(bundle: bundle, digests: fileDigests(bundle, digests), authentication: authentication)
+    }
+
+    /// What a bundle's clients are made from: a change to anything else of its section (the
+    /// rollout, its line in the file) leaves them as they are.
+    private struct ClientInputs: Equatable {
+        var auth: APNSAuthentication
+        var environment: APNSEnvironment
+        var caFile: String?
+        var channelHost: String?
+        var channelPort: Int?
+        var keyScope: TokenKeyScope
+    }
+
+    private static func clientInputs(_ bundle: BundleConfiguration) -> ClientInputs {
+        ClientInputs(
+            auth: bundle.auth, environment: bundle.environment, caFile: bundle.caFile, channelHost: bundle.channelHost,
+            channelPort: bundle.channelPort, keyScope: bundle.keyScope)
+    }
+
+    private static func fileDigests(_ bundle: BundleConfiguration, _ digests: [String: String]) -> [String?] {
+        var files: [String?] = [bundle.caFile]
+        switch bundle.auth {
+        case .token(_, _, let keyFile): files.append(keyFile)
+        case .certificate(let certFile, let keyFile): files += [certFile, keyFile]
+        }
+        return files.map { $0.flatMap { digests[$0] } }
+    }
+
+    func follow(_ inForce: LoadedConfiguration) async {
+        let configuration = inForce.configuration
+        let before = entries.withLock { $0 }
+        var after: [String: Entry] = [:]
+        var added: [String] = [], replaced: [String] = [], failed: [String: any Error] = [:]
+        for bundle in configuration.bundles where bundle.transport == .http2 {
+            let digests = Self.fileDigests(bundle, inForce.fileDigests)
+            if let kept = before[bundle.bundleID], Self.clientInputs(kept.bundle) == Self.clientInputs(bundle), kept.digests == digests {
+                after[bundle.bundleID] = kept
+                continue
+            }
+            do {
+                after[bundle.bundleID] = try Self.entry(bundle, digests: inForce.fileDigests, settings: configuration.worker, tokens: tokens)
+                if before[bundle.bundleID] == nil { added.append(bundle.bundleID) } else { replaced.append(bundle.bundleID) }
+            } catch {
+                failed[bundle.bundleID] = error
+            }
+        }
+        let removed = before.keys.filter { after[$0] == nil && failed[$0] == nil }.sorted()
+        entries.withLock { $0 = after }
+        var metadata: Logger.Metadata = [:]
+        for (key, ids) in [("channels.added", added), ("channels.removed", removed), ("channels.replaced", replaced)] where !ids.isEmpty {
+            metadata[key] = "\(ids.sorted())"
+        }
+        if !metadata.isEmpty { logger?.notice("broadcast channel management follows the configuration change", metadata: metadata) }
+        for (bundleID, error) in failed.sorted(by: { $0.key < $1.key }) {
+            logger?.error(
+                "broadcast channel management unavailable for the bundle: its credentials could not be loaded",
+                metadata: ["apns.bundle": "\(bundleID)", "error": "\(error)"])
+        }
+    }
+
+    func defaultEnvironment(bundleID: String) -> APNSEnvironment? { entries.withLock { $0[bundleID]?.bundle.environment } }
 
     func client(bundleID: String, environment: APNSEnvironment) -> ChannelManagementClient? {
-        guard let bundle = bundles[bundleID], let authentication = authentications[bundleID] else { return nil }
-        let (host, port) = bundle.channelEndpoint(for: environment)
+        guard let entry = entries.withLock({ $0[bundleID] }) else { return nil }
+        let (host, port) = entry.bundle.channelEndpoint(for: environment)
         var configuration = ChannelManagementConfiguration(
-            bundleID: bundleID, environment: environment, authentication: authentication, host: host, port: port)
-        if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
+            bundleID: bundleID, environment: environment, authentication: entry.authentication, host: host, port: port)
+        if let caFile = entry.bundle.caFile { configuration.trustRoots = .caFile(caFile) }
         return ChannelManagementClient(configuration: configuration)
     }
 
     func perform(
         _ operation: ChannelOperationRequest, bundleID: String, environment: APNSEnvironment
     ) async throws(ChannelManagementError) -> ChannelManagementResult {
-        guard let client = client(bundleID: bundleID, environment: environment) else {
+        guard let entry = entries.withLock({ $0[bundleID] }), let client = client(bundleID: bundleID, environment: environment) else {
             throw ChannelManagementError(status: 0, reason: "no HTTP/2 bundle \(bundleID) is configured")
+        }
+        // Apple's key rules, as for notifications (`EnvironmentRouter`): no trip to Apple for
+        // what it refuses. A channel's topic is the bundle ID.
+        if let refusal = entry.bundle.keyScope.refusal(environment: environment, topic: bundleID) {
+            throw ChannelManagementError(
+                status: refusal.status, reason: refusal.reason?.rawValue ?? "HTTP\(refusal.status)",
+                notSent: "the token key of [apns \"\(bundleID)\"] cannot sign for \(environment.rawValue) \(bundleID) (keyEnvironment = \(entry.bundle.keyScope.environmentName)\(entry.bundle.keyScope.topics == nil ? "" : ", keyTopics"))")
         }
         return try await client.perform(operation)
     }

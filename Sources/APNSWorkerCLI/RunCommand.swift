@@ -100,16 +100,15 @@ struct RunCommand: AsyncParsableCommand {
         }
         let budget = configuration.amqp.inFlightBudget
         let bundlePrefetch = budget.share(bundles: configuration.bundles.count).perBundle
-        services += try makeFeedbackPollers(configuration.bundles, broker: broker, logger: logger).map { poller in
-            var poller = poller
-            poller.observer = registry?.recorder
-            return poller
-        }
+        // The binary bundles' feedback service pollers, following changes while running.
+        let feedbackPollers = try FeedbackPollers(loaded, broker: broker, observer: registry?.recorder, logger: logger)
+        services.append(feedbackPollers)
         let worker = try WorkerService(
             broker: broker, configuration: configuration, source: transports, logger: logger, makePipeline: makePipeline)
         let fleet = FleetService(
             broker: broker, worker: worker, identity: .current(version: APNSWorkerVersion.current),
             interval: configuration.admin.heartbeatInterval, logger: logger)
+        let channels = try ConfiguredChannels(configuration: configuration, tokens: tokenSources, logger: logger)
         // The admin server reads depths on one pooled connection and lists and moves dead and
         // retry jobs on connections of its own, never on the worker's. First in the group, so it
         // shuts down last and answers while the worker drains.
@@ -118,7 +117,7 @@ struct RunCommand: AsyncParsableCommand {
             worker: registry.map { registry in RegistryAwareStatus(base: worker, registryHeld: { registry.isHeld }) as any WorkerStatusProviding } ?? worker,
             queues: try QueueInspector(configuration: configuration, connectionName: "apns-worker admin", logger: logger, pooledReads: true),
             registry: metricsRegistry, logger: logger, registryStore: registry?.store, fleet: fleet,
-            channels: try ConfiguredChannels(configuration: configuration, tokens: tokenSources))
+            channels: channels)
         services.insert(admin, at: 0)
         // Right after the admin server: it shuts down after every service that makes spans, so
         // the last of them are exported.
@@ -137,7 +136,8 @@ struct RunCommand: AsyncParsableCommand {
         services.append(fleet)
         services.append(worker)
         // Last, so it stops first: no change is applied while the worker drains.
-        services.append(ConfigurationReloader(path: configPath, inForce: loaded, worker: worker, logger: logger))
+        services.append(ConfigurationReloader(
+            path: configPath, inForce: loaded, worker: worker, followers: [feedbackPollers, channels], logger: logger))
         let group = ServiceGroup(
             configuration: .init(
                 services: services.map { .init(service: $0) },
@@ -155,23 +155,6 @@ struct RunCommand: AsyncParsableCommand {
             logger.warning("INSECURE CONNECTION: \(warning)")
         }
         try await broker.whileConnected { try await group.run() }
-    }
-}
-
-extension RunCommand {
-    /// A legacy feedback service poller per binary bundle that polls (`feedbackInterval` > 0),
-    /// against the bundle's default environment, with the bundle's certificate.
-    func makeFeedbackPollers(_ bundles: [BundleConfiguration], broker: AMQPConnection, logger: Logger) throws -> [FeedbackPoller<AMQPConnection>] {
-        try bundles.compactMap { bundle in
-            guard let (host, port) = bundle.feedbackEndpoint(for: bundle.environment),
-                case .certificate(let certFile, let keyFile) = bundle.auth
-            else { return nil }
-            let client = try BinaryFeedbackClient(
-                configuration: .init(host: host, port: port, certFile: certFile, keyFile: keyFile, caFile: bundle.caFile),
-                logger: logger)
-            return FeedbackPoller(
-                bundleID: bundle.bundleID, interval: bundle.feedbackInterval, client: client, broker: broker, logger: logger)
-        }
     }
 }
 

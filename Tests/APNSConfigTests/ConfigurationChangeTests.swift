@@ -113,6 +113,22 @@ struct ConfigurationChangeTests {
         #expect(change.reconnected.first?.old.auth == .token(teamID: "TEAM123456", keyID: "KEYAAAAAAA", tokenKeyFile: setup.directory.path + "/keys/AuthKey_KEYAAAAAAA.p8"))
     }
 
+    /// A key's scope is what each bundle's router refuses by: a change to it rebuilds the
+    /// bundle's unit, and the log line names the key, not "other keys".
+    @Test func aKeyScopeChangeNamesItsKeys() throws {
+        let setup = try Setup()
+        let key = "teamId = TEAM123456\nkeyId = KEYAAAAAAA\ntokenKeyFile = keys/AuthKey_KEYAAAAAAA.p8\nkeyEnvironment = production\n"
+        let before = try setup.read(Self.config(bundles: ["com.example.a"], extra: ["com.example.a": key + "keyTopics = com.example.a"]))
+        let after = try setup.read(
+            Self.config(bundles: ["com.example.a"], extra: ["com.example.a": key + "keyTopics = com.example.a, com.example.a.voip"]))
+        let change = before.change(to: after)
+        #expect(change.reconnected.map(\.bundleID) == ["com.example.a"])
+        #expect(change.reconnected.first?.keys == ["keyTopics"])
+        #expect(change.summary == ["[apns \"com.example.a\"] keyTopics"])
+        let both = try setup.read(Self.config(bundles: ["com.example.a"]))
+        #expect(after.change(to: both).reconnected.first?.keys == ["keyEnvironment", "keyTopics"])
+    }
+
     @Test func certificateFilesAndEndpointsAreConnectionChanges() throws {
         let setup = try Setup()
         let certificate = "certFile = keys/client.pem\nkeyFile = keys/client.key"

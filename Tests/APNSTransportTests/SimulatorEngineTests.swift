@@ -208,4 +208,17 @@ struct SimulatorEngineTests {
         #expect(engine.counters().feedbackTuplesServed == 2)
         #expect(engine.counters().feedbackConnections == 3)
     }
+
+    @Test("a tuple queued for an app is served to that app's certificate only")
+    func feedbackPerApp() {
+        let engine = SimulatorEngine(configuration: Env.configuration())
+        let mine = FeedbackTuple(timestamp: 1, deviceToken: [UInt8](repeating: 1, count: 32))
+        let anyone = FeedbackTuple(timestamp: 2, deviceToken: [UInt8](repeating: 2, count: 32))
+        engine.addFeedback(mine, topic: "com.example.mine")
+        engine.addFeedback(anyone)
+        #expect(engine.takeFeedback(topic: "com.example.other") == [anyone])
+        #expect(engine.pendingFeedback == [mine])
+        #expect(engine.takeFeedback(topic: "com.example.mine") == [mine])
+        #expect(engine.counters().feedbackConnectionsByTopic == ["com.example.other": 1, "com.example.mine": 1])
+    }
 }

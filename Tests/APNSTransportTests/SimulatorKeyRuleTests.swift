@@ -94,6 +94,22 @@ struct SimulatorKeyRuleTests {
         }
     }
 
+    @Test("channel management: a topic-specific key manages the channels of the bundles it lists only")
+    func topicSpecificKeyOnChannelManagement() async throws {
+        let key = TestKey("TEAM123456", "TOPICKEY02")
+        try await Env.withSimulator({
+            $0.channelPort = 0
+            $0.tokenKeys = [key.simulatorKey(environment: .production, topics: [Env.legacyBundle])]
+        }) { simulator in
+            let port = try #require(simulator.channelPort)
+            let requests = try [Env.legacyBundle, Env.bundle].map { bundle in
+                H2Request(path: "/1/apps/\(bundle)/all-channels", method: "GET", headers: [["authorization", "bearer \(try key.token())"]])
+            }
+            let results = try await PythonH2.run(port: port, requests.map { H2Connection(requests: [$0]) })
+            #expect(results.flatMap(answers) == ["200 -", "400 TopicDisallowed"])
+        }
+    }
+
     @Test("bundles of several teams: a token for another team's bundle is 400 TopicDisallowed")
     func severalTeams() async throws {
         let teamA = TestKey("TEAM123456", "KEYA000001"), teamB = TestKey("TEAM654321", "KEYB000001")

@@ -58,6 +58,8 @@ final class WorkerHarness: Sendable {
         var recordLimit: Int?
         /// Set: the simulator also runs Apple's channel management service (broadcast, §7).
         var channelManagement = false
+        /// Set: the simulator also runs Apple's legacy feedback service (`simulator.feedbackPort`).
+        var feedbackService = false
         /// More bundles configured like `bundle` (sections of their own, same credentials).
         var extraBundles = 0
         /// More credential sets the simulator trusts (its token key, its CA for client
@@ -93,6 +95,7 @@ final class WorkerHarness: Sendable {
         if options.binaryHoldWindow != nil { simulatorConfiguration.binaryPort = 0 }
         if let recordLimit = options.recordLimit { simulatorConfiguration.recordLimit = recordLimit }
         if options.channelManagement { simulatorConfiguration.channelPort = 0 }
+        if options.feedbackService { simulatorConfiguration.feedbackPort = 0 }
         let simulatorGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let simulator = try await APNSSimulator.start(simulatorConfiguration, logger: logger, eventLoopGroup: simulatorGroup)
         let authenticationLines: String
