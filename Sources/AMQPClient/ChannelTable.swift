@@ -2,7 +2,7 @@
 /// generation, and which numbers consumers get. Every channel opened, across reconnects, gets a
 /// new generation; a delivery tag is honoured only while its channel's generation is still open
 /// (`AMQPDeliveryTag`). Channel 1 carries RPCs, 2 publishes (confirm mode), 3 and up one
-/// consumer each, numbers reused once freed.
+/// consumer each, numbers reused once freed, the longest freed first.
 struct ChannelTable: Equatable {
     static let control: UInt16 = 1
     static let publish: UInt16 = 2
@@ -32,9 +32,10 @@ struct ChannelTable: Equatable {
         generations[channel] = nil
     }
 
-    /// A number for a new consumer's channel: a freed one first.
+    /// A number for a new consumer's channel: a freed one first, the one freed longest ago, so
+    /// a number closed a moment ago (a re-consume's old channel) is the last to be reused.
     mutating func allocateConsumerChannel() -> UInt16 {
-        if let channel = freeConsumerChannels.popLast() { return channel }
+        if !freeConsumerChannels.isEmpty { return freeConsumerChannels.removeFirst() }
         defer { nextConsumerChannel += 1 }
         return nextConsumerChannel
     }

@@ -146,6 +146,25 @@ extension ConnectionDriver {
         }
     }
 
+    /// Closes the channel of each cancelled consumer once every delivery it handed out is
+    /// settled and the acks are sent: a re-consume (a bundle's window grew, issue 38) must not
+    /// leave a channel open per change until the connection ends. Closing earlier would make
+    /// the broker requeue jobs still in hand, and their acks would then be stale: sent twice.
+    /// Called only when no frame read is left unhandled: deliveries the broker sent before its
+    /// cancel-ok wait in librabbitmq's queue while an RPC runs, and handled after the close on a
+    /// number already given to a new consumer they would be taken as that consumer's (seen in
+    /// `ReconsumeBrokerTests`: jobs worked twice, others acked unworked).
+    func closeSettledCancelledChannels() {
+        guard consumers.cancelledCount > 0, let state = conn, amqp_frames_enqueued(state) == 0 else { return }
+        for (id, channel) in consumers.cancelledOnChannels {
+            if let slot = ackCoalescers[channel], slot.generation == channels.generation(of: channel), !slot.acks.hasNothingPending {
+                continue
+            }
+            closeChannel(channel)
+            consumers.remove(id)
+        }
+    }
+
     /// The coalescer of a consumer channel's current generation, made on first use.
     func coalescing(_ channel: amqp_channel_t, _ generation: UInt64, _ change: (inout AckCoalescer) -> Void) {
         let slot: AckCoalescerSlot

@@ -159,7 +159,13 @@ extension ConnectionDriver {
                 // sequence has ended, so nobody would ever settle it and it would sit unacked
                 // on this still-open channel until the connection closed. Hand it back now.
                 _ = amqp_basic_reject(state, channel, tag, 1)
-                coalescing(channel, generation) { $0.settledElsewhere(tag) }
+                // Counted as delivered too: a settled tag above every delivered one would hide
+                // a delivery still in hand from `unsettledCount`, and the channel would be closed
+                // under it (`closeSettledCancelledChannels`).
+                coalescing(channel, generation) {
+                    $0.delivered(tag)
+                    $0.settledElsewhere(tag)
+                }
             }
         }
     }

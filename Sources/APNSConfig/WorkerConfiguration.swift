@@ -33,8 +33,11 @@ public struct WorkerConfiguration: Sendable, Hashable {
 public struct AMQPSettings: Sendable, Hashable {
     /// `url`, repeatable: a failover list tried in order (`amqp://` or `amqps://`). Required.
     public var urls: [String]
-    /// `prefetch`: unacknowledged jobs per consumer (1 to 65535). Default 500.
+    /// `prefetch`: unacknowledged jobs a bundle's consumer starts with (1 to 65535). Default 500.
     public var prefetch: Int
+    /// Whether the operator wrote `prefetch`: then it is also the most a bundle's in-flight
+    /// window grows to (issue 38); otherwise the window may grow to the bundle's budget share.
+    public var prefetchSet: Bool
     /// `maxInFlight`: unacknowledged jobs across all of this instance's bundles (1 to 1,000,000),
     /// shared evenly between their consumers (`InFlightBudget`). Default 2000.
     public var maxInFlight: Int
@@ -50,11 +53,12 @@ public struct AMQPSettings: Sendable, Hashable {
     public static let defaultHeartbeat: Duration = .seconds(30)
 
     public init(
-        urls: [String], prefetch: Int = defaultPrefetch, maxInFlight: Int = defaultMaxInFlight,
+        urls: [String], prefetch: Int? = nil, maxInFlight: Int = defaultMaxInFlight,
         heartbeat: Duration = defaultHeartbeat, queueType: QueueType = .quorum, caFile: String? = nil
     ) {
         self.urls = urls
-        self.prefetch = prefetch
+        self.prefetch = prefetch ?? Self.defaultPrefetch
+        self.prefetchSet = prefetch != nil
         self.maxInFlight = maxInFlight
         self.heartbeat = heartbeat
         self.queueType = queueType
@@ -62,7 +66,9 @@ public struct AMQPSettings: Sendable, Hashable {
     }
 
     /// The budget `maxInFlight` and `prefetch` make: each bundle consumer's share.
-    public var inFlightBudget: InFlightBudget { InFlightBudget(maxInFlight: maxInFlight, prefetch: prefetch) }
+    public var inFlightBudget: InFlightBudget {
+        InFlightBudget(maxInFlight: maxInFlight, prefetch: prefetch, prefetchIsCeiling: prefetchSet)
+    }
 
     /// The URLs with their passwords replaced by `***`, for logs and summaries.
     public var maskedURLs: [String] { urls.map(Self.maskingPassword) }
@@ -282,6 +288,9 @@ public struct BundleConfiguration: Sendable, Hashable {
     /// http2, so one carries on while the other reconnects after GOAWAY; 1 for binary, whose
     /// error replay is simplest on one ordered stream.
     public var connections: Int
+    /// Whether the operator wrote `connections`: then it is also the most connections the
+    /// in-flight window may open (issue 38); otherwise the window may open more, as it needs.
+    public var connectionsSet: Bool
     /// The rollout gate (`allowSyncServers`, `denySyncServers`, `rolloutPercentage`).
     public var rollout: RolloutGate
     /// `binaryHoldWindow` (binary only): how long a written notification is kept for replay
@@ -328,6 +337,7 @@ public struct BundleConfiguration: Sendable, Hashable {
         self.port = port
         self.caFile = caFile
         self.connections = connections ?? Self.defaultConnections(for: transport)
+        self.connectionsSet = connections != nil
         self.rollout = rollout
         self.binaryHoldWindow = binaryHoldWindow
         self.feedbackInterval = feedbackInterval

@@ -31,6 +31,12 @@ public struct HTTP2TransportConfiguration: Sendable {
     public var authentication: Authentication
     /// Persistent connections kept open (each reused for as long as the server allows).
     public var connections: Int = 1
+    /// The most connections open at once: those above `connections` are opened when the
+    /// in-flight window wants more streams than the open ones allow, and closed after carrying
+    /// nothing for `idleConnectionTimeout` (issue 38). nil: `connections`, none opened on demand.
+    public var maxConnections: Int?
+    /// How long a connection opened on demand may carry nothing before it is closed.
+    public var idleConnectionTimeout: Duration = .seconds(60)
     /// Connect only when the first notification is sent, not at start-up: for the environment a
     /// bundle only uses when a job asks for it. Until then the connections report `idle`.
     public var connectOnFirstUse = false
@@ -44,6 +50,10 @@ public struct HTTP2TransportConfiguration: Sendable {
     public var maxConcurrentStreamsPerConnection: Int = defaultMaxConcurrentStreamsPerConnection
     /// Apple's own limit; what a shared pool's bundles split (`PoolPrefetch`).
     public static let defaultMaxConcurrentStreamsPerConnection = 1000
+    /// The in-flight window (`InFlightWindow`): where it starts and the least it asks for (the
+    /// feeding consumer's starting prefetch), and the most (its share of `[amqp] maxInFlight`).
+    public var inFlightFloor: Int = 500
+    public var inFlightCeiling: Int = 4000
     /// Delay before the first reconnect attempt after a failure; doubles up to `reconnectMaxDelay`.
     public var reconnectInitialDelay: Duration = .milliseconds(100)
     public var reconnectMaxDelay: Duration = .seconds(30)

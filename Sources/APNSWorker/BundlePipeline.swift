@@ -80,6 +80,17 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
             clock: clock, announce: { [logger] news in BundlePipeline.announce(news, logger: logger) })
         self.consumer = consumer
         bundleStatistics.countInFlight { consumer.inFlight }
+        // The consumer holds its share of what the transport's window asks (issue 38), never
+        // less than the prefetch it starts with; a pipeline gone (its bundle removed while
+        // running) stops listening.
+        if let windowed = transport as? any InFlightWindowReporting {
+            let floor = Int(settings.prefetch)
+            windowed.observeInFlightWindow { [weak consumer] window in
+                guard let consumer else { return false }
+                consumer.resize(to: max(floor, window))
+                return true
+            }
+        }
     }
 
     public var queue: String { TopologyNames.workQueue(settings.bundleID) }

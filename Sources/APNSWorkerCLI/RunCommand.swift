@@ -72,8 +72,14 @@ struct RunCommand: AsyncParsableCommand {
         // One connection pool per credential, environment and endpoint, shared by the bundles
         // whose keys are equal (issue 39), opened on its first job; a bundle unit acquires its
         // pools when it starts and releases them when it stops (a change while running).
-        let transports = TransportRegistry(logger: logger) { [worker = configuration.worker] key, bundle, environment in
-            try PoolTransports.make(bundle, environment: environment, key: key, settings: worker, tokens: tokenSources, logger: logger)
+        // A pool's in-flight window grows to the budget shares of the bundles that share it (as
+        // configured at start-up; a bundle added later takes part in its pool's window).
+        let transports = TransportRegistry(logger: logger) {
+            [worker = configuration.worker, startBundles = configuration.bundles, budget = configuration.amqp.inFlightBudget] key, bundle, environment in
+            let members = startBundles.filter { (try? TransportPoolKey.reading(bundle: $0, environment: environment)) == key }.count
+            return try PoolTransports.make(
+                bundle, environment: environment, key: key, settings: worker, tokens: tokenSources,
+                window: budget.share(bundles: startBundles.count), members: members, logger: logger)
         }
         services.append(transports)
         let pipelineTracing = tracing.map { PipelineTracing(tracer: $0.tracer, continuesProducerTrace: configuration.tracing?.parentBased ?? false) }
@@ -99,7 +105,8 @@ struct RunCommand: AsyncParsableCommand {
                 statistics: statistics, logger: logger, observer: observer, tracing: pipelineTracing)
         }
         let budget = configuration.amqp.inFlightBudget
-        let bundlePrefetch = budget.share(bundles: configuration.bundles.count).perBundle
+        let bundleShare = budget.share(bundles: configuration.bundles.count)
+        let bundlePrefetch = bundleShare.perBundle
         services += try makeFeedbackPollers(configuration.bundles, broker: broker, logger: logger).map { poller in
             var poller = poller
             poller.observer = registry?.recorder
@@ -146,7 +153,7 @@ struct RunCommand: AsyncParsableCommand {
         logger.info("apns-worker starting", metadata: ["apns.bundles": "\(configuration.bundles.map(\.bundleID))"])
         logger.info("in-flight budget", metadata: [
             "amqp.maxInFlight": "\(budget.maxInFlight)", "amqp.prefetch": "\(configuration.amqp.prefetch)",
-            "amqp.bundlePrefetch": "\(bundlePrefetch)", "apns.bundleCount": "\(configuration.bundles.count)",
+            "amqp.bundlePrefetch": "\(bundlePrefetch)", "amqp.bundleWindowCeiling": "\(bundleShare.ceiling)", "apns.bundleCount": "\(configuration.bundles.count)",
         ])
         if let warning = budget.floorWarning(bundles: configuration.bundles.count) {
             logger.warning("IN-FLIGHT BUDGET: \(warning)")

@@ -97,6 +97,20 @@ import Testing
         #expect(table.opened(ChannelTable.control) > control)
     }
 
+    /// A re-consume closes its old channel at once; the number it frees is the last one reused,
+    /// so deliveries of the old channel still on their way are never taken for a new one's.
+    @Test func theNumberFreedLongestAgoIsReusedFirst() {
+        var table = ChannelTable()
+        for expected: UInt16 in [3, 4, 5, 6] { #expect(table.allocateConsumerChannel() == expected) }
+        table.releaseConsumerChannel(5)
+        table.releaseConsumerChannel(3)
+        table.releaseConsumerChannel(6)
+        #expect(table.allocateConsumerChannel() == 5)
+        #expect(table.allocateConsumerChannel() == 3)
+        #expect(table.allocateConsumerChannel() == 6)
+        #expect(table.allocateConsumerChannel() == 7)
+    }
+
     @Test func consumerChannelsStartAtThreeAndFreedNumbersAreReused() {
         var table = ChannelTable()
         #expect(table.allocateConsumerChannel() == 3)
