@@ -351,8 +351,8 @@ final class ConnectionDriver: @unchecked Sendable {
                 if let state = conn { amqp_maybe_release_buffers_on_channel(state, frame.channel) }
                 handled += 1
             }
-            // Only once every frame read so far is handled: see `closeSettledCancelledChannels`.
-            if drained { closeSettledCancelledChannels() }
+            // Every frame read so far is handled: numbers closed before may be given again.
+            if drained { channels.frameQueueDrained() }
             if handled == 0 && commands.isEmpty {
                 let now = Self.monotonicNanoseconds()
                 // Only the channels with something pending: an idle instance's 50 quiet consumers

@@ -1,5 +1,7 @@
 /// The consumers of one connection, as a value with no IO: which are wanted (they outlive
-/// connections and are started again on each), on which channel each runs now, and which were
+/// connections and are started again on each), on which channel each runs now (a channel's
+/// consumer is its newest: one that replaces another takes its channel and the old entry is
+/// forgotten, `ConnectionDriver.retire`), and which were
 /// cancelled (kept while the connection lasts, so deliveries in hand can still be acked on their
 /// channel, and forgotten at the next one). `Request` is what the driver needs to start one.
 struct ConsumerRegistry<Request> {
@@ -13,9 +15,6 @@ struct ConsumerRegistry<Request> {
 
     private(set) var entries: [Int: Entry] = [:]
     private var byChannel: [UInt16: Int] = [:]
-    /// Entries cancelled and not yet forgotten: the driver looks for channels to close only
-    /// while there are some, so the serve loop pays nothing otherwise.
-    private(set) var cancelledCount = 0
 
     /// A consumer the caller asked for (started now, or with the next connection).
     mutating func add(_ id: Int, _ request: Request) {
@@ -26,7 +25,6 @@ struct ConsumerRegistry<Request> {
     @discardableResult
     mutating func remove(_ id: Int) -> Request? {
         guard let entry = entries.removeValue(forKey: id) else { return nil }
-        if entry.cancelled { cancelledCount -= 1 }
         if let channel = entry.channel, byChannel[channel] == id { byChannel[channel] = nil }
         return entry.request
     }
@@ -51,13 +49,7 @@ struct ConsumerRegistry<Request> {
     mutating func cancel(_ id: Int) -> Entry? {
         guard let entry = entries[id], !entry.cancelled else { return nil }
         entries[id]?.cancelled = true
-        cancelledCount += 1
         return entry
-    }
-
-    /// Cancelled consumers whose channel is still open (for their deliveries' acks).
-    var cancelledOnChannels: [(id: Int, channel: UInt16)] {
-        entries.compactMap { id, entry in entry.cancelled ? entry.channel.map { (id, $0) } : nil }
     }
 
     /// `channel` closed: the consumer on it, now without a channel.
@@ -88,7 +80,6 @@ struct ConsumerRegistry<Request> {
         defer {
             entries.removeAll()
             byChannel.removeAll()
-            cancelledCount = 0
         }
         return entries.keys.sorted().map { entries[$0]!.request }
     }

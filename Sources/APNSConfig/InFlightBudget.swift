@@ -5,7 +5,9 @@
 /// bound across bundles is the one the worker computes: every bundle gets the same static share of
 /// the budget. A bundle's consumer starts at that share, at most `[amqp] prefetch`, never less than
 /// a floor that keeps a bundle's two HTTP/2 connections busy; its window (issue 38) then grows with
-/// the round trip up to the whole share (`ceiling`), not capped by `prefetch`. When the bundles
+/// the round trip up to the whole share (`ceiling`), not capped by `prefetch`, written or not: a
+/// written `prefetch = 500` (the contract's example, the perf kit's) capping the window left it
+/// where a 50 ms round trip allows 10,000 jobs/s (issue 38). When the bundles
 /// need more than the budget to get the floor each, the floor wins (a bundle that cannot take jobs
 /// would starve) and `floorWarning` says by how much.
 public struct InFlightBudget: Sendable, Hashable {
@@ -26,15 +28,11 @@ public struct InFlightBudget: Sendable, Hashable {
     public var prefetch: Int
     /// The least one bundle's consumer takes (itself capped by `prefetch`).
     public var floor: Int
-    /// The operator set `prefetch`: it is also the most a bundle's window grows to.
-    public var prefetchIsCeiling: Bool
-
-    public init(maxInFlight: Int, prefetch: Int, floor: Int = defaultFloor, prefetchIsCeiling: Bool = false) {
+    public init(maxInFlight: Int, prefetch: Int, floor: Int = defaultFloor) {
         precondition(maxInFlight >= 1 && prefetch >= 1 && floor >= 1, "budget, prefetch and floor are at least 1")
         self.maxInFlight = maxInFlight
         self.prefetch = prefetch
         self.floor = floor
-        self.prefetchIsCeiling = prefetchIsCeiling
     }
 
     /// What `bundles` consumers each get.
@@ -46,8 +44,7 @@ public struct InFlightBudget: Sendable, Hashable {
         /// True when the floor (not the budget) set `perBundle`, so `total` exceeds the budget.
         public var floorBinds: Bool
         /// The most one bundle's in-flight window grows to: its whole share of the budget (at
-        /// least `perBundle`, at most 65,535, AMQP's largest prefetch), or `perBundle` when the
-        /// operator set `prefetch`.
+        /// least `perBundle`, at most 65,535, AMQP's largest prefetch).
         public var ceiling: Int
 
         public init(perBundle: Int, total: Int, floorBinds: Bool, ceiling: Int? = nil) {
@@ -66,7 +63,7 @@ public struct InFlightBudget: Sendable, Hashable {
         let floor = min(self.floor, prefetch)
         let even = maxInFlight / count
         let perBundle = min(prefetch, max(floor, even))
-        let ceiling = prefetchIsCeiling ? perBundle : max(perBundle, min(Int(UInt16.max), even))
+        let ceiling = max(perBundle, min(Int(UInt16.max), even))
         return Share(perBundle: perBundle, total: perBundle * count, floorBinds: even < floor, ceiling: ceiling)
     }
 
@@ -77,5 +74,30 @@ public struct InFlightBudget: Sendable, Hashable {
         return "[amqp] maxInFlight = \(maxInFlight) is less than \(bundles) bundle\(bundles == 1 ? "" : "s") × the floor of \(share.perBundle) jobs each: "
             + "each bundle's consumer takes \(share.perBundle), up to \(share.total) jobs in flight; "
             + "raise maxInFlight to at least \(share.total) or run fewer bundles per instance"
+    }
+}
+
+/// One bundle consumer's in-flight bounds while it runs: where its window starts (`floor`, its
+/// starting prefetch) and the most it takes (`ceiling`, its share of `[amqp] maxInFlight`).
+/// Worked out from the configuration in force, so a reload that adds or removes bundles gives
+/// the running consumers their new share too (`WorkerService.apply`), not only the new ones.
+public struct BundleInFlightBounds: Sendable, Hashable {
+    public var floor: Int
+    public var ceiling: Int
+
+    public init(floor: Int, ceiling: Int) {
+        self.floor = max(1, floor)
+        self.ceiling = max(self.floor, ceiling)
+    }
+
+    /// The consumer's bound for its share of its pool's window: never under the floor, never
+    /// over the ceiling.
+    public func limit(forWindowShare share: Int) -> Int {
+        min(ceiling, max(floor, share))
+    }
+
+    /// No bound beyond the starting prefetch's (a pipeline built without a budget: tests, benches).
+    public static func unbounded(floor: Int) -> BundleInFlightBounds {
+        BundleInFlightBounds(floor: floor, ceiling: .max)
     }
 }

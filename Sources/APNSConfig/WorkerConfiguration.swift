@@ -33,11 +33,10 @@ public struct WorkerConfiguration: Sendable, Hashable {
 public struct AMQPSettings: Sendable, Hashable {
     /// `url`, repeatable: a failover list tried in order (`amqp://` or `amqps://`). Required.
     public var urls: [String]
-    /// `prefetch`: unacknowledged jobs a bundle's consumer starts with (1 to 65535). Default 500.
+    /// `prefetch`: unacknowledged jobs a bundle's consumer starts with (1 to 65535), written or
+    /// not: its in-flight window (issue 38) grows from there to the bundle's share of
+    /// `maxInFlight`, which is the cap. Default 500.
     public var prefetch: Int
-    /// Whether the operator wrote `prefetch`: then it is also the most a bundle's in-flight
-    /// window grows to (issue 38); otherwise the window may grow to the bundle's budget share.
-    public var prefetchSet: Bool
     /// `maxInFlight`: unacknowledged jobs across all of this instance's bundles (1 to 1,000,000),
     /// shared evenly between their consumers (`InFlightBudget`). Default 2000.
     public var maxInFlight: Int
@@ -53,12 +52,11 @@ public struct AMQPSettings: Sendable, Hashable {
     public static let defaultHeartbeat: Duration = .seconds(30)
 
     public init(
-        urls: [String], prefetch: Int? = nil, maxInFlight: Int = defaultMaxInFlight,
+        urls: [String], prefetch: Int = defaultPrefetch, maxInFlight: Int = defaultMaxInFlight,
         heartbeat: Duration = defaultHeartbeat, queueType: QueueType = .quorum, caFile: String? = nil
     ) {
         self.urls = urls
-        self.prefetch = prefetch ?? Self.defaultPrefetch
-        self.prefetchSet = prefetch != nil
+        self.prefetch = prefetch
         self.maxInFlight = maxInFlight
         self.heartbeat = heartbeat
         self.queueType = queueType
@@ -67,7 +65,7 @@ public struct AMQPSettings: Sendable, Hashable {
 
     /// The budget `maxInFlight` and `prefetch` make: each bundle consumer's share.
     public var inFlightBudget: InFlightBudget {
-        InFlightBudget(maxInFlight: maxInFlight, prefetch: prefetch, prefetchIsCeiling: prefetchSet)
+        InFlightBudget(maxInFlight: maxInFlight, prefetch: prefetch)
     }
 
     /// The URLs with their passwords replaced by `***`, for logs and summaries.

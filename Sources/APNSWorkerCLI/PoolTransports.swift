@@ -16,12 +16,12 @@ enum PoolTransports {
     /// The transport of a new pool. Every pool connects on its first notification: a bundle's
     /// other environment rarely gets one, and an idle credential keeps no connections to Apple.
     /// - Parameters:
-    ///   - window: a bundle's share of `[amqp] maxInFlight` (issue 38): where the pool's in-flight
-    ///     window starts, and, times `members`, the most it grows to.
-    ///   - members: the configured bundles that share this pool.
+    ///   - windowFloor: where the pool's in-flight window (issue 38) starts: a bundle's share.
+    ///   - windowCeiling: the most it grows to (`[amqp] maxInFlight`; each consumer feeding the
+    ///     pool takes at most its own share of it, `BundleInFlightBounds`).
     static func make(
         _ bundle: BundleConfiguration, environment: APNSEnvironment, key: TransportPoolKey, settings: WorkerSettings,
-        tokens: TokenSources, window: InFlightBudget.Share, members: Int, logger: Logger
+        tokens: TokenSources, windowFloor: Int, windowCeiling: Int, logger: Logger
     ) throws -> any NotificationTransport & Service {
         var transportLogger = logger
         transportLogger[metadataKey: "apns.pool"] = "\(key)"
@@ -42,8 +42,8 @@ enum PoolTransports {
         configuration.connectOnFirstUse = true
         configuration.requestTimeout = settings.requestTimeout
         configuration.connectTimeout = settings.connectTimeout
-        configuration.inFlightFloor = window.perBundle
-        configuration.inFlightCeiling = min(Int(UInt16.max), window.ceiling * max(1, members))
+        configuration.inFlightFloor = windowFloor
+        configuration.inFlightCeiling = min(Int(UInt16.max), max(windowFloor, windowCeiling))
         // Unless the operator fixed `connections`, the window may open as many as its ceiling
         // needs at our stream cap (Apple allows about 1,000 streams each), up to 16.
         if !bundle.connectionsSet {

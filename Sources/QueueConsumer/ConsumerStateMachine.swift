@@ -281,10 +281,11 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
     /// The work wants `wanted` jobs in flight (its transport's window, issue 38). The bound
     /// follows, and a running consumer is started again with it as its prefetch, only when the
     /// window grew past the bound or fell to a quarter of it: a window that wavers does not
-    /// churn consumers, and one that shrank a little keeps the jobs it has.
-    package mutating func resize(to wanted: Int) -> Action {
+    /// churn consumers, and one that shrank a little keeps the jobs it has. `force`: a bound,
+    /// not a wish (a smaller share of the budget after bundles were added): followed at once.
+    package mutating func resize(to wanted: Int, force: Bool = false) -> Action {
         let wanted = max(wanted, 1)
-        guard wanted > limit || wanted * 4 <= limit else { return .none }
+        guard wanted > limit || wanted * 4 <= limit || (force && wanted < limit) else { return .none }
         let grew = wanted > limit
         limit = wanted
         var action = Action()

@@ -69,8 +69,8 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
 
     /// The work's transport wants `wanted` jobs in flight (issue 38): the bound follows, and the
     /// broker's prefetch by re-consuming (`ConsumerStateMachine.resize`).
-    package func resize(to wanted: Int) {
-        event { $0.resize(to: wanted) }
+    package func resize(to wanted: Int, force: Bool = false) {
+        event { $0.resize(to: wanted, force: force) }
     }
 
     /// Pauses or resumes consuming (an operator's pause); returns whether that changed anything.
@@ -176,34 +176,41 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
         await endConsumer(consumer)
     }
 
-    /// A broker consumer with `prefetch`, and its consumer task in `group`.
+    /// A broker consumer with `prefetch` (replacing `old`, if given), and its consumer task in `group`.
     private func startConsumer(
-        _ work: Work, prefetch: Int, _ group: inout ThrowingDiscardingTaskGroup<any Error>
+        _ work: Work, prefetch: Int, replacing old: Work.Broker.Consumer? = nil, _ group: inout ThrowingDiscardingTaskGroup<any Error>
     ) async throws -> Work.Broker.Consumer {
-        let started = try await work.broker.consume(
-            queue: work.queue, prefetch: UInt16(clamping: prefetch), maxBodySize: work.maxBodySize,
-            oversizedDeadLetter: work.oversizedDeadLetter)
+        // Numbered before it exists: replacing `old` ends old's sequence while `consume` is
+        // still under way, and old's end must not be taken for the consumer's end.
         let number = consumerNumber.withLock { n -> Int in
             n += 1
             return n
+        }
+        let started: Work.Broker.Consumer
+        if let old {
+            started = try await work.broker.consume(
+                replacing: old, queue: work.queue, prefetch: UInt16(clamping: prefetch), maxBodySize: work.maxBodySize,
+                oversizedDeadLetter: work.oversizedDeadLetter)
+        } else {
+            started = try await work.broker.consume(
+                queue: work.queue, prefetch: UInt16(clamping: prefetch), maxBodySize: work.maxBodySize,
+                oversizedDeadLetter: work.oversizedDeadLetter)
         }
         group.addTask { await self.consume(started, work, number: number) }
         return started
     }
 
-    /// The consumer again with the prefetch the machine's `limit` says now: the new one first,
-    /// then the old one cancelled. The old one's buffered deliveries are still taken, and the
-    /// broker keeps its unacked jobs on its channel until they are settled, so nothing is lost
-    /// or sent twice; what the broker sent after the cancel goes back to the queue untouched.
-    /// Nothing to do unless the machine still consumes (a hold or pause mailed meanwhile
-    /// cancels whichever consumer is newest).
+    /// The consumer again with the prefetch the machine's `limit` says now, replacing the old
+    /// one on its channel (`MessageConsuming.consume(replacing:…)`): the old one's buffered
+    /// deliveries are still taken and settled on that channel, which stays open, so nothing is
+    /// lost or sent twice; what the broker sent for the old one after its cancel goes back to
+    /// the queue untouched. Nothing to do unless the machine still consumes (a hold or pause
+    /// mailed meanwhile cancels whichever consumer is newest).
     private func reconsume(
         _ work: Work, replacing old: Work.Broker.Consumer?, _ group: inout ThrowingDiscardingTaskGroup<any Error>
     ) async throws -> Work.Broker.Consumer? {
         guard let old, let prefetch = machine.withLock({ $0.consumer == .consuming ? $0.limit : nil }) else { return old }
-        let started = try await startConsumer(work, prefetch: prefetch, &group)
-        await old.cancel()
-        return started
+        return try await startConsumer(work, prefetch: prefetch, replacing: old, &group)
     }
 
     private func endConsumer(_ consumer: Work.Broker.Consumer?) async {

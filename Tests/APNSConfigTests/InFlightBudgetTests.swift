@@ -74,8 +74,9 @@ import Testing
         #expect(Self.standard.share(bundles: 50).ceiling == 40)
         #expect(Self.standard.share(bundles: 1000).ceiling == 32)
         #expect(InFlightBudget(maxInFlight: 1_000_000, prefetch: 500).share(bundles: 1).ceiling == 65_535)
-        // An operator's prefetch stays the most a bundle takes.
-        #expect(InFlightBudget(maxInFlight: 4000, prefetch: 20, prefetchIsCeiling: true).share(bundles: 1).ceiling == 20)
+        // A written prefetch is only where the window starts (the kit writes 500).
+        #expect(InFlightBudget(maxInFlight: 4000, prefetch: 20).share(bundles: 1).ceiling == 4000)
+        #expect(InFlightBudget(maxInFlight: 2000, prefetch: 500).share(bundles: 1) == .init(perBundle: 500, total: 500, floorBinds: false, ceiling: 2000))
     }
 
     @Test func noBundlesCountsAsOne() {

@@ -213,7 +213,6 @@ struct LoaderTests {
         let configuration = try loadConfig(text, in: directory)
         #expect(configuration.amqp.maxInFlight == 100)
         #expect(configuration.amqp.inFlightBudget == InFlightBudget(maxInFlight: 100, prefetch: 500))
-        #expect(!configuration.amqp.prefetchSet, "the window may grow past an unwritten prefetch")
         #expect(configuration.summaryLines[0].hasSuffix("; prefetch 500, maxInFlight 100: 100 per bundle × 1, quorum queues"))
         // The environment wins over the file, as for every key.
         let overridden = try loadConfig(text, in: directory, environment: ["APNS_WORKER_AMQP_MAXINFLIGHT": "64"])

@@ -316,6 +316,20 @@ import Testing
         #expect(machine.limit == 1)
     }
 
+    /// A smaller share of the budget (bundles added while running) is a bound, not a wish: it
+    /// is followed past the hysteresis; a larger forced value is no reason to re-consume.
+    @Test func aForcedSmallerBoundIsFollowedAtOnce() {
+        var machine = ConsumerWorld.Machine(limit: 400, probeInterval: .seconds(5), shutdownDeadline: .seconds(30))
+        _ = machine.start(now: ContinuousClock.now)
+        _ = machine.consumerStarted()
+        #expect(machine.resize(to: 300) == .none)
+        #expect(machine.resize(to: 300, force: true).control == .reconsume)
+        #expect(machine.limit == 300)
+        #expect(machine.resize(to: 300, force: true) == .none)
+        #expect(machine.resize(to: 1200, force: true).control == .reconsume, "growth past the bound as without force")
+        #expect(machine.limit == 1200)
+    }
+
     @Test func aWindowChangeWhileHeldOrPausedWaitsForTheNextConsumer() {
         var world = Base.held.world(.bundle)
         #expect(world.machine.resize(to: 64).control == .none)
