@@ -278,8 +278,13 @@ public final class AMQPConnection: Sendable {
     /// the same channel; deliveries the broker still sends for old's tag go back to the queue.
     /// The channel is never closed for it: a quorum queue may apply acks sent just before a
     /// close after it, and deliver those jobs again (docs/decisions.md, "Re-consuming").
-    public func consume(replacing old: AMQPConsumer, prefetch: UInt16) async throws -> AMQPConsumer {
-        try await consume(queue: old.queue, prefetch: prefetch, maxBodySize: 0, route: nil, cutsBodies: false, replacing: old.id)
+    /// `maxBodySize` and `oversizedDeadLetter` as old was started with (taken from old while the
+    /// driver still knows it).
+    public func consume(
+        replacing old: AMQPConsumer, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
+    ) async throws -> AMQPConsumer {
+        try await consume(
+            queue: old.queue, prefetch: prefetch, maxBodySize: maxBodySize, route: oversizedDeadLetter, cutsBodies: false, replacing: old.id)
     }
 
     private func consume(
@@ -406,7 +411,7 @@ struct ConsumerRequest: Sendable {
     var buffer: DeliveryBuffer
     /// A body over `maxBodySize` keeps its first `maxBodySize` bytes instead of none.
     var cutsBodies = false
-    /// The consumer this one replaces on its channel (`consume(replacing:prefetch:)`).
+    /// The consumer this one replaces on its channel (`consume(replacing:prefetch:maxBodySize:oversizedDeadLetter:)`).
     var replacing: Int? = nil
 }
 

@@ -31,7 +31,7 @@ public protocol MessageConsuming: DeliverySettling {
     ) async throws -> Consumer
     /// Replaces `old` (started with these settings) by a consumer with `prefetch`; old's
     /// sequence ends after the deliveries it already received, which are settled as before.
-    /// `AMQPConnection` keeps both on old's channel (`consume(replacing:prefetch:)`).
+    /// `AMQPConnection` keeps both on old's channel (`consume(replacing:prefetch:maxBodySize:oversizedDeadLetter:)`).
     func consume(
         replacing old: Consumer, queue: String, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
     ) async throws -> Consumer
@@ -120,11 +120,11 @@ extension TopologyDeclaring {
 }
 
 extension AMQPConnection: MessageConsuming, MessageFetching, ConfirmedPublishing, TopologyDeclaring, BrokerConnectionStatus {
-    /// On old's channel, with its settings (`consume(replacing:prefetch:)`).
+    /// On old's channel (`consume(replacing:prefetch:maxBodySize:oversizedDeadLetter:)`).
     public func consume(
         replacing old: AMQPConsumer, queue: String, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
     ) async throws -> AMQPConsumer {
-        try await consume(replacing: old, prefetch: prefetch)
+        try await consume(replacing: old, prefetch: prefetch, maxBodySize: maxBodySize, oversizedDeadLetter: oversizedDeadLetter)
     }
 }
 extension AMQPConsumer: MessageConsumer {}
