@@ -73,6 +73,14 @@ struct ConnectionPoolStateMachine<Connection, Waiter> {
     /// Slots kept connected whenever the pool is in use; those above are opened and closed as
     /// the in-flight window needs them (issue 38).
     let baseConnections: Int
+    /// Idle checks in a row that find the whole pool carrying nothing after which its base
+    /// connections close too (issue 39: a pool opens on its first job and closes after it has
+    /// been idle a while); nil: they stay open.
+    let poolIdleChecks: Int?
+    /// Idle checks in a row that found the whole pool quiet.
+    private(set) var poolQuietChecks = 0
+    /// Every connection closed for idleness: the pool is `idle` until its next job (`reopen`).
+    private(set) var dormant = false
 
     /// - Parameters:
     ///   - connections: the slots kept connected (the operator's `connections`, or its default).
@@ -80,9 +88,11 @@ struct ConnectionPoolStateMachine<Connection, Waiter> {
     ///   - streamCap: our ceiling on streams per connection, below the server's.
     ///   - oneStreamUntilFirstAnswer: token authentication: Apple allows one stream on a new
     ///     connection until it has validated the first token.
-    init(connections: Int, maxConnections: Int? = nil, streamCap: Int, oneStreamUntilFirstAnswer: Bool) {
+    ///   - poolIdleChecks: see the property.
+    init(connections: Int, maxConnections: Int? = nil, streamCap: Int, oneStreamUntilFirstAnswer: Bool, poolIdleChecks: Int? = nil) {
         let base = max(1, connections)
         self.baseConnections = base
+        self.poolIdleChecks = poolIdleChecks.map { max(1, $0) }
         self.slots = Array(repeating: Slot(), count: max(base, maxConnections ?? base))
         for index in 0..<base { slots[index].active = true }
         self.streamCap = max(1, streamCap)
@@ -131,8 +141,25 @@ struct ConnectionPoolStateMachine<Connection, Waiter> {
     /// Run once per idle period: an opened slot that carried nothing at two checks in a row (so
     /// for at least a whole period) is retired, not reconnected, and its connection closed. The
     /// base slots stay.
+    /// With `poolIdleChecks`, a pool that carried nothing (no stream, none waiting) at that many
+    /// checks in a row closes its base connections too and is `dormant` until `reopen`.
     mutating func idleCheck() -> [Connection] {
         var close: [Connection] = []
+        let quiet = !dormant && waiters.isEmpty && slots.allSatisfy { !$0.carried && $0.inFlight == 0 }
+        poolQuietChecks = quiet ? poolQuietChecks + 1 : 0
+        if let poolIdleChecks, quiet, poolQuietChecks >= poolIdleChecks {
+            dormant = true
+            poolQuietChecks = 0
+            for index in slots.indices where slots[index].active {
+                slots[index].active = false
+                slots[index].quietChecks = 0
+                if slots[index].state == .ready || slots[index].state == .connecting { slots[index].state = .draining }
+                if let connection = slots[index].connection { close.append(connection) }
+            }
+            return close
+        }
+        // Base slots carry on; their "carried" marks are read above and cleared here.
+        for index in slots.indices where index < baseConnections { slots[index].carried = false }
         for index in slots.indices where index >= baseConnections && slots[index].active {
             if slots[index].carried || slots[index].inFlight > 0 {
                 slots[index].carried = false
@@ -146,6 +173,20 @@ struct ConnectionPoolStateMachine<Connection, Waiter> {
             if let connection = slots[index].connection { close.append(connection) }
         }
         return close
+    }
+
+    /// A job for a dormant pool: its base slots are active again; the slots whose connection
+    /// loop must be started (those whose loop has ended). Empty when the pool is not dormant.
+    mutating func reopen() -> [Int] {
+        guard dormant, !shuttingDown else { return [] }
+        dormant = false
+        poolQuietChecks = 0
+        var start: [Int] = []
+        for index in 0..<baseConnections {
+            slots[index].active = true
+            if !slots[index].looping { start.append(index) }
+        }
+        return start
     }
 
     /// Streams the slot may carry at once right now.

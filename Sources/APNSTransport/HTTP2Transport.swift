@@ -69,7 +69,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
                 pool: Pool(
                     connections: configuration.connections, maxConnections: configuration.maxConnections,
                     streamCap: configuration.maxConcurrentStreamsPerConnection,
-                    oneStreamUntilFirstAnswer: configuration.usesTokenAuthentication),
+                    oneStreamUntilFirstAnswer: configuration.usesTokenAuthentication, poolIdleChecks: configuration.poolIdleChecks),
                 window: InFlightWindow(
                     floor: configuration.inFlightFloor, ceiling: configuration.inFlightCeiling,
                     now: NIODeadline.now().uptimeNanoseconds)))
@@ -142,7 +142,15 @@ public final class HTTP2Transport: NotificationTransport, Service {
         let started = NIODeadline.now().uptimeNanoseconds
         firstUse.open()
         inFlightMeter.increment()
-        state.withLock { $0.window.sent() }
+        // A pool closed for idleness opens again with its next job.
+        let reopen = state.withLock { s -> [Int] in
+            s.window.sent()
+            return s.pool.dormant ? s.pool.reopen() : []
+        }
+        if !reopen.isEmpty {
+            logger.info("connection pool reopens for a job after being idle", metadata: ["apns.connections": .stringConvertible(reopen.count)])
+            for slot in reopen { slotsToOpen.continuation.yield(slot) }
+        }
         return { [self] result in
             inFlightMeter.decrement()
             let now = NIODeadline.now().uptimeNanoseconds
@@ -301,7 +309,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
                     for slot in 0..<base {
                         group.addTask { await self.keepConnected(slot: slot) }
                     }
-                    if most > base { group.addTask { await self.closeIdleConnections() } }
+                    if most > base || configuration.poolIdleChecks != nil { group.addTask { await self.closeIdleConnections() } }
                     // Ends with `shutdown()`.
                     for await slot in slotsToOpen.stream {
                         group.addTask { await self.keepConnected(slot: slot) }
@@ -326,7 +334,8 @@ public final class HTTP2Transport: NotificationTransport, Service {
     private var isShuttingDown: Bool { state.withLock { $0.pool.shuttingDown } }
 
     /// Once per idle period: connections opened on demand that carried nothing for a whole
-    /// period are closed (`ConnectionPoolStateMachine.idleCheck`); the base ones stay.
+    /// period are closed (`ConnectionPoolStateMachine.idleCheck`); the base ones too once the
+    /// whole pool carried nothing for `poolIdleTimeout`.
     private func closeIdleConnections() async {
         while !isShuttingDown {
             do {
@@ -334,10 +343,16 @@ public final class HTTP2Transport: NotificationTransport, Service {
             } catch {
                 return
             }
-            for connection in mutatePool({ $0.idleCheck() }) {
-                logger.info("closing a connection that carried nothing for the idle period")
-                connection.channel.close(promise: nil)
+            let (close, dormant) = mutatePool { pool -> ([HTTP2Connection], Bool) in
+                let wasDormant = pool.dormant
+                return (pool.idleCheck(), !wasDormant && pool.dormant)
             }
+            if dormant {
+                logger.info("connection pool idle: its connections close until its next job", metadata: ["apns.connections": .stringConvertible(close.count)])
+            } else if !close.isEmpty {
+                logger.info("closing a connection that carried nothing for the idle period")
+            }
+            for connection in close { connection.channel.close(promise: nil) }
         }
     }
 

@@ -40,6 +40,8 @@ enum PoolTransports {
         if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
         configuration.connections = bundle.connections
         configuration.connectOnFirstUse = true
+        // A pool that carried nothing for five minutes closes (issue 39; docs/decisions.md).
+        configuration.poolIdleTimeout = HTTP2TransportConfiguration.defaultPoolIdleTimeout
         configuration.requestTimeout = settings.requestTimeout
         configuration.connectTimeout = settings.connectTimeout
         configuration.inFlightFloor = windowFloor

@@ -46,6 +46,33 @@ struct HTTP2DynamicConnectionsTests {
         }
     }
 
+    /// Issue 39: a pool idle for `poolIdleTimeout` closes its base connection too and reports
+    /// `idle` (as before its first job), and its next notification opens it again. Waits for
+    /// the states, never for a time.
+    @Test func aPoolIdleForItsTimeoutClosesEveryConnectionReportsIdleAndReopensForTheNextJob() async throws {
+        try await Env.withTransport(
+            simulator: { _ in },
+            transport: {
+                $0.connections = 1
+                $0.idleConnectionTimeout = .milliseconds(200)
+                $0.poolIdleTimeout = .milliseconds(400)
+            }
+        ) { simulator, transport in
+            let first = await Env.sendAll((0..<20).map { _ in Env.notification() }, through: transport)
+            #expect(first.allSatisfy { $0.isAccepted })
+            try await waitUntil("the idle pool closed its connection", timeout: .seconds(60)) {
+                simulator.counters().openConnections == 0
+            }
+            try await waitUntil("the idle pool reported idle, not down", timeout: .seconds(60)) {
+                let states = transport.connectionStates()
+                return states[.idle] == 1 && states[.ready] == 0 && states[.backingOff] == 0 && states[.connecting] == 0
+            }
+            let again = await Env.sendAll((0..<20).map { _ in Env.notification() }, through: transport)
+            #expect(again.allSatisfy { $0.isAccepted }, "\(again.filter { !$0.isAccepted }.prefix(3))")
+            #expect(simulator.counters().connections >= 2, "a new connection for the next job")
+        }
+    }
+
     @Test func aTransportWithoutAMostKeepsItsConnections() async throws {
         try await Env.withTransport(
             simulator: { $0.maxConcurrentStreams = 10 },

@@ -57,6 +57,52 @@ import Testing
         #expect(pool.streamCapacity == 2100)
     }
 
+    /// Issue 39: a pool that carried nothing (no stream, nobody waiting) for `poolIdleChecks`
+    /// idle checks in a row closes its base connections too and is dormant; any activity starts
+    /// the count again; its next job reopens the base slots. Time is the checks themselves.
+    @Test func aPoolIdleForItsIdleChecksClosesEveryConnectionAndReopensForTheNextJob() throws {
+        var pool = Pool(connections: 2, maxConnections: 3, streamCap: 1000, oneStreamUntilFirstAnswer: false, poolIdleChecks: 3)
+        pool.looping(slot: 0, true)
+        pool.looping(slot: 1, true)
+        ready(&pool, 0)
+        ready(&pool, 1)
+        #expect(pool.idleCheck().isEmpty)
+        #expect(pool.idleCheck().isEmpty)
+        // A job: the count starts again.
+        guard case .leased(let lease) = pool.acquire(id: 1, waiter: "w") else {
+            Issue.record("no lease")
+            return
+        }
+        #expect(pool.idleCheck().isEmpty, "a stream in flight")
+        _ = pool.release(lease, answered: true)
+        #expect(pool.idleCheck().isEmpty)
+        #expect(pool.idleCheck().isEmpty)
+        #expect(!pool.dormant)
+        // The third quiet check in a row: every connection closes, nothing is active.
+        #expect(pool.idleCheck().sorted() == ["c0", "c1"])
+        #expect(pool.dormant)
+        #expect(pool.slots.map(\.active) == [false, false, false])
+        #expect(!pool.isActive(slot: 0) && !pool.isActive(slot: 1), "their connection loops end")
+        #expect(pool.idleCheck().isEmpty, "a dormant pool has nothing more to close")
+        // The loops ended; the next job reopens the base slots (not the extra one).
+        for slot in 0..<2 {
+            pool.looping(slot: slot, false)
+            _ = pool.closed(slot: slot, generation: pool.slots[slot].generation)
+        }
+        #expect(pool.reopen() == [0, 1])
+        #expect(!pool.dormant)
+        #expect(pool.slots.map(\.active) == [true, true, false])
+        #expect(pool.reopen().isEmpty, "once")
+    }
+
+    @Test func withoutPoolIdleChecksTheBaseConnectionsStay() {
+        var pool = Pool(connections: 1, streamCap: 1000, oneStreamUntilFirstAnswer: false)
+        ready(&pool, 0)
+        for _ in 0..<100 { #expect(pool.idleCheck().isEmpty) }
+        #expect(!pool.dormant)
+        #expect(pool.slots[0].active)
+    }
+
     @Test func anOpenedSlotIdleForAWholePeriodIsRetiredAndReportedIdle() throws {
         var pool = Pool(connections: 1, maxConnections: 2, streamCap: 1000, oneStreamUntilFirstAnswer: false)
         ready(&pool, 0, serverLimit: 1)
