@@ -415,7 +415,8 @@ let package = Package(
         ),
         .testTarget(
             name: "QueueConsumerTests",
-            dependencies: ["QueueConsumer"],
+            // The re-consume against the real broker (ReconsumeBrokerTests).
+            dependencies: ["QueueConsumer", "AMQPClient", "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSettings
         ),
         .testTarget(

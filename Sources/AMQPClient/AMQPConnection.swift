@@ -271,8 +271,24 @@ public final class AMQPConnection: Sendable {
         try await consume(queue: queue, prefetch: prefetch, maxBodySize: limit, route: nil, cutsBodies: true)
     }
 
+    /// Replaces `old` with a consumer of the same queue and settings but `prefetch`, on old's
+    /// channel: `basic.qos` then `basic.consume` there, then `basic.cancel` of old (RabbitMQ
+    /// applies a prefetch only to consumers started after it; issue 38's window). Old's
+    /// sequence ends after the deliveries it already received, which are settled as before on
+    /// the same channel; deliveries the broker still sends for old's tag go back to the queue.
+    /// The channel is never closed for it: a quorum queue may apply acks sent just before a
+    /// close after it, and deliver those jobs again (docs/decisions.md, "Re-consuming").
+    /// `maxBodySize` and `oversizedDeadLetter` as old was started with (taken from old while the
+    /// driver still knows it).
+    public func consume(
+        replacing old: AMQPConsumer, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
+    ) async throws -> AMQPConsumer {
+        try await consume(
+            queue: old.queue, prefetch: prefetch, maxBodySize: maxBodySize, route: oversizedDeadLetter, cutsBodies: false, replacing: old.id)
+    }
+
     private func consume(
-        queue: String, prefetch: UInt16, maxBodySize: Int, route: AMQPOversizedDeadLetter?, cutsBodies: Bool
+        queue: String, prefetch: UInt16, maxBodySize: Int, route: AMQPOversizedDeadLetter?, cutsBodies: Bool, replacing: Int? = nil
     ) async throws -> AMQPConsumer {
         let buffer = DeliveryBuffer()
         let (id, tag) = shared.withLock { state -> (Int, String) in
@@ -281,7 +297,7 @@ public final class AMQPConnection: Sendable {
         }
         let request = ConsumerRequest(
             id: id, queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, oversizedDeadLetter: route, tag: tag,
-            buffer: buffer, cutsBodies: cutsBodies)
+            buffer: buffer, cutsBodies: cutsBodies, replacing: replacing)
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             submit(.consume(request, continuation), orElse: { continuation.resume(throwing: AMQPError(.closed, "the connection is closed")) })
         }
@@ -395,6 +411,8 @@ struct ConsumerRequest: Sendable {
     var buffer: DeliveryBuffer
     /// A body over `maxBodySize` keeps its first `maxBodySize` bytes instead of none.
     var cutsBodies = false
+    /// The consumer this one replaces on its channel (`consume(replacing:prefetch:maxBodySize:oversizedDeadLetter:)`).
+    var replacing: Int? = nil
 }
 
 enum RPCRequest: Sendable {

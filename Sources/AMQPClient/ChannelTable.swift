@@ -2,7 +2,8 @@
 /// generation, and which numbers consumers get. Every channel opened, across reconnects, gets a
 /// new generation; a delivery tag is honoured only while its channel's generation is still open
 /// (`AMQPDeliveryTag`). Channel 1 carries RPCs, 2 publishes (confirm mode), 3 and up one
-/// consumer each, numbers reused once freed.
+/// consumer each, numbers reused once freed, the longest freed first, and never before every
+/// frame read up to the close has been handled (`frameQueueDrained`).
 struct ChannelTable: Equatable {
     static let control: UInt16 = 1
     static let publish: UInt16 = 2
@@ -12,6 +13,12 @@ struct ChannelTable: Equatable {
     private(set) var generations: [UInt16: UInt64] = [:]
     private var nextGeneration: UInt64 = 1
     private var freeConsumerChannels: [UInt16] = []
+    /// Numbers closed since the frame queue last drained: frames of the old channel may still
+    /// wait in librabbitmq's queue (a quorum queue sends deliveries after `basic.cancel-ok`,
+    /// and an RPC queues what it reads meanwhile), and on a number given again they would be
+    /// taken as the new consumer's (issue 38's re-consume: jobs worked twice, others acked
+    /// with a tag of another channel's sequence).
+    private var closedUntilDrained: [UInt16] = []
     private var nextConsumerChannel = ChannelTable.firstConsumer
 
     func generation(of channel: UInt16) -> UInt64? { generations[channel] }
@@ -32,16 +39,27 @@ struct ChannelTable: Equatable {
         generations[channel] = nil
     }
 
-    /// A number for a new consumer's channel: a freed one first.
+    /// A number for a new consumer's channel: a freed one first, the one freed longest ago, so
+    /// a number closed a moment ago (a re-consume's old channel) is the last to be reused.
     mutating func allocateConsumerChannel() -> UInt16 {
-        if let channel = freeConsumerChannels.popLast() { return channel }
+        if !freeConsumerChannels.isEmpty { return freeConsumerChannels.removeFirst() }
         defer { nextConsumerChannel += 1 }
         return nextConsumerChannel
     }
 
-    /// A consumer's channel number may be used again (ignored for the control and publish channels).
+    /// A consumer's channel number may be used again once the frames read so far are handled
+    /// (ignored for the control and publish channels).
     mutating func releaseConsumerChannel(_ channel: UInt16) {
-        if channel >= Self.firstConsumer && !freeConsumerChannels.contains(channel) { freeConsumerChannels.append(channel) }
+        guard channel >= Self.firstConsumer, !freeConsumerChannels.contains(channel), !closedUntilDrained.contains(channel) else { return }
+        closedUntilDrained.append(channel)
+    }
+
+    /// Every frame read from the socket so far has been handled (the read loop found none
+    /// waiting, `amqp_frames_enqueued` is 0): the numbers closed before may be given again.
+    mutating func frameQueueDrained() {
+        guard !closedUntilDrained.isEmpty else { return }
+        freeConsumerChannels += closedUntilDrained
+        closedUntilDrained.removeAll()
     }
 
     /// The connection died: every generation ends.
@@ -53,5 +71,6 @@ struct ChannelTable: Equatable {
     mutating func newConnection() {
         nextConsumerChannel = Self.firstConsumer
         freeConsumerChannels.removeAll()
+        closedUntilDrained.removeAll()
     }
 }

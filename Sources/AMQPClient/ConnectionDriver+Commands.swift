@@ -23,7 +23,9 @@ extension ConnectionDriver {
             if stopRequested {
                 continuation.resume(throwing: notConnected)
             } else {
-                consumers.add(request.id, request)
+                consumers.add(request.id, replacementSettings(request))
+                // The next connection starts the new one alone; the old one's sequence ends.
+                if let old = request.replacing { consumers.remove(old)?.buffer.finish() }
                 continuation.resume()
             }
         case .cancelConsumer(let id, let continuation):
@@ -80,9 +82,10 @@ extension ConnectionDriver {
                 continuation.resume(throwing: error)
             }
         case .consume(let request, let continuation):
-            consumers.add(request.id, request)
+            consumers.add(request.id, replacementSettings(request))
             do {
                 try establish(request.id)
+                if let old = request.replacing { try retire(old) }
                 continuation.resume()
             } catch let error as AMQPError {
                 consumers.remove(request.id)
@@ -144,6 +147,35 @@ extension ConnectionDriver {
                 }
             }
         }
+    }
+
+    /// A replacing consumer takes the settings of the one it replaces (the caller knows only
+    /// its queue); a plain request is as asked.
+    func replacementSettings(_ request: ConsumerRequest) -> ConsumerRequest {
+        guard let old = request.replacing.flatMap({ consumers.entry($0)?.request }) else { return request }
+        var request = request
+        request.maxBodySize = old.maxBodySize
+        request.oversizedDeadLetter = old.oversizedDeadLetter
+        request.cutsBodies = old.cutsBodies
+        return request
+    }
+
+    /// The consumer `id`, replaced on its channel by a new one: `basic.cancel` of its tag, its
+    /// sequence ends after what it received, and it is forgotten. The channel stays open with
+    /// the new consumer: deliveries in hand are acked there, and what the broker still sends
+    /// for the old tag is handed back (`deliver`).
+    func retire(_ id: Int) throws(ConnectionFailure) {
+        guard let entry = consumers.entry(id) else { return }
+        consumers.remove(id)
+        entry.request.buffer.finish()
+        guard !entry.cancelled, let channel = entry.channel, channels.generation(of: channel) != nil, let state = conn else { return }
+        _ = amqp_basic_cancel(state, channel, arena.bytes(entry.request.tag))
+        arena.reset()
+        let reply = amqp_get_rpc_reply(state)
+        if reply.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION {
+            throw ConnectionFailure(error: AMQPError(.connectionLost, "basic.cancel failed", libraryStatus: Self.statusString(reply.library_error)))
+        }
+        amqp_maybe_release_buffers_on_channel(state, channel)
     }
 
     /// The coalescer of a consumer channel's current generation, made on first use.

@@ -150,16 +150,23 @@ extension ConnectionDriver {
                 oversizedPropertiesSize: assembly.oversizedPropertiesSize)
             if assembly.oversizedCopied { message.oversizedBodyDeadLettered = true }
             if assembly.headersNestedTooDeep { message.headersNestedTooDeep = true }
-            let accepted = consumer.request.buffer.push(AMQPDelivery(
+            // A tag other than the channel's consumer's: one it replaced (`retire`), whose
+            // sequence has ended; its delivery goes back like one after a cancel.
+            let accepted = consumer.request.tag == consumerTag && consumer.request.buffer.push(AMQPDelivery(
                 message: message, tag: AMQPDeliveryTag(channel: channel, generation: generation, value: tag), consumerTag: consumerTag))
             if accepted {
                 coalescing(channel, generation) { $0.delivered(tag) }
             } else if let state = conn {
-                // Sent by the broker before it processed our basic.cancel: the consumer's
-                // sequence has ended, so nobody would ever settle it and it would sit unacked
-                // on this still-open channel until the connection closed. Hand it back now.
+                // For a consumer cancelled or replaced (a quorum queue sends deliveries even after
+                // `basic.cancel-ok`): the consumer's sequence has ended, so nobody would ever
+                // settle it and it would sit unacked on this still-open channel until the
+                // connection closed. Hand it back now. Counted as delivered too, so the
+                // coalescer's prefix passes over it.
                 _ = amqp_basic_reject(state, channel, tag, 1)
-                coalescing(channel, generation) { $0.settledElsewhere(tag) }
+                coalescing(channel, generation) {
+                    $0.delivered(tag)
+                    $0.settledElsewhere(tag)
+                }
             }
         }
     }
@@ -234,12 +241,14 @@ extension ConnectionDriver {
         channels.releaseConsumerChannel(channel)
     }
 
-    /// Opens a channel for the consumer, sets its prefetch and starts `basic.consume`.
+    /// Opens a channel for the consumer (or takes the one of the consumer it replaces, still
+    /// open), sets its prefetch and starts `basic.consume`.
     func establish(_ id: Int) throws {
         guard let state = conn, let consumer = consumers.entry(id) else { return }
         let request = consumer.request
-        let channel = channels.allocateConsumerChannel()
-        try openChannel(channel)
+        let shared = request.replacing.flatMap { consumers.entry($0)?.channel }.flatMap { channels.generation(of: $0) == nil ? nil : $0 }
+        let channel = shared ?? channels.allocateConsumerChannel()
+        if shared == nil { try openChannel(channel) }
         do {
             _ = amqp_basic_qos(state, channel, 0, request.prefetch, 0)
             try check(amqp_get_rpc_reply(state), channel: channel, reopen: false, context: "basic.qos on queue '\(request.queue)'")
@@ -248,6 +257,13 @@ extension ConnectionDriver {
             arena.reset()
             try check(amqp_get_rpc_reply(state), channel: channel, reopen: false, context: "consuming queue '\(request.queue)'", queue: request.queue)
         } catch {
+            // The broker closed the channel (`check`): a shared one takes the replaced consumer
+            // with it, whose sequence ends when the caller cancels it.
+            if shared != nil {
+                closeStreamChannel(of: channel)
+                assembler.discard(channel: channel)
+                _ = consumers.channelClosed(channel)
+            }
             channels.closed(channel)
             channels.releaseConsumerChannel(channel)
             throw error

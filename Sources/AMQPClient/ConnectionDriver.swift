@@ -335,11 +335,15 @@ final class ConnectionDriver: @unchecked Sendable {
             try flushAcks()
             if stopRequested { continue }
             var handled = 0
+            var drained = false
             while handled < 256, let state = conn {
                 var frame = amqp_frame_t()
                 var immediately = timeval(tv_sec: 0, tv_usec: 0)
                 let status = amqp_simple_wait_frame_noblock(state, &frame, &immediately)
-                if status == AMQP_STATUS_TIMEOUT.rawValue { break }
+                if status == AMQP_STATUS_TIMEOUT.rawValue {
+                    drained = true
+                    break
+                }
                 guard status == AMQP_STATUS_OK.rawValue else {
                     throw ConnectionFailure(error: AMQPError(.connectionLost, "reading from the broker failed", libraryStatus: Self.statusString(status)))
                 }
@@ -347,6 +351,8 @@ final class ConnectionDriver: @unchecked Sendable {
                 if let state = conn { amqp_maybe_release_buffers_on_channel(state, frame.channel) }
                 handled += 1
             }
+            // Every frame read so far is handled: numbers closed before may be given again.
+            if drained { channels.frameQueueDrained() }
             if handled == 0 && commands.isEmpty {
                 let now = Self.monotonicNanoseconds()
                 // Only the channels with something pending: an idle instance's 50 quiet consumers

@@ -1,5 +1,7 @@
 /// The consumers of one connection, as a value with no IO: which are wanted (they outlive
-/// connections and are started again on each), on which channel each runs now, and which were
+/// connections and are started again on each), on which channel each runs now (a channel's
+/// consumer is its newest: one that replaces another takes its channel and the old entry is
+/// forgotten, `ConnectionDriver.retire`), and which were
 /// cancelled (kept while the connection lasts, so deliveries in hand can still be acked on their
 /// channel, and forgotten at the next one). `Request` is what the driver needs to start one.
 struct ConsumerRegistry<Request> {

@@ -29,6 +29,12 @@ public protocol MessageConsuming: DeliverySettling {
     func consume(
         queue: String, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
     ) async throws -> Consumer
+    /// Replaces `old` (started with these settings) by a consumer with `prefetch`; old's
+    /// sequence ends after the deliveries it already received, which are settled as before.
+    /// `AMQPConnection` keeps both on old's channel (`consume(replacing:prefetch:maxBodySize:oversizedDeadLetter:)`).
+    func consume(
+        replacing old: Consumer, queue: String, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
+    ) async throws -> Consumer
 }
 
 /// Takes one message at a time (`basic.get`) and settles it.
@@ -77,6 +83,15 @@ extension MessageConsuming {
     ) async throws -> Consumer {
         try await consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize)
     }
+
+    /// A new consumer first, then the old one cancelled.
+    public func consume(
+        replacing old: Consumer, queue: String, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
+    ) async throws -> Consumer {
+        let started = try await consume(queue: queue, prefetch: prefetch, maxBodySize: maxBodySize, oversizedDeadLetter: oversizedDeadLetter)
+        await old.cancel()
+        return started
+    }
 }
 
 extension DeliverySettling {
@@ -104,5 +119,12 @@ extension TopologyDeclaring {
     }
 }
 
-extension AMQPConnection: MessageConsuming, MessageFetching, ConfirmedPublishing, TopologyDeclaring, BrokerConnectionStatus {}
+extension AMQPConnection: MessageConsuming, MessageFetching, ConfirmedPublishing, TopologyDeclaring, BrokerConnectionStatus {
+    /// On old's channel (`consume(replacing:prefetch:maxBodySize:oversizedDeadLetter:)`).
+    public func consume(
+        replacing old: AMQPConsumer, queue: String, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
+    ) async throws -> AMQPConsumer {
+        try await consume(replacing: old, prefetch: prefetch, maxBodySize: maxBodySize, oversizedDeadLetter: oversizedDeadLetter)
+    }
+}
 extension AMQPConsumer: MessageConsumer {}

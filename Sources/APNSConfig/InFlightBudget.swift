@@ -1,14 +1,20 @@
 /// The process-wide bound on jobs in flight (`[amqp] maxInFlight`), turned into the prefetch each
-/// bundle's consumer asks the broker for.
+/// bundle's consumer starts with and the most its in-flight window may grow to.
 ///
 /// RabbitMQ's prefetch is per consumer (its channel-wide "global" qos is gone in 4.x), so the only
 /// bound across bundles is the one the worker computes: every bundle gets the same static share of
-/// the budget, at most `[amqp] prefetch`, and never less than a floor that keeps a bundle's two
-/// HTTP/2 connections busy. When the bundles need more than the budget to get the floor each, the
-/// floor wins (a bundle that cannot take jobs would starve) and `floorWarning` says by how much.
+/// the budget. A bundle's consumer starts at that share, at most `[amqp] prefetch`, never less than
+/// a floor that keeps a bundle's two HTTP/2 connections busy; its window (issue 38) then grows with
+/// the round trip up to the whole share (`ceiling`), not capped by `prefetch`, written or not: a
+/// written `prefetch = 500` (the contract's example, the perf kit's) capping the window left it
+/// where a 50 ms round trip allows 10,000 jobs/s (issue 38). When the bundles
+/// need more than the budget to get the floor each, the floor wins (a bundle that cannot take jobs
+/// would starve) and `floorWarning` says by how much.
 public struct InFlightBudget: Sendable, Hashable {
-    /// The default `[amqp] maxInFlight`: four bundles keep the full default prefetch of 500, and
-    /// 50 draining bundles hold 2,000 jobs (about 8.4 MiB at 4.3 KB a job) instead of 25,000.
+    /// The default `[amqp] maxInFlight`: one bundle's window may hold 2,000 jobs (40,000 jobs/s at
+    /// a 50 ms round trip, above what the worker's CPU drains at 0 ms; 20,000 at 100 ms), four
+    /// bundles start at the full default prefetch of 500, and 50 draining bundles hold 2,000 jobs
+    /// (about 8.4 MiB at 4.3 KB a job; issue 35's worst case of bodies unchanged) instead of 25,000.
     public static let defaultMaxInFlight = 2000
     /// The least a bundle's consumer takes when the budget is shared thin. A bundle's throughput
     /// is about its jobs in flight divided by the APNs round trip: 32 is 16 streams on each of
@@ -22,7 +28,6 @@ public struct InFlightBudget: Sendable, Hashable {
     public var prefetch: Int
     /// The least one bundle's consumer takes (itself capped by `prefetch`).
     public var floor: Int
-
     public init(maxInFlight: Int, prefetch: Int, floor: Int = defaultFloor) {
         precondition(maxInFlight >= 1 && prefetch >= 1 && floor >= 1, "budget, prefetch and floor are at least 1")
         self.maxInFlight = maxInFlight
@@ -38,11 +43,15 @@ public struct InFlightBudget: Sendable, Hashable {
         public var total: Int
         /// True when the floor (not the budget) set `perBundle`, so `total` exceeds the budget.
         public var floorBinds: Bool
+        /// The most one bundle's in-flight window grows to: its whole share of the budget (at
+        /// least `perBundle`, at most 65,535, AMQP's largest prefetch).
+        public var ceiling: Int
 
-        public init(perBundle: Int, total: Int, floorBinds: Bool) {
+        public init(perBundle: Int, total: Int, floorBinds: Bool, ceiling: Int? = nil) {
             self.perBundle = perBundle
             self.total = total
             self.floorBinds = floorBinds
+            self.ceiling = ceiling ?? perBundle
         }
     }
 
@@ -54,7 +63,8 @@ public struct InFlightBudget: Sendable, Hashable {
         let floor = min(self.floor, prefetch)
         let even = maxInFlight / count
         let perBundle = min(prefetch, max(floor, even))
-        return Share(perBundle: perBundle, total: perBundle * count, floorBinds: even < floor)
+        let ceiling = max(perBundle, min(Int(UInt16.max), even))
+        return Share(perBundle: perBundle, total: perBundle * count, floorBinds: even < floor, ceiling: ceiling)
     }
 
     /// The start-up warning when the floor binds, with the figures; nil when the budget holds.
@@ -64,5 +74,30 @@ public struct InFlightBudget: Sendable, Hashable {
         return "[amqp] maxInFlight = \(maxInFlight) is less than \(bundles) bundle\(bundles == 1 ? "" : "s") × the floor of \(share.perBundle) jobs each: "
             + "each bundle's consumer takes \(share.perBundle), up to \(share.total) jobs in flight; "
             + "raise maxInFlight to at least \(share.total) or run fewer bundles per instance"
+    }
+}
+
+/// One bundle consumer's in-flight bounds while it runs: where its window starts (`floor`, its
+/// starting prefetch) and the most it takes (`ceiling`, its share of `[amqp] maxInFlight`).
+/// Worked out from the configuration in force, so a reload that adds or removes bundles gives
+/// the running consumers their new share too (`WorkerService.apply`), not only the new ones.
+public struct BundleInFlightBounds: Sendable, Hashable {
+    public var floor: Int
+    public var ceiling: Int
+
+    public init(floor: Int, ceiling: Int) {
+        self.floor = max(1, floor)
+        self.ceiling = max(self.floor, ceiling)
+    }
+
+    /// The consumer's bound for its share of its pool's window: never under the floor, never
+    /// over the ceiling.
+    public func limit(forWindowShare share: Int) -> Int {
+        min(ceiling, max(floor, share))
+    }
+
+    /// No bound beyond the starting prefetch's (a pipeline built without a budget: tests, benches).
+    public static func unbounded(floor: Int) -> BundleInFlightBounds {
+        BundleInFlightBounds(floor: floor, ceiling: .max)
     }
 }

@@ -33,7 +33,9 @@ public struct WorkerConfiguration: Sendable, Hashable {
 public struct AMQPSettings: Sendable, Hashable {
     /// `url`, repeatable: a failover list tried in order (`amqp://` or `amqps://`). Required.
     public var urls: [String]
-    /// `prefetch`: unacknowledged jobs per consumer (1 to 65535). Default 500.
+    /// `prefetch`: unacknowledged jobs a bundle's consumer starts with (1 to 65535), written or
+    /// not: its in-flight window (issue 38) grows from there to the bundle's share of
+    /// `maxInFlight`, which is the cap. Default 500.
     public var prefetch: Int
     /// `maxInFlight`: unacknowledged jobs across all of this instance's bundles (1 to 1,000,000),
     /// shared evenly between their consumers (`InFlightBudget`). Default 2000.
@@ -62,7 +64,9 @@ public struct AMQPSettings: Sendable, Hashable {
     }
 
     /// The budget `maxInFlight` and `prefetch` make: each bundle consumer's share.
-    public var inFlightBudget: InFlightBudget { InFlightBudget(maxInFlight: maxInFlight, prefetch: prefetch) }
+    public var inFlightBudget: InFlightBudget {
+        InFlightBudget(maxInFlight: maxInFlight, prefetch: prefetch)
+    }
 
     /// The URLs with their passwords replaced by `***`, for logs and summaries.
     public var maskedURLs: [String] { urls.map(Self.maskingPassword) }
@@ -282,6 +286,9 @@ public struct BundleConfiguration: Sendable, Hashable {
     /// http2, so one carries on while the other reconnects after GOAWAY; 1 for binary, whose
     /// error replay is simplest on one ordered stream.
     public var connections: Int
+    /// Whether the operator wrote `connections`: then it is also the most connections the
+    /// in-flight window may open (issue 38); otherwise the window may open more, as it needs.
+    public var connectionsSet: Bool
     /// The rollout gate (`allowSyncServers`, `denySyncServers`, `rolloutPercentage`).
     public var rollout: RolloutGate
     /// `binaryHoldWindow` (binary only): how long a written notification is kept for replay
@@ -328,6 +335,7 @@ public struct BundleConfiguration: Sendable, Hashable {
         self.port = port
         self.caFile = caFile
         self.connections = connections ?? Self.defaultConnections(for: transport)
+        self.connectionsSet = connections != nil
         self.rollout = rollout
         self.binaryHoldWindow = binaryHoldWindow
         self.feedbackInterval = feedbackInterval

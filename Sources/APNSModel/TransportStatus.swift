@@ -20,3 +20,15 @@ public protocol TransportStatusReporting: Sendable {
     /// A count for every state, zero included, so gauges and tables always have the same rows.
     func connectionStates() -> [TransportConnectionState: Int]
 }
+
+/// A transport that sizes what it keeps in flight to the round trip it measures (issue 38,
+/// `InFlightWindow`): whoever feeds it (a bundle's consumer) keeps its prefetch at the window.
+public protocol InFlightWindowReporting: Sendable {
+    /// Notifications the transport wants in flight now.
+    var inFlightWindow: Int { get }
+    /// `observer` is told its share of each new window (the window divided evenly among the
+    /// observers: the consumers of the bundles that share a pool), on the thread that measured it
+    /// (an event loop): it must be quick and never block. It returns false once nobody listens
+    /// any more (its consumer is gone, a bundle removed while running) and is then forgotten.
+    func observeInFlightWindow(_ observer: @escaping @Sendable (Int) -> Bool)
+}

@@ -35,6 +35,15 @@ struct ConnectionPoolStateMachine<Connection, Waiter> {
         var inFlight = 0
         /// An answer has arrived on this connection (token auth: the JWT was accepted).
         var answered = false
+        /// A connection loop keeps this slot connected: always for the base slots; for the
+        /// others from when the window needs them (`slotToOpen`) until idle (`idleCheck`).
+        var active = false
+        /// The slot's connection loop has not returned yet (a retired slot's loop is ending).
+        var looping = false
+        /// Carried a stream since the last idle check.
+        var carried = false
+        /// Idle checks in a row that found it carrying nothing.
+        var quietChecks = 0
     }
 
     /// Permission to open one stream on one connection; give it back with `release`.
@@ -61,13 +70,31 @@ struct ConnectionPoolStateMachine<Connection, Waiter> {
     private(set) var shuttingDown = false
     let streamCap: Int
     let oneStreamUntilFirstAnswer: Bool
+    /// Slots kept connected whenever the pool is in use; those above are opened and closed as
+    /// the in-flight window needs them (issue 38).
+    let baseConnections: Int
+    /// Idle checks in a row that find the whole pool carrying nothing after which its base
+    /// connections close too (issue 39: a pool opens on its first job and closes after it has
+    /// been idle a while); nil: they stay open.
+    let poolIdleChecks: Int?
+    /// Idle checks in a row that found the whole pool quiet.
+    private(set) var poolQuietChecks = 0
+    /// Every connection closed for idleness: the pool is `idle` until its next job (`reopen`).
+    private(set) var dormant = false
 
     /// - Parameters:
+    ///   - connections: the slots kept connected (the operator's `connections`, or its default).
+    ///   - maxConnections: the most slots the window may open (at least `connections`).
     ///   - streamCap: our ceiling on streams per connection, below the server's.
     ///   - oneStreamUntilFirstAnswer: token authentication: Apple allows one stream on a new
     ///     connection until it has validated the first token.
-    init(connections: Int, streamCap: Int, oneStreamUntilFirstAnswer: Bool) {
-        self.slots = Array(repeating: Slot(), count: max(1, connections))
+    ///   - poolIdleChecks: see the property.
+    init(connections: Int, maxConnections: Int? = nil, streamCap: Int, oneStreamUntilFirstAnswer: Bool, poolIdleChecks: Int? = nil) {
+        let base = max(1, connections)
+        self.baseConnections = base
+        self.poolIdleChecks = poolIdleChecks.map { max(1, $0) }
+        self.slots = Array(repeating: Slot(), count: max(base, maxConnections ?? base))
+        for index in 0..<base { slots[index].active = true }
         self.streamCap = max(1, streamCap)
         self.oneStreamUntilFirstAnswer = oneStreamUntilFirstAnswer
     }
@@ -76,6 +103,91 @@ struct ConnectionPoolStateMachine<Connection, Waiter> {
     var inFlight: Int { slots.reduce(0) { $0 + $1.inFlight } }
 
     func count(_ state: SlotState) -> Int { slots.filter { $0.state == state }.count }
+
+    /// The streams the pool could carry at once: what its ready connections allow, and our cap
+    /// for each slot not connected yet or not opened (the window's bound; it may grow towards
+    /// connections the pool can still open, which the window's wish then opens).
+    var streamCapacity: Int {
+        slots.reduce(0) { total, slot in total + (slot.state == .ready ? limit(slot) : streamCap) }
+    }
+
+    /// Whether a slot's connection loop should go on (not shutting down, not retired).
+    func isActive(slot: Int) -> Bool { !shuttingDown && slots[slot].active }
+
+    // MARK: connections opened and closed as the window needs (issue 38)
+
+    /// The window wants `wanted` streams at once: the slot to open when the active connections
+    /// cannot carry them, or nil. One at a time, and only once every active connection is
+    /// ready with its real limit known (SETTINGS seen and, with token authentication, the first
+    /// token accepted): until then a connection's limit says nothing of what it will carry.
+    mutating func slotToOpen(wanted: Int) -> Int? {
+        guard !shuttingDown else { return nil }
+        var capacity = 0
+        for slot in slots where slot.active {
+            guard slot.state == .ready, !(oneStreamUntilFirstAnswer && !slot.answered) else { return nil }
+            capacity += limit(slot)
+        }
+        guard wanted > capacity, let index = slots.firstIndex(where: { !$0.active && !$0.looping }) else { return nil }
+        slots[index].active = true
+        slots[index].quietChecks = 0
+        return index
+    }
+
+    /// The transport started (true) or ended (false) the connection loop of `slot`.
+    mutating func looping(slot: Int, _ running: Bool) {
+        slots[slot].looping = running
+    }
+
+    /// Run once per idle period: an opened slot that carried nothing at two checks in a row (so
+    /// for at least a whole period) is retired, not reconnected, and its connection closed. The
+    /// base slots stay.
+    /// With `poolIdleChecks`, a pool that carried nothing (no stream, none waiting) at that many
+    /// checks in a row closes its base connections too and is `dormant` until `reopen`.
+    mutating func idleCheck() -> [Connection] {
+        var close: [Connection] = []
+        let quiet = !dormant && waiters.isEmpty && slots.allSatisfy { !$0.carried && $0.inFlight == 0 }
+        poolQuietChecks = quiet ? poolQuietChecks + 1 : 0
+        if let poolIdleChecks, quiet, poolQuietChecks >= poolIdleChecks {
+            dormant = true
+            poolQuietChecks = 0
+            for index in slots.indices where slots[index].active {
+                slots[index].active = false
+                slots[index].quietChecks = 0
+                if slots[index].state == .ready || slots[index].state == .connecting { slots[index].state = .draining }
+                if let connection = slots[index].connection { close.append(connection) }
+            }
+            return close
+        }
+        // Base slots carry on; their "carried" marks are read above and cleared here.
+        for index in slots.indices where index < baseConnections { slots[index].carried = false }
+        for index in slots.indices where index >= baseConnections && slots[index].active {
+            if slots[index].carried || slots[index].inFlight > 0 {
+                slots[index].carried = false
+                slots[index].quietChecks = 0
+                continue
+            }
+            slots[index].quietChecks += 1
+            guard slots[index].quietChecks >= 2 else { continue }
+            slots[index].active = false
+            if slots[index].state == .ready || slots[index].state == .connecting { slots[index].state = .draining }
+            if let connection = slots[index].connection { close.append(connection) }
+        }
+        return close
+    }
+
+    /// A job for a dormant pool: its base slots are active again; the slots whose connection
+    /// loop must be started (those whose loop has ended). Empty when the pool is not dormant.
+    mutating func reopen() -> [Int] {
+        guard dormant, !shuttingDown else { return [] }
+        dormant = false
+        poolQuietChecks = 0
+        var start: [Int] = []
+        for index in 0..<baseConnections {
+            slots[index].active = true
+            if !slots[index].looping { start.append(index) }
+        }
+        return start
+    }
 
     /// Streams the slot may carry at once right now.
     func limit(_ slot: Slot) -> Int {
@@ -125,6 +237,7 @@ struct ConnectionPoolStateMachine<Connection, Waiter> {
         }
         guard let index = best, let connection = slots[index].connection else { return nil }
         slots[index].inFlight += 1
+        slots[index].carried = true
         return Lease(slot: index, generation: slots[index].generation, connection: connection)
     }
 

@@ -1,7 +1,8 @@
-/// The HTTP/2 provider API transport: a fixed number of persistent TLS + HTTP/2 connections per
-/// credential and environment, each carrying as many concurrent streams as the server allows,
-/// replaced when they go away, with a deadline per request and a classified result for every
-/// notification. A ServiceLifecycle `Service`: `run()` owns the connections.
+/// The HTTP/2 provider API transport: persistent TLS + HTTP/2 connections per credential and
+/// environment (`connections` kept open, more up to `maxConnections` opened when the in-flight
+/// window needs their streams and closed when idle), each carrying as many concurrent streams as
+/// the server allows, replaced when they go away, with a deadline per request and a classified
+/// result for every notification. A ServiceLifecycle `Service`: `run()` owns the connections.
 import APNSModel
 import APNSProviderToken
 import CancellableWait
@@ -32,9 +33,16 @@ public final class HTTP2Transport: NotificationTransport, Service {
     private struct State {
         var pool: Pool
         var nextWaiterID: UInt64 = 0
+        /// What the pool keeps in flight, sized to the round trip (issue 38).
+        var window: InFlightWindow
+        /// The consumers that feed this pool, by registration: each takes an even share.
+        var windowObservers: [UInt64: @Sendable (Int) -> Bool] = [:]
+        var nextObserverID: UInt64 = 0
     }
     private let state: Mutex<State>
     private let firstUse: FirstUseGate
+    /// Slots the window needs opened, for `run()` to start their connection loops.
+    private let slotsToOpen: (stream: AsyncStream<Int>, continuation: AsyncStream<Int>.Continuation)
 
     private let latency: Metrics.Timer
     private let inFlightMeter: Meter
@@ -59,9 +67,13 @@ public final class HTTP2Transport: NotificationTransport, Service {
         self.state = Mutex(
             State(
                 pool: Pool(
-                    connections: configuration.connections,
+                    connections: configuration.connections, maxConnections: configuration.maxConnections,
                     streamCap: configuration.maxConcurrentStreamsPerConnection,
-                    oneStreamUntilFirstAnswer: configuration.usesTokenAuthentication)))
+                    oneStreamUntilFirstAnswer: configuration.usesTokenAuthentication, poolIdleChecks: configuration.poolIdleChecks),
+                window: InFlightWindow(
+                    floor: configuration.inFlightFloor, ceiling: configuration.inFlightCeiling,
+                    now: NIODeadline.now().uptimeNanoseconds)))
+        self.slotsToOpen = AsyncStream.makeStream()
         let env = [("environment", configuration.environment.rawValue)]
         self.latency = Metrics.Timer(label: "apns_transport_request_duration_seconds", dimensions: env)
         self.inFlightMeter = Meter(label: "apns_transport_in_flight", dimensions: env)
@@ -127,12 +139,24 @@ public final class HTTP2Transport: NotificationTransport, Service {
     private func started(
         id: UUID, target: PushTarget, then completion: @escaping @Sendable (TransportResult) -> Void
     ) -> @Sendable (TransportResult) -> Void {
-        let started = ContinuousClock.now
+        let started = NIODeadline.now().uptimeNanoseconds
         firstUse.open()
         inFlightMeter.increment()
-        return { [inFlightMeter, latency, logger] result in
+        // A pool closed for idleness opens again with its next job.
+        let reopen = state.withLock { s -> [Int] in
+            s.window.sent()
+            return s.pool.dormant ? s.pool.reopen() : []
+        }
+        if !reopen.isEmpty {
+            logger.info("connection pool reopens for a job after being idle", metadata: ["apns.connections": .stringConvertible(reopen.count)])
+            for slot in reopen { slotsToOpen.continuation.yield(slot) }
+        }
+        return { [self] result in
             inFlightMeter.decrement()
-            latency.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
+            let now = NIODeadline.now().uptimeNanoseconds
+            let rtt = now >= started ? now - started : 0
+            latency.recordNanoseconds(Int64(clamping: rtt))
+            windowEnded(rtt: rtt, result: result, now: now)
             if case .failed(let failure) = result {
                 logger.debug(
                     "notification not answered",
@@ -143,6 +167,32 @@ public final class HTTP2Transport: NotificationTransport, Service {
             }
             completion(result)
         }
+    }
+
+    /// One send ended: the window measures it, and observers hear of a new window.
+    private func windowEnded(rtt: UInt64, result: TransportResult, now: UInt64) {
+        var answered = false
+        if case .http = result { answered = true }
+        let (changed, rate, observers, open) = state.withLock { s -> (Int?, Double, [UInt64: @Sendable (Int) -> Bool], Int?) in
+            let changed = s.window.ended(rtt: rtt, answered: answered, now: now, streamCapacity: s.pool.streamCapacity)
+            // More streams wanted than the open connections allow (notifications wait for one).
+            let open = changed != nil || s.pool.waiting > 0 ? s.pool.slotToOpen(wanted: s.window.target) : nil
+            return (changed, s.window.rate ?? 0, changed == nil ? [:] : s.windowObservers, open)
+        }
+        if let open { openSlot(open) }
+        guard let changed else { return }
+        logger.debug("in-flight window", metadata: ["apns.window": "\(changed)", "apns.rate": "\(Int(rate))"])
+        // Bundles sharing the pool split its window: together they take what it carries.
+        let share = (changed + observers.count - 1) / max(1, observers.count)
+        let gone = observers.filter { !$0.value(share) }.map(\.key)
+        if !gone.isEmpty { state.withLock { s in for id in gone { s.windowObservers[id] = nil } } }
+    }
+
+    private func openSlot(_ slot: Int) {
+        logger.info(
+            "opening another connection: the in-flight window needs more streams than the open ones allow",
+            metadata: ["apns.slot": .stringConvertible(slot), "apns.window": .stringConvertible(inFlightWindow)])
+        slotsToOpen.continuation.yield(slot)
     }
 
     private enum FirstToken {
@@ -245,14 +295,23 @@ public final class HTTP2Transport: NotificationTransport, Service {
 
     // MARK: connections
 
-    /// Keeps `configuration.connections` connections open until graceful shutdown or
-    /// cancellation; then lets streams in flight finish (each is bounded by its deadline).
+    /// Keeps `configuration.connections` connections open, and those the window opens, until
+    /// graceful shutdown or cancellation; then lets streams in flight finish (each is bounded by
+    /// its deadline).
     public func run() async throws {
-        logger.info("HTTP/2 transport starting", metadata: ["apns.connections": .stringConvertible(configuration.connections)])
+        let (base, most) = state.withLock { ($0.pool.baseConnections, $0.pool.slots.count) }
+        logger.info(
+            "HTTP/2 transport starting",
+            metadata: ["apns.connections": .stringConvertible(base), "apns.maxConnections": .stringConvertible(most)])
         await withTaskCancellationHandler {
             await withGracefulShutdownHandler {
                 await withTaskGroup(of: Void.self) { group in
-                    for slot in 0..<max(1, configuration.connections) {
+                    for slot in 0..<base {
+                        group.addTask { await self.keepConnected(slot: slot) }
+                    }
+                    if most > base || configuration.poolIdleChecks != nil { group.addTask { await self.closeIdleConnections() } }
+                    // Ends with `shutdown()`.
+                    for await slot in slotsToOpen.stream {
                         group.addTask { await self.keepConnected(slot: slot) }
                     }
                 }
@@ -266,6 +325,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     }
 
     private func shutdown() {
+        slotsToOpen.continuation.finish()
         let (waiters, close) = mutatePool { $0.beginShutdown() }
         for waiter in waiters { waiter.resume(returning: .shutdown) }
         for connection in close { connection.channel.close(promise: nil) }
@@ -273,12 +333,38 @@ public final class HTTP2Transport: NotificationTransport, Service {
 
     private var isShuttingDown: Bool { state.withLock { $0.pool.shuttingDown } }
 
+    /// Once per idle period: connections opened on demand that carried nothing for a whole
+    /// period are closed (`ConnectionPoolStateMachine.idleCheck`); the base ones too once the
+    /// whole pool carried nothing for `poolIdleTimeout`.
+    private func closeIdleConnections() async {
+        while !isShuttingDown {
+            do {
+                try await cancelWhenGracefulShutdown { try await Task.sleep(for: self.configuration.idleConnectionTimeout) }
+            } catch {
+                return
+            }
+            let (close, dormant) = mutatePool { pool -> ([HTTP2Connection], Bool) in
+                let wasDormant = pool.dormant
+                return (pool.idleCheck(), !wasDormant && pool.dormant)
+            }
+            if dormant {
+                logger.info("connection pool idle: its connections close until its next job", metadata: ["apns.connections": .stringConvertible(close.count)])
+            } else if !close.isEmpty {
+                logger.info("closing a connection that carried nothing for the idle period")
+            }
+            for connection in close { connection.channel.close(promise: nil) }
+        }
+    }
+
     private func keepConnected(slot: Int) async {
         // A connection that served is replaced at once (after a short floor so a server that
-        // accepts and drops cannot spin us); failures back off exponentially.
+        // accepts and drops cannot spin us); failures back off exponentially. A slot opened on
+        // demand ends its loop when it is retired idle.
         let loop = ReconnectLoop(
             backoff: ReconnectBackoff(initial: configuration.reconnectInitialDelay, maximum: configuration.reconnectMaxDelay))
-        await loop.run(after: firstUse, isShuttingDown: { isShuttingDown }) {
+        mutatePool { $0.looping(slot: slot, true) }
+        defer { mutatePool { $0.looping(slot: slot, false) } }
+        await loop.run(after: firstUse, isShuttingDown: { [self] in !state.withLock { $0.pool.isActive(slot: slot) } }) {
             let generation = mutatePool { $0.connecting(slot: slot) }
             do {
                 let connection = try await connect(slot: slot, generation: generation)
@@ -349,6 +435,10 @@ public final class HTTP2Transport: NotificationTransport, Service {
         switch event {
         case .settings(let max):
             carryOut(mutatePool { $0.settings(slot: slot, generation: generation, maxConcurrentStreams: max) })
+            // Ready: if the window still wants more streams, the next connection may open.
+            if let open = state.withLock({ $0.pool.waiting > 0 ? $0.pool.slotToOpen(wanted: $0.window.target) : nil }) {
+                openSlot(open)
+            }
         case .goaway(let lastStreamID, let errorCode):
             logger.info(
                 "GOAWAY from APNs",
@@ -366,6 +456,17 @@ public final class HTTP2Transport: NotificationTransport, Service {
     }
 }
 
+extension HTTP2Transport: InFlightWindowReporting {
+    public var inFlightWindow: Int { state.withLock { $0.window.target } }
+
+    public func observeInFlightWindow(_ observer: @escaping @Sendable (Int) -> Bool) {
+        state.withLock { s in
+            s.windowObservers[s.nextObserverID] = observer
+            s.nextObserverID += 1
+        }
+    }
+}
+
 extension HTTP2Transport: TransportStatusReporting {
     public func connectionStates() -> [TransportConnectionState: Int] {
         let idle = !firstUse.isOpen
@@ -375,9 +476,12 @@ extension HTTP2Transport: TransportStatusReporting {
                 counts[s.pool.shuttingDown ? .closed : .idle] = s.pool.count(.down)
                 return counts
             }
-            for slotState in Pool.SlotState.allCases {
+            for slot in s.pool.slots {
                 let reported: TransportConnectionState
-                switch slotState {
+                switch slot.state {
+                // A slot the window has not opened (or closed idle) is not down: nothing needs it.
+                case .down where !slot.active && !s.pool.shuttingDown, .draining where !slot.active && !s.pool.shuttingDown:
+                    reported = .idle
                 case .down: reported = s.pool.shuttingDown ? .closed : .backingOff
                 case .connecting: reported = .connecting
                 case .ready: reported = .ready
@@ -385,7 +489,7 @@ extension HTTP2Transport: TransportStatusReporting {
                 // it carries no new notifications, like one waiting to reconnect.
                 case .draining: reported = .backingOff
                 }
-                counts[reported, default: 0] += s.pool.count(slotState)
+                counts[reported, default: 0] += 1
             }
             return counts
         }

@@ -31,6 +31,29 @@ public struct HTTP2TransportConfiguration: Sendable {
     public var authentication: Authentication
     /// Persistent connections kept open (each reused for as long as the server allows).
     public var connections: Int = 1
+    /// The most connections open at once: those above `connections` are opened when the
+    /// in-flight window wants more streams than the open ones allow, and closed after carrying
+    /// nothing for `idleConnectionTimeout` (issue 38). nil: `connections`, none opened on demand.
+    public var maxConnections: Int?
+    /// How long a connection opened on demand may carry nothing before it is closed (and how
+    /// often idleness is checked).
+    public var idleConnectionTimeout: Duration = .seconds(60)
+    /// How long the whole pool may carry nothing before its `connections` close too; it then
+    /// reports `idle`, as before its first job, and its next job opens them again (issue 39).
+    /// nil: they stay open. Counted in idle checks, so rounded up to `idleConnectionTimeout`.
+    public var poolIdleTimeout: Duration?
+    /// What `apns-worker run` uses: long enough that a bundle with a job every minute or two keeps
+    /// its connections (a TLS handshake and, with tokens, one stream until the first answer cost
+    /// more than an idle connection), short enough that a credential nobody uses any more does
+    /// not hold connections to Apple for the life of the process.
+    public static let defaultPoolIdleTimeout: Duration = .seconds(300)
+    /// `poolIdleTimeout` in idle checks.
+    var poolIdleChecks: Int? {
+        poolIdleTimeout.map { timeout in
+            let period = max(idleConnectionTimeout.wholeMillisecondsForPool, 1)
+            return max(1, Int((timeout.wholeMillisecondsForPool + period - 1) / period))
+        }
+    }
     /// Connect only when the first notification is sent, not at start-up: for the environment a
     /// bundle only uses when a job asks for it. Until then the connections report `idle`.
     public var connectOnFirstUse = false
@@ -44,6 +67,10 @@ public struct HTTP2TransportConfiguration: Sendable {
     public var maxConcurrentStreamsPerConnection: Int = defaultMaxConcurrentStreamsPerConnection
     /// Apple's own limit; what a shared pool's bundles split (`PoolPrefetch`).
     public static let defaultMaxConcurrentStreamsPerConnection = 1000
+    /// The in-flight window (`InFlightWindow`): where it starts and the least it asks for (the
+    /// feeding consumer's starting prefetch), and the most (its share of `[amqp] maxInFlight`).
+    public var inFlightFloor: Int = 500
+    public var inFlightCeiling: Int = 4000
     /// Delay before the first reconnect attempt after a failure; doubles up to `reconnectMaxDelay`.
     public var reconnectInitialDelay: Duration = .milliseconds(100)
     public var reconnectMaxDelay: Duration = .seconds(30)
@@ -111,4 +138,11 @@ public final class ProviderTokenSource: Sendable {
 extension Duration {
     /// NIO's unit for timers and timeouts.
     var timeAmount: TimeAmount { .nanoseconds(nanoseconds) }
+}
+
+extension Duration {
+    /// Whole milliseconds, for counting idle checks.
+    fileprivate var wholeMillisecondsForPool: Int64 {
+        components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000
+    }
 }

@@ -1,4 +1,5 @@
 import AMQPClient
+import APNSConfig
 import APNSFleet
 import APNSModel
 import APNSTopologyNames
@@ -52,6 +53,8 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     /// The time of the breaker, the probes, the shutdown deadline, a job's timings and the times
     /// written into its messages.
     let clock: any ConsumerClock
+    /// Where the consumer's window starts and the most it takes (`updateInFlightBounds(_:)`).
+    let inFlightBounds: Mutex<BundleInFlightBounds>
     /// The bundle's consumer: hold breaker, pause, consumer, jobs in flight, shutdown.
     let consumer: QueueConsumer<BundlePipeline>
 
@@ -80,6 +83,35 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
             clock: clock, announce: { [logger] news in BundlePipeline.announce(news, logger: logger) })
         self.consumer = consumer
         bundleStatistics.countInFlight { consumer.inFlight }
+        // The consumer holds its share of what the transport's window asks (issue 38), never
+        // less than the prefetch it starts with; a pipeline gone (its bundle removed while
+        // running) stops listening.
+        // It never takes more than its share of the budget, which a reload may change.
+        self.inFlightBounds = Mutex(settings.inFlightBounds)
+        if let windowed = transport as? any InFlightWindowReporting {
+            windowed.observeInFlightWindow { [weak self] window in
+                guard let self else { return false }
+                consumer.resize(to: inFlightBounds.withLock { $0.limit(forWindowShare: window) })
+                return true
+            }
+        }
+    }
+
+    /// The bounds now (`updateInFlightBounds(_:)`).
+    public var currentInFlightBounds: BundleInFlightBounds { inFlightBounds.withLock { $0 } }
+
+    /// Bundles were added or removed while running: this consumer's share of `[amqp] maxInFlight`
+    /// changed. A smaller ceiling is followed at once (the consumer re-consumes with it as its
+    /// prefetch); a larger one lets the window grow further.
+    public func updateInFlightBounds(_ new: BundleInFlightBounds) {
+        let old = inFlightBounds.withLock { bounds in
+            defer { bounds = new }
+            return bounds
+        }
+        guard old != new else { return }
+        if consumer.limit > new.ceiling { consumer.resize(to: new.ceiling, force: true) }
+        logger.info(
+            "in-flight share updated", metadata: ["amqp.bundlePrefetch": "\(new.floor)", "amqp.bundleWindowCeiling": "\(new.ceiling)"])
     }
 
     public var queue: String { TopologyNames.workQueue(settings.bundleID) }
@@ -197,6 +229,14 @@ public struct BundlePipelineSettings: Sendable {
     public var shutdownDeadline: Duration
     /// Deliveries after which a job is a poison job (`DeliveryLimit`).
     public var maxDeliveries: Int
+    /// The most jobs the consumer takes as its window grows (its share of `[amqp]
+    /// maxInFlight`); nil: no bound beyond what the transport's window asks.
+    public var inFlightCeiling: Int?
+
+    /// `prefetch` as the floor, `inFlightCeiling` as the ceiling.
+    public var inFlightBounds: BundleInFlightBounds {
+        inFlightCeiling.map { BundleInFlightBounds(floor: Int(prefetch), ceiling: $0) } ?? .unbounded(floor: Int(prefetch))
+    }
 
     public init(
         bundleID: String, defaultEnvironment: APNSEnvironment = .production, transportKind: TransportKind = .http2,

@@ -1,4 +1,5 @@
 import APNSModel
+import Synchronization
 
 /// Sends each notification through the transport of its environment: a job may override its
 /// bundle's environment (tokens of debug builds), so a bundle keeps a transport per environment.
@@ -38,5 +39,28 @@ extension EnvironmentRouter: TransportStatusReporting {
             total.merge(transport.connectionStates(), uniquingKeysWith: +)
         }
         return total
+    }
+}
+
+extension EnvironmentRouter: InFlightWindowReporting {
+    /// The largest window of the environments' transports: a bundle's jobs nearly all go to its
+    /// own environment, and a sum would double the consumer's prefetch for an idle one.
+    public var inFlightWindow: Int {
+        transports.values.compactMap { ($0 as? any InFlightWindowReporting)?.inFlightWindow }.max() ?? 0
+    }
+
+    /// The largest of this bundle's shares of its environments' windows.
+    public func observeInFlightWindow(_ observer: @escaping @Sendable (Int) -> Bool) {
+        let shares = Mutex<[APNSEnvironment: Int]>([:])
+        for (environment, transport) in transports {
+            guard let transport = transport as? any InFlightWindowReporting else { continue }
+            transport.observeInFlightWindow { share in
+                let largest = shares.withLock { shares in
+                    shares[environment] = share
+                    return shares.values.max() ?? share
+                }
+                return observer(largest)
+            }
+        }
     }
 }

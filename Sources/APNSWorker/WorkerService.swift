@@ -20,12 +20,15 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
     /// Builds a bundle's pipeline over the transport its unit acquired (the configuration gives
     /// the `[retry]`, `[worker]` and `[amqp]` settings in force).
     public typealias PipelineMaker = @Sendable (BundleConfiguration, WorkerConfiguration, any NotificationTransport) -> BundlePipeline<Broker>
+    /// A bundle's in-flight bounds under a configuration (its share of `[amqp] maxInFlight`).
+    public typealias BoundsMaker = @Sendable (BundleConfiguration, WorkerConfiguration) -> BundleInFlightBounds
 
     let broker: Broker
     let topology: TopologyPlan
     let logger: Logger
     let source: (any TransportSource)?
     let makePipeline: PipelineMaker?
+    let inFlightBounds: BoundsMaker?
     private let state: Mutex<UnitState>
     private let inForce = Mutex<ConfigurationInForce?>(nil)
     private let starts: AsyncStream<BundleUnit<Broker>>
@@ -46,6 +49,7 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
         self.logger = logger
         self.source = nil
         self.makePipeline = nil
+        self.inFlightBounds = nil
         let (stream, continuation) = AsyncStream.makeStream(of: BundleUnit<Broker>.self)
         starts = stream
         startsContinuation = continuation
@@ -57,16 +61,19 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
     }
 
     /// A worker for `configuration`'s bundles, each unit's transports acquired from `source`.
+    /// - Parameter inFlightBounds: each bundle's share of the budget under a configuration; a
+    ///   change while running gives the units that keep running their new share (nil: none).
     /// - Throws: when a bundle's transports cannot be made (its TLS material does not load).
     public init(
         broker: Broker, configuration: WorkerConfiguration, source: any TransportSource, logger: Logger,
-        makePipeline: @escaping PipelineMaker
+        inFlightBounds: BoundsMaker? = nil, makePipeline: @escaping PipelineMaker
     ) throws {
         self.broker = broker
         self.topology = configuration.topologyPlan
         self.logger = logger
         self.source = source
         self.makePipeline = makePipeline
+        self.inFlightBounds = inFlightBounds
         let (stream, continuation) = AsyncStream.makeStream(of: BundleUnit<Broker>.self)
         starts = stream
         startsContinuation = continuation
@@ -158,6 +165,15 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
         if change.retryChanged {
             let policy = RetryPolicy(delays: configuration.retry.delays, maxAttempts: configuration.retry.maxAttempts)
             for unit in running { unit.pipeline.updateRetryPolicy(policy) }
+        }
+        // The budget is shared by the bundles configured now: those that keep running take
+        // their new share before the new ones start, so the total stays within it.
+        if let inFlightBounds {
+            let bundles = Dictionary(configuration.bundles.map { ($0.bundleID, $0) }, uniquingKeysWith: { first, _ in first })
+            for unit in running {
+                guard let bundle = bundles[unit.bundleID] else { continue }
+                unit.pipeline.updateInFlightBounds(inFlightBounds(bundle, configuration))
+            }
         }
 
         var failures: [String: any Error] = [:]

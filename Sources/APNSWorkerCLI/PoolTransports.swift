@@ -15,9 +15,13 @@ import Synchronization
 enum PoolTransports {
     /// The transport of a new pool. Every pool connects on its first notification: a bundle's
     /// other environment rarely gets one, and an idle credential keeps no connections to Apple.
+    /// - Parameters:
+    ///   - windowFloor: where the pool's in-flight window (issue 38) starts: a bundle's share.
+    ///   - windowCeiling: the most it grows to (`[amqp] maxInFlight`; each consumer feeding the
+    ///     pool takes at most its own share of it, `BundleInFlightBounds`).
     static func make(
         _ bundle: BundleConfiguration, environment: APNSEnvironment, key: TransportPoolKey, settings: WorkerSettings,
-        tokens: TokenSources, logger: Logger
+        tokens: TokenSources, windowFloor: Int, windowCeiling: Int, logger: Logger
     ) throws -> any NotificationTransport & Service {
         var transportLogger = logger
         transportLogger[metadataKey: "apns.pool"] = "\(key)"
@@ -36,8 +40,18 @@ enum PoolTransports {
         if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
         configuration.connections = bundle.connections
         configuration.connectOnFirstUse = true
+        // A pool that carried nothing for five minutes closes (issue 39; docs/decisions.md).
+        configuration.poolIdleTimeout = HTTP2TransportConfiguration.defaultPoolIdleTimeout
         configuration.requestTimeout = settings.requestTimeout
         configuration.connectTimeout = settings.connectTimeout
+        configuration.inFlightFloor = windowFloor
+        configuration.inFlightCeiling = min(Int(UInt16.max), max(windowFloor, windowCeiling))
+        // Unless the operator fixed `connections`, the window may open as many as its ceiling
+        // needs at our stream cap (Apple allows about 1,000 streams each), up to 16.
+        if !bundle.connectionsSet {
+            let streams = configuration.maxConcurrentStreamsPerConnection
+            configuration.maxConnections = max(bundle.connections, min(16, (configuration.inFlightCeiling + streams - 1) / streams))
+        }
         return try HTTP2Transport(configuration: configuration, logger: transportLogger)
     }
 

@@ -72,8 +72,15 @@ struct RunCommand: AsyncParsableCommand {
         // One connection pool per credential, environment and endpoint, shared by the bundles
         // whose keys are equal (issue 39), opened on its first job; a bundle unit acquires its
         // pools when it starts and releases them when it stops (a change while running).
-        let transports = TransportRegistry(logger: logger) { [worker = configuration.worker] key, bundle, environment in
-            try PoolTransports.make(bundle, environment: environment, key: key, settings: worker, tokens: tokenSources, logger: logger)
+        // A pool's in-flight window starts at a bundle's share and may grow to the whole budget:
+        // what bounds the total is each bundle's cap (`BundleInFlightBounds`, which follows the
+        // bundles added and removed while running), and a window its consumers do not fill
+        // does not grow.
+        let transports = TransportRegistry(logger: logger) {
+            [worker = configuration.worker, budget = configuration.amqp.inFlightBudget, startCount = configuration.bundles.count] key, bundle, environment in
+            try PoolTransports.make(
+                bundle, environment: environment, key: key, settings: worker, tokens: tokenSources,
+                windowFloor: budget.share(bundles: startCount).perBundle, windowCeiling: budget.maxInFlight, logger: logger)
         }
         services.append(transports)
         let pipelineTracing = tracing.map { PipelineTracing(tracer: $0.tracer, continuesProducerTrace: configuration.tracing?.parentBased ?? false) }
@@ -81,30 +88,38 @@ struct RunCommand: AsyncParsableCommand {
         // A bundle's pipeline over its unit's transports, at start-up and for every bundle a
         // change while running adds or rebuilds (`ConfigurationReloader`).
         let poolPrefetches = PoolPrefetches()
-        let makePipeline: WorkerService<AMQPConnection>.PipelineMaker = { bundle, configuration, transport in
-            // `[amqp] maxInFlight` shared evenly: RabbitMQ bounds each consumer only, so the
-            // instance-wide bound is each bundle's consumer asking for its share.
-            let bundlePrefetch = configuration.amqp.inFlightBudget.share(bundles: configuration.bundles.count).perBundle
+        // `[amqp] maxInFlight` shared evenly: RabbitMQ bounds each consumer only, so the
+        // instance-wide bound is each bundle's consumer asking for its share; worked out again
+        // for the running bundles when a change adds or removes some.
+        let inFlightBounds: WorkerService<AMQPConnection>.BoundsMaker = { bundle, configuration in
+            let share = configuration.amqp.inFlightBudget.share(bundles: configuration.bundles.count)
             // Bundles sharing a pool split its streams, so no job waits for one past its deadline.
-            let poolPrefetch = poolPrefetches.prefetch(of: bundle, in: configuration, share: bundlePrefetch, logger: logger)
-            let settings = BundlePipelineSettings(
+            let poolPrefetch = poolPrefetches.prefetch(of: bundle, in: configuration, share: share.perBundle, logger: logger)
+            return BundleInFlightBounds(floor: poolPrefetch, ceiling: share.ceiling)
+        }
+        let makePipeline: WorkerService<AMQPConnection>.PipelineMaker = { bundle, configuration, transport in
+            let bounds = inFlightBounds(bundle, configuration)
+            var settings = BundlePipelineSettings(
                 bundleID: bundle.bundleID, defaultEnvironment: bundle.environment,
                 transportKind: bundle.transport == .binary ? .binary : .http2,
-                prefetch: UInt16(clamping: poolPrefetch),
+                prefetch: UInt16(clamping: bounds.floor),
                 retryPolicy: RetryPolicy(delays: configuration.retry.delays, maxAttempts: configuration.retry.maxAttempts),
                 probeInterval: configuration.worker.probeInterval,
                 shutdownDeadline: configuration.worker.shutdownDeadline, maxDeliveries: configuration.worker.maxDeliveries)
+            settings.inFlightCeiling = bounds.ceiling
             return BundlePipeline(
                 settings: settings, broker: broker, transport: transport, rollout: RolloutRule(bundle.rollout),
                 statistics: statistics, logger: logger, observer: observer, tracing: pipelineTracing)
         }
         let budget = configuration.amqp.inFlightBudget
-        let bundlePrefetch = budget.share(bundles: configuration.bundles.count).perBundle
+        let bundleShare = budget.share(bundles: configuration.bundles.count)
+        let bundlePrefetch = bundleShare.perBundle
         // The binary bundles' feedback service pollers, following changes while running.
         let feedbackPollers = try FeedbackPollers(loaded, broker: broker, observer: registry?.recorder, logger: logger)
         services.append(feedbackPollers)
         let worker = try WorkerService(
-            broker: broker, configuration: configuration, source: transports, logger: logger, makePipeline: makePipeline)
+            broker: broker, configuration: configuration, source: transports, logger: logger, inFlightBounds: inFlightBounds,
+            makePipeline: makePipeline)
         let fleet = FleetService(
             broker: broker, worker: worker, identity: .current(version: APNSWorkerVersion.current),
             interval: configuration.admin.heartbeatInterval, logger: logger)
@@ -146,7 +161,7 @@ struct RunCommand: AsyncParsableCommand {
         logger.info("apns-worker starting", metadata: ["apns.bundles": "\(configuration.bundles.map(\.bundleID))"])
         logger.info("in-flight budget", metadata: [
             "amqp.maxInFlight": "\(budget.maxInFlight)", "amqp.prefetch": "\(configuration.amqp.prefetch)",
-            "amqp.bundlePrefetch": "\(bundlePrefetch)", "apns.bundleCount": "\(configuration.bundles.count)",
+            "amqp.bundlePrefetch": "\(bundlePrefetch)", "amqp.bundleWindowCeiling": "\(bundleShare.ceiling)", "apns.bundleCount": "\(configuration.bundles.count)",
         ])
         if let warning = budget.floorWarning(bundles: configuration.bundles.count) {
             logger.warning("IN-FLIGHT BUDGET: \(warning)")

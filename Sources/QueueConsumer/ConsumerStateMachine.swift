@@ -83,6 +83,9 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         case none
         case startConsumer
         case cancelConsumer
+        /// Consume again with the prefetch `limit` now says, then cancel the consumer before: the
+        /// broker applies `basic.qos` only to consumers started after it (issue 38).
+        case reconsume
         /// Take a probe and report it with `probeTaken`.
         case probe
         /// `run()` is done.
@@ -131,7 +134,8 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         }
     }
 
-    package let limit: Int
+    /// The in-flight bound, and the prefetch the consumer is started with.
+    package private(set) var limit: Int
     package let shutdownDeadline: Duration
 
     package private(set) var breaker: Breaker
@@ -274,6 +278,27 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         return (found ? .refuse : nil, isDraining ? drain(now: now) : takeAgain(now: now))
     }
 
+    /// The work wants `wanted` jobs in flight (its transport's window, issue 38). The bound
+    /// follows, and a running consumer is started again with it as its prefetch, only when the
+    /// window grew past the bound or fell to a quarter of it: a window that wavers does not
+    /// churn consumers, and one that shrank a little keeps the jobs it has. `force`: a bound,
+    /// not a wish (a smaller share of the budget after bundles were added): followed at once.
+    package mutating func resize(to wanted: Int, force: Bool = false) -> Action {
+        let wanted = max(wanted, 1)
+        guard wanted > limit || wanted * 4 <= limit || (force && wanted < limit) else { return .none }
+        let grew = wanted > limit
+        limit = wanted
+        var action = Action()
+        if grew, let waiter = roomWaiter, inFlight < limit {
+            roomWaiter = nil
+            let admitted = accepting
+            if admitted { inFlight += 1 }
+            action.wake = Wake(waiter: waiter, admitted: admitted)
+        }
+        if consumer == .consuming { action.control = .reconsume }
+        return action
+    }
+
     // MARK: - A job's events (any thread)
 
     /// A delivery from the consumer.
@@ -288,7 +313,14 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
     /// A delivery told `.waitForRoom` waits here; nil: parked until a `Wake`.
     package mutating func parkForRoom(_ waiter: Waiter) -> Intake? {
         guard accepting else { return .refuse }
-        guard inFlight < limit else {
+        // One delivery waits at a time: a second one comes only while a re-consume's old and
+        // new consumers both read (`resize`). The broker bounded it by its consumer's prefetch,
+        // so it starts over the bound rather than wait in a slot that is taken.
+        guard inFlight < limit, roomWaiter == nil else {
+            if roomWaiter != nil {
+                inFlight += 1
+                return .start
+            }
             roomWaiter = waiter
             return nil
         }

@@ -43,6 +43,9 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
     private let mailbox: AsyncStream<Mail>.Continuation
     private let settles: AsyncStream<Settle>
     private let settleBox: AsyncStream<Settle>.Continuation
+    /// Numbers the broker consumers started; only the newest one's end is the consumer's end
+    /// (one replaced by a re-consume ends after its buffered deliveries, and that is no news).
+    private let consumerNumber = Mutex(0)
 
     /// - Parameter announce: the machine's news, told where it happens (the work's `announce`,
     ///   given here because news comes from any thread, outside `run()`).
@@ -61,6 +64,14 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
     package var isPaused: Bool { machine.withLock { $0.paused } }
     package var inFlight: Int { machine.withLock { $0.inFlight } }
     package var lastTakenPublishedAt: Date? { machine.withLock { $0.lastTakenPublishedAt } }
+    /// The in-flight bound and prefetch now (the transport's window, within the work's bounds).
+    package var limit: Int { machine.withLock { $0.limit } }
+
+    /// The work's transport wants `wanted` jobs in flight (issue 38): the bound follows, and the
+    /// broker's prefetch by re-consuming (`ConsumerStateMachine.resize`).
+    package func resize(to wanted: Int, force: Bool = false) {
+        event { $0.resize(to: wanted, force: force) }
+    }
 
     /// Pauses or resumes consuming (an operator's pause); returns whether that changed anything.
     package func setPaused(_ paused: Bool) -> Bool {
@@ -139,12 +150,15 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
                     case .none:
                         break
                     case .startConsumer:
-                        let started = try await work.broker.consume(
-                            queue: work.queue, prefetch: work.prefetch, maxBodySize: work.maxBodySize,
-                            oversizedDeadLetter: work.oversizedDeadLetter)
-                        consumer = started
-                        group.addTask { await self.consume(started, work) }
+                        let prefetch = machine.withLock { $0.limit }
+                        consumer = try await startConsumer(work, prefetch: prefetch, &group)
                         event { $0.consumerStarted() }
+                        // The window moved while `basic.consume` was under way.
+                        if machine.withLock({ $0.consumer == .consuming && $0.limit != prefetch }) {
+                            consumer = try await reconsume(work, replacing: consumer, &group)
+                        }
+                    case .reconsume:
+                        consumer = try await reconsume(work, replacing: consumer, &group)
                     case .cancelConsumer:
                         await consumer?.cancel()
                     case .probe:
@@ -162,18 +176,57 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
         await endConsumer(consumer)
     }
 
+    /// A broker consumer with `prefetch` (replacing `old`, if given), and its consumer task in `group`.
+    private func startConsumer(
+        _ work: Work, prefetch: Int, replacing old: Work.Broker.Consumer? = nil, _ group: inout ThrowingDiscardingTaskGroup<any Error>
+    ) async throws -> Work.Broker.Consumer {
+        // Numbered before it exists: replacing `old` ends old's sequence while `consume` is
+        // still under way, and old's end must not be taken for the consumer's end.
+        let number = consumerNumber.withLock { n -> Int in
+            n += 1
+            return n
+        }
+        let started: Work.Broker.Consumer
+        if let old {
+            started = try await work.broker.consume(
+                replacing: old, queue: work.queue, prefetch: UInt16(clamping: prefetch), maxBodySize: work.maxBodySize,
+                oversizedDeadLetter: work.oversizedDeadLetter)
+        } else {
+            started = try await work.broker.consume(
+                queue: work.queue, prefetch: UInt16(clamping: prefetch), maxBodySize: work.maxBodySize,
+                oversizedDeadLetter: work.oversizedDeadLetter)
+        }
+        group.addTask { await self.consume(started, work, number: number) }
+        return started
+    }
+
+    /// The consumer again with the prefetch the machine's `limit` says now, replacing the old
+    /// one on its channel (`MessageConsuming.consume(replacing:…)`): the old one's buffered
+    /// deliveries are still taken and settled on that channel, which stays open, so nothing is
+    /// lost or sent twice; what the broker sent for the old one after its cancel goes back to
+    /// the queue untouched. Nothing to do unless the machine still consumes (a hold or pause
+    /// mailed meanwhile cancels whichever consumer is newest).
+    private func reconsume(
+        _ work: Work, replacing old: Work.Broker.Consumer?, _ group: inout ThrowingDiscardingTaskGroup<any Error>
+    ) async throws -> Work.Broker.Consumer? {
+        guard let old, let prefetch = machine.withLock({ $0.consumer == .consuming ? $0.limit : nil }) else { return old }
+        return try await startConsumer(work, prefetch: prefetch, replacing: old, &group)
+    }
+
     private func endConsumer(_ consumer: Work.Broker.Consumer?) async {
         guard let consumer, machine.withLock({ $0.consumer != .idle }) else { return }
         await consumer.cancel()
     }
 
-    /// The consumer task: every delivery in turn, until the consumer is cancelled.
-    private func consume(_ consumer: Work.Broker.Consumer, _ work: Work) async {
+    /// The consumer task: every delivery in turn, until the consumer is cancelled. The end of
+    /// one a re-consume replaced is no news to the machine.
+    private func consume(_ consumer: Work.Broker.Consumer, _ work: Work, number: Int) async {
         do {
             for try await delivery in consumer { await take(delivery, work) }
         } catch {
             mailbox.yield(.failed(error))
         }
+        guard consumerNumber.withLock({ $0 == number }) else { return }
         event { $0.consumerEnded(now: clock.now) }
     }
 

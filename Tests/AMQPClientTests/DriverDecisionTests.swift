@@ -97,6 +97,36 @@ import Testing
         #expect(table.opened(ChannelTable.control) > control)
     }
 
+    /// A re-consume closes its old channel once its jobs are settled; the number it frees is the
+    /// last one reused, and only after the frames read before the close have been handled.
+    @Test func theNumberFreedLongestAgoIsReusedFirst() {
+        var table = ChannelTable()
+        for expected: UInt16 in [3, 4, 5, 6] { #expect(table.allocateConsumerChannel() == expected) }
+        table.releaseConsumerChannel(5)
+        table.releaseConsumerChannel(3)
+        table.releaseConsumerChannel(6)
+        table.frameQueueDrained()
+        #expect(table.allocateConsumerChannel() == 5)
+        #expect(table.allocateConsumerChannel() == 3)
+        #expect(table.allocateConsumerChannel() == 6)
+        #expect(table.allocateConsumerChannel() == 7)
+    }
+
+    /// A quorum queue sends deliveries after `basic.cancel-ok`, and librabbitmq queues those it
+    /// reads during the channel's close RPC: until they are handled (and dropped, the broker
+    /// requeued them at the close), the number is not given to another consumer, whose they
+    /// would be taken for (ReconsumeBrokerTests under load: jobs worked twice).
+    @Test func aClosedNumberWaitsForTheFrameQueueToDrainBeforeItIsReused() {
+        var table = ChannelTable()
+        #expect(table.allocateConsumerChannel() == 3)
+        #expect(table.allocateConsumerChannel() == 4)
+        table.releaseConsumerChannel(3)
+        #expect(table.allocateConsumerChannel() == 5)
+        table.frameQueueDrained()
+        #expect(table.allocateConsumerChannel() == 3)
+        #expect(table.allocateConsumerChannel() == 6)
+    }
+
     @Test func consumerChannelsStartAtThreeAndFreedNumbersAreReused() {
         var table = ChannelTable()
         #expect(table.allocateConsumerChannel() == 3)
@@ -105,10 +135,14 @@ import Testing
         table.releaseConsumerChannel(4)
         table.releaseConsumerChannel(4)
         table.releaseConsumerChannel(ChannelTable.publish)
+        table.frameQueueDrained()
         #expect(table.allocateConsumerChannel() == 4)
         #expect(table.allocateConsumerChannel() == 6)
+        table.releaseConsumerChannel(6)
         table.newConnection()
+        table.frameQueueDrained()
         #expect(table.allocateConsumerChannel() == 3)
+        #expect(table.allocateConsumerChannel() == 4)
     }
 }
 

@@ -35,10 +35,13 @@ import Testing
 
     @Test func aPrefetchBelowTheShareOrTheFloorIsTheMost() {
         // The budget would give 250 each: prefetch 100 caps it, and the instance holds less than its budget.
-        #expect(InFlightBudget(maxInFlight: 1000, prefetch: 100).share(bundles: 4) == .init(perBundle: 100, total: 400, floorBinds: false))
+        #expect(
+            InFlightBudget(maxInFlight: 1000, prefetch: 100).share(bundles: 4)
+                == .init(perBundle: 100, total: 400, floorBinds: false, ceiling: 250))
         // prefetch under the floor: prefetch is still the most a consumer takes.
         #expect(InFlightBudget(maxInFlight: 1000, prefetch: 10).share(bundles: 500) == .init(perBundle: 10, total: 5000, floorBinds: true))
-        #expect(InFlightBudget(maxInFlight: 1000, prefetch: 10).share(bundles: 50) == .init(perBundle: 10, total: 500, floorBinds: false))
+        #expect(
+            InFlightBudget(maxInFlight: 1000, prefetch: 10).share(bundles: 50) == .init(perBundle: 10, total: 500, floorBinds: false, ceiling: 20))
     }
 
     /// Whole shares that never add up to more than the budget while the floor does not bind.
@@ -51,6 +54,8 @@ import Testing
                     #expect(share.perBundle >= 1 && share.perBundle <= prefetch)
                     #expect(share.total == share.perBundle * bundles)
                     #expect(share.floorBinds == (budget.floorWarning(bundles: bundles) != nil))
+                    #expect(share.ceiling >= share.perBundle && share.ceiling <= max(share.perBundle, 65_535))
+                    if share.ceiling > share.perBundle { #expect(share.ceiling * bundles <= maxInFlight) }
                     if !share.floorBinds {
                         #expect(share.total <= maxInFlight, "budget \(maxInFlight), prefetch \(prefetch), \(bundles) bundles")
                     } else {
@@ -59,6 +64,19 @@ import Testing
                 }
             }
         }
+    }
+
+    /// Issue 38: the prefetch is where a window starts; it grows to the whole share, so one
+    /// bundle can hold what a 50 ms round trip needs, and many bundles stay within the budget.
+    @Test func theWindowCeilingIsTheWholeShareNotThePrefetch() {
+        #expect(Self.standard.share(bundles: 1).ceiling == 2000)
+        #expect(Self.standard.share(bundles: 4).ceiling == 500)
+        #expect(Self.standard.share(bundles: 50).ceiling == 40)
+        #expect(Self.standard.share(bundles: 1000).ceiling == 32)
+        #expect(InFlightBudget(maxInFlight: 1_000_000, prefetch: 500).share(bundles: 1).ceiling == 65_535)
+        // A written prefetch is only where the window starts (the kit writes 500).
+        #expect(InFlightBudget(maxInFlight: 4000, prefetch: 20).share(bundles: 1).ceiling == 4000)
+        #expect(InFlightBudget(maxInFlight: 2000, prefetch: 500).share(bundles: 1) == .init(perBundle: 500, total: 500, floorBinds: false, ceiling: 2000))
     }
 
     @Test func noBundlesCountsAsOne() {

@@ -111,8 +111,10 @@ struct ReloadEndToEndTests {
             _ = try await h.connection.deleteQueue(queue)
         }
         var config = Config(h: h)
-        // Ten jobs in flight per bundle at most, so a removal finds some still to take.
+        // Ten jobs in flight per bundle at most once both run (the window grows from the
+        // prefetch to the budget's share), so a removal finds some still to take.
         config.prefetch = 10
+        config.amqpLines = "maxInFlight = 20"
         try config.write([(a, config.tokenSection())])
         let worker = try h.startWorker()
         defer { worker.kill9() }

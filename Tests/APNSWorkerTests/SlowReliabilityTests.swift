@@ -102,6 +102,7 @@ struct ClusterFailoverTests {
         try await TestCluster.withCluster { cluster in
             var options = WorkerHarness.Options()
             options.prefetch = 50
+            options.maxInFlight = 50
             options.workerURLs = cluster.urls
             options.clientURLs = cluster.urls
             let h = try await WorkerHarness.start(broker: cluster.coordinates(0), options: options)
@@ -149,7 +150,7 @@ struct ClusterFailoverTests {
             let duplicates = h.acceptedIDs().total - total
             for line in report { print("cluster failover: \(line)") }
             print("cluster failover: \(total) jobs, \(expected.subtracting(h.acceptedIDs().distinct).count) lost, \(duplicates) sent twice (prefetch \(options.prefetch), 2 workers, 2 kills)")
-            #expect(duplicates <= 2 * workers.count * options.prefetch, "at most the prefetch per worker per kill")
+            #expect(duplicates <= 2 * workers.count * (options.maxInFlight ?? 0), "at most the in-flight budget per worker per kill")
             try await waitUntil("an empty work queue", timeout: .seconds(60)) { try await h.messageCount(h.workQueue) == 0 }
             #expect(try await h.messageCount(h.deadQueue) == 0)
             try await cluster.startNode(killed[1])
@@ -165,6 +166,7 @@ struct KillNineSoakTests {
     @Test func twentyKillsLoseNothing() async throws {
         var options = WorkerHarness.Options()
         options.prefetch = 50
+        options.maxInFlight = 50
         options.recordLimit = 100_000
         let h = try await WorkerHarness.start(broker: try TestBroker.require(), options: options)
         h.simulator.setFaults(SimulatorFaults(latency: .milliseconds(20)))
@@ -193,7 +195,7 @@ struct KillNineSoakTests {
         let duplicates = sent - distinct.count
         print("kill -9 soak: kills when this many jobs were delivered (duplicates so far): \(killedAt.joined(separator: ", "))")
         print("kill -9 soak: \(total) jobs, \(kills) kills, \(expected.subtracting(distinct).count) lost, \(duplicates) sent twice (prefetch \(options.prefetch))")
-        #expect(duplicates <= kills * options.prefetch, "at most the killed worker's prefetch per kill")
+        #expect(duplicates <= kills * (options.maxInFlight ?? 0), "at most the killed worker's in-flight budget per kill")
         try await waitUntil("an empty work queue") { try await h.messageCount(h.workQueue) == 0 }
         #expect(try await h.messageCount(h.deadQueue) == 0)
         for worker in pool { #expect(worker.isRunning) }

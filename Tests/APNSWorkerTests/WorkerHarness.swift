@@ -31,7 +31,12 @@ final class WorkerHarness: Sendable {
     struct Options {
         var retryDelays = "300ms, 600ms"
         var maxAttempts = 3
+        /// Where each bundle's in-flight window starts (`[amqp] prefetch`); it grows to the
+        /// bundle's share of `maxInFlight` (issue 38), so a test that bounds what is in flight
+        /// (duplicates after a kill) sets `maxInFlight`.
         var prefetch = 100
+        /// `[amqp] maxInFlight`; nil: the product's default.
+        var maxInFlight: Int?
         var probeInterval = "500ms"
         var shutdownDeadline = "10s"
         /// Long: a job whose answer is late would be sent again, and the exactly-once counts of
@@ -127,6 +132,7 @@ final class WorkerHarness: Sendable {
             [amqp]
             \((options.workerURLs ?? [broker.amqpURL]).map { "url = \($0)" }.joined(separator: "\n"))
             prefetch = \(options.prefetch)
+            \(options.maxInFlight.map { "maxInFlight = \($0)" } ?? "")
             heartbeat = 5s
             \(options.amqpLines)
 

@@ -7,6 +7,7 @@ import Logging
 import ServiceLifecycleTestKit
 import Synchronization
 import TestSupport
+import QueueConsumer
 import Testing
 
 @testable import APNSWorker
@@ -131,6 +132,55 @@ import Testing
         // Shut down: every transport handed out was given back.
         let events = source.events
         #expect(events.filter { $0.hasPrefix("acquire") }.count == events.filter { $0.hasPrefix("release") }.count)
+    }
+
+    /// Issue 38: `[amqp] maxInFlight` is shared by the bundles configured now. Bundles added
+    /// while running shrink the share of those already running (their consumers follow at
+    /// once), and bundles removed give it back, so the total never exceeds the budget.
+    @Test func runningBundlesTakeTheirNewShareWhenBundlesAreAddedOrRemoved() async throws {
+        let broker = InMemoryBroker()
+        let source = RecordingSource()
+        let bundles = (0..<4).map { Self.bundle("com.example.share\($0)") }
+        func loaded(_ count: Int) -> LoadedConfiguration {
+            LoadedConfiguration(
+                configuration: WorkerConfiguration(
+                    amqp: AMQPSettings(urls: ["amqp://127.0.0.1"], prefetch: 500, maxInFlight: 400), bundles: Array(bundles.prefix(count))),
+                fileDigests: [:], loadedAt: Date())
+        }
+        let bounds: WorkerService<InMemoryBroker>.BoundsMaker = { _, configuration in
+            let share = configuration.amqp.inFlightBudget.share(bundles: configuration.bundles.count)
+            return BundleInFlightBounds(floor: share.perBundle, ceiling: share.ceiling)
+        }
+        let one = loaded(1)
+        let worker = try WorkerService(broker: broker, configuration: one.configuration, source: source, logger: Self.quiet, inFlightBounds: bounds) {
+            bundle, configuration, transport in
+            let bounds = bounds(bundle, configuration)
+            var settings = BundlePipelineSettings(
+                bundleID: bundle.bundleID, prefetch: UInt16(bounds.floor), probeInterval: .seconds(60), shutdownDeadline: .seconds(60))
+            settings.inFlightCeiling = bounds.ceiling
+            return BundlePipeline(settings: settings, broker: broker, transport: transport, statistics: WorkerStatistics(), logger: Self.quiet)
+        }
+        let first = try #require(worker.pipeline(bundles[0].bundleID))
+        #expect(first.currentInFlightBounds == BundleInFlightBounds(floor: 400, ceiling: 400))
+        #expect(first.consumer.limit == 400)
+
+        try await testGracefulShutdown { trigger in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await worker.run() }
+                try await waitUntil("the first bundle consumes") { broker.consumerCount == 1 }
+                let four = loaded(4)
+                #expect(try await worker.apply(one.change(to: four), configuration: four.configuration).isEmpty)
+                #expect(first.currentInFlightBounds == BundleInFlightBounds(floor: 100, ceiling: 100))
+                #expect(first.consumer.limit == 100, "the running consumer follows its smaller share at once")
+                let total = bundles.compactMap { worker.pipeline($0.bundleID)?.consumer.limit }.reduce(0, +)
+                #expect(total == 400, "four consumers within the budget of 400")
+
+                #expect(try await worker.apply(four.change(to: one), configuration: one.configuration).isEmpty)
+                #expect(first.currentInFlightBounds == BundleInFlightBounds(floor: 400, ceiling: 400), "the share comes back")
+                trigger.triggerGracefulShutdown()
+                try await group.waitForAll()
+            }
+        }
     }
 
     @Test func aUnitWhoseTransportsCannotBeMadeIsReportedAndReleasesWhatItGot() async throws {

@@ -285,4 +285,68 @@ import Testing
         _ = world.machine.delivered(publishedAt: t0.addingTimeInterval(-600))  // an old job back from a retry queue
         #expect(world.machine.lastTakenPublishedAt == t0)
     }
+
+    // MARK: - The window (issue 38)
+
+    @Test func aLargerWindowRaisesTheBoundAndReconsumesAConsumingConsumer() {
+        var machine = ConsumerWorld.Machine(limit: 500, probeInterval: .seconds(5), shutdownDeadline: .seconds(30))
+        let now = ContinuousClock.now
+        #expect(machine.start(now: now).control == .startConsumer)
+        _ = machine.consumerStarted()
+        let action = machine.resize(to: 1000)
+        #expect(action.control == .reconsume)
+        #expect(machine.limit == 1000)
+        #expect(machine.consumer == .consuming, "the consumer is replaced, not ended")
+    }
+
+    @Test func aWindowThatWaversKeepsTheConsumer() {
+        var machine = ConsumerWorld.Machine(limit: 1000, probeInterval: .seconds(5), shutdownDeadline: .seconds(30))
+        _ = machine.start(now: ContinuousClock.now)
+        _ = machine.consumerStarted()
+        // Smaller, but above a quarter: the bound and the prefetch stay.
+        for wanted in [999, 700, 251, 1000] {
+            #expect(machine.resize(to: wanted) == .none)
+            #expect(machine.limit == 1000)
+        }
+        // A quarter: the prefetch follows down.
+        #expect(machine.resize(to: 250).control == .reconsume)
+        #expect(machine.limit == 250)
+        // Nonsense is at least one job.
+        #expect(machine.resize(to: -5).control == .reconsume)
+        #expect(machine.limit == 1)
+    }
+
+    /// A smaller share of the budget (bundles added while running) is a bound, not a wish: it
+    /// is followed past the hysteresis; a larger forced value is no reason to re-consume.
+    @Test func aForcedSmallerBoundIsFollowedAtOnce() {
+        var machine = ConsumerWorld.Machine(limit: 400, probeInterval: .seconds(5), shutdownDeadline: .seconds(30))
+        _ = machine.start(now: ContinuousClock.now)
+        _ = machine.consumerStarted()
+        #expect(machine.resize(to: 300) == .none)
+        #expect(machine.resize(to: 300, force: true).control == .reconsume)
+        #expect(machine.limit == 300)
+        #expect(machine.resize(to: 300, force: true) == .none)
+        #expect(machine.resize(to: 1200, force: true).control == .reconsume, "growth past the bound as without force")
+        #expect(machine.limit == 1200)
+    }
+
+    @Test func aWindowChangeWhileHeldOrPausedWaitsForTheNextConsumer() {
+        var world = Base.held.world(.bundle)
+        #expect(world.machine.resize(to: 64).control == .none)
+        #expect(world.machine.limit == 64, "the next consumer starts with it")
+        var paused = Base.paused.world(.bundle)
+        #expect(paused.machine.resize(to: 64).control == .none)
+        var starting = ConsumerWorld.Machine(limit: 2, probeInterval: .seconds(5), shutdownDeadline: .seconds(30))
+        _ = starting.start(now: ContinuousClock.now)
+        #expect(starting.resize(to: 64).control == .none, "basic.consume under way: the shell compares when it answers")
+    }
+
+    @Test func aLargerWindowAdmitsTheDeliveryWaitingForRoom() throws {
+        var world = Base.full.world(.bundle)
+        let parked = try #require(world.parked)
+        let action = world.machine.resize(to: 8)
+        #expect(action.wake == .init(waiter: parked, admitted: true))
+        #expect(action.control == .reconsume)
+        #expect(world.machine.inFlight == 3)
+    }
 }

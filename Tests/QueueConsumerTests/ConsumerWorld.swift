@@ -25,6 +25,8 @@ struct ConsumerWorld {
         var probeTakesAJob: Bool { self == .bundle }
         var pausable: Bool { self == .bundle }
         var hasSibling: Bool { self != .bundle }
+        /// A bundle's transport sizes its in-flight window (issue 38); the registry's do not.
+        var windowed: Bool { self == .bundle }
 
         /// Whether `stimulus` can happen to this user at all.
         func allows(_ stimulus: Stimulus) -> Bool {
@@ -32,6 +34,7 @@ struct ConsumerWorld {
             case .probeFinds: probeTakesAJob
             case .probeHealthy, .siblingHolds: hasSibling
             case .pause, .resume: pausable
+            case .windowGrows, .windowShrinks: windowed
             default: true
             }
         }
@@ -52,6 +55,8 @@ struct ConsumerWorld {
         case probeFinds, probeEmpty, probeHealthy
         case siblingHolds
         case timePasses, deadlinePasses
+        /// The transport's window: four times the bound, or a quarter of it.
+        case windowGrows, windowShrinks
     }
 
     static let probeInterval = Duration.seconds(5)
@@ -73,12 +78,17 @@ struct ConsumerWorld {
     var heldAlongside = false
     var alerts = 0
     var nacked = 0
+    /// Consumers replaced by a larger or smaller prefetch.
+    var reconsumes = 0
+    /// The largest bound so far: jobs taken under it stay in flight after a shrink.
+    var highestLimit = 0
     var violations: [String] = []
     var log: [String] = []
 
     init(_ user: User) {
         self.user = user
         machine = Machine(limit: user.limit, probeInterval: Self.probeInterval, shutdownDeadline: Self.shutdownDeadline)
+        highestLimit = user.limit
         carryOut(machine.start(now: now), "start")
     }
 
@@ -102,6 +112,10 @@ struct ConsumerWorld {
         case .cancelConsumer:
             if consumer != .live { violation("cancel with the consumer \(consumer)") }
             consumer = .cancelling
+        case .reconsume:
+            // A new consumer replaces the live one; the machine sees no start or end.
+            if consumer != .live { violation("re-consume with the consumer \(consumer)") }
+            reconsumes += 1
         case .probe:
             if consumer != .none || probeOut || machine.paused || machine.lifecycle != .running {
                 violation("a probe with consumer \(consumer), probe out \(probeOut), paused \(machine.paused), \(machine.lifecycle)")
@@ -133,7 +147,8 @@ struct ConsumerWorld {
         if machine.inFlight != jobs.count {
             violation("machine counts \(machine.inFlight) in flight, the world \(jobs.count)")
         }
-        if machine.inFlight > machine.limit { violation("\(machine.inFlight) in flight over the limit") }
+        highestLimit = max(highestLimit, machine.limit)
+        if machine.inFlight > highestLimit { violation("\(machine.inFlight) in flight over the limit") }
         let expected: Machine.Consumer
         switch consumer {
         case .none: expected = .idle
@@ -222,6 +237,11 @@ struct ConsumerWorld {
             if intake == .start { started(probe: true) } else if intake == .refuse { nacked += 1 }
             if stimulus != .probeFinds, intake != nil { violation("a probe that took no job gave \(String(describing: intake))") }
             carryOut(action, step)
+        case .windowGrows:
+            carryOut(machine.resize(to: machine.limit * 4), step)
+        case .windowShrinks:
+            guard machine.limit >= 4 else { return false }
+            carryOut(machine.resize(to: machine.limit / 4), step)
         case .timePasses:
             passTime(Self.probeInterval, step)
         case .deadlinePasses:

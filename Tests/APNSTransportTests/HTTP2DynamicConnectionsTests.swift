@@ -1,0 +1,91 @@
+/// `HTTP2Transport` opening connections as its in-flight window needs them and closing them
+/// when idle (issue 38), against the simulator: a server that allows few streams per
+/// connection and answers slowly makes the window want more than one connection carries.
+import APNSModel
+import APNSSimulator
+import APNSTransport
+import Foundation
+import Testing
+import TestSupport
+
+private typealias Env = HTTP2Integration
+
+@Suite("HTTP2Transport's connections opened on demand", .serialized)
+struct HTTP2DynamicConnectionsTests {
+    @Test func aSecondConnectionOpensWhenTheWindowWantsMoreStreamsAndClosesWhenIdle() async throws {
+        try await Env.withTransport(
+            simulator: { $0.maxConcurrentStreams = 10 },
+            transport: {
+                $0.connections = 1
+                $0.maxConnections = 3
+                $0.inFlightFloor = 60
+                $0.inFlightCeiling = 60
+                $0.idleConnectionTimeout = .milliseconds(300)
+                $0.requestTimeout = .seconds(60)
+            }
+        ) { simulator, transport in
+            simulator.setFaults(SimulatorFaults(latency: .milliseconds(100)))
+            #expect(transport.inFlightWindow == 60)
+            // 60 wanted in flight, 10 streams a connection: one connection cannot carry them.
+            let results = await Env.sendAll((0..<300).map { _ in Env.notification() }, through: transport)
+            #expect(results.allSatisfy { $0.isAccepted }, "\(results.filter { !$0.isAccepted }.prefix(3))")
+            #expect(simulator.counters().connections >= 2, "a connection was opened for the window")
+            // Nothing more to send: the connections opened on demand close; the base one stays,
+            // and those closed are reported idle, not down.
+            try await waitUntil("the connections opened on demand closed", timeout: .seconds(60)) {
+                simulator.counters().openConnections == 1
+            }
+            try await waitUntil("the closed ones reported idle", timeout: .seconds(60)) {
+                let states = transport.connectionStates()
+                return states[.ready] == 1 && states[.idle] == 2 && states[.backingOff] == 0
+            }
+            // Work again: it opens again.
+            simulator.setFaults(SimulatorFaults(latency: .milliseconds(100)))
+            let again = await Env.sendAll((0..<200).map { _ in Env.notification() }, through: transport)
+            #expect(again.allSatisfy { $0.isAccepted })
+        }
+    }
+
+    /// Issue 39: a pool idle for `poolIdleTimeout` closes its base connection too and reports
+    /// `idle` (as before its first job), and its next notification opens it again. Waits for
+    /// the states, never for a time.
+    @Test func aPoolIdleForItsTimeoutClosesEveryConnectionReportsIdleAndReopensForTheNextJob() async throws {
+        try await Env.withTransport(
+            simulator: { _ in },
+            transport: {
+                $0.connections = 1
+                $0.idleConnectionTimeout = .milliseconds(200)
+                $0.poolIdleTimeout = .milliseconds(400)
+            }
+        ) { simulator, transport in
+            let first = await Env.sendAll((0..<20).map { _ in Env.notification() }, through: transport)
+            #expect(first.allSatisfy { $0.isAccepted })
+            try await waitUntil("the idle pool closed its connection", timeout: .seconds(60)) {
+                simulator.counters().openConnections == 0
+            }
+            try await waitUntil("the idle pool reported idle, not down", timeout: .seconds(60)) {
+                let states = transport.connectionStates()
+                return states[.idle] == 1 && states[.ready] == 0 && states[.backingOff] == 0 && states[.connecting] == 0
+            }
+            let again = await Env.sendAll((0..<20).map { _ in Env.notification() }, through: transport)
+            #expect(again.allSatisfy { $0.isAccepted }, "\(again.filter { !$0.isAccepted }.prefix(3))")
+            #expect(simulator.counters().connections >= 2, "a new connection for the next job")
+        }
+    }
+
+    @Test func aTransportWithoutAMostKeepsItsConnections() async throws {
+        try await Env.withTransport(
+            simulator: { $0.maxConcurrentStreams = 10 },
+            transport: {
+                $0.connections = 1
+                $0.inFlightFloor = 60
+                $0.inFlightCeiling = 60
+            }
+        ) { simulator, transport in
+            simulator.setFaults(SimulatorFaults(latency: .milliseconds(20)))
+            let results = await Env.sendAll((0..<100).map { _ in Env.notification() }, through: transport)
+            #expect(results.allSatisfy { $0.isAccepted })
+            #expect(simulator.counters().connections == 1, "the operator's connections is the most")
+        }
+    }
+}
