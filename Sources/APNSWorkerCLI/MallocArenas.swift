@@ -3,7 +3,7 @@
 /// glibc gives a thread that finds the heap's lock taken an arena of its own, up to eight per core,
 /// and an arena keeps the pages it once used. The worker's threads (NIO's event loops, the Swift
 /// executor's, the AMQP owner thread) each ended up with one: seven arenas held 5.6 MiB at the
-/// kit's peak. One arena lowered that peak by about 1.5 MiB at the same CPU per job
+/// kit's peak. One arena lowered that peak by 1.5 MiB (12 interleaved runs) at the same CPU per job
 /// (docs/benchmarks.md, "Resident memory"): most allocations of the hot path are served by each
 /// thread's tcache, which takes no arena lock.
 ///
