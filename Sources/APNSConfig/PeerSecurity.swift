@@ -32,10 +32,55 @@ public enum PeerSecurity {
         return warnings
     }
 
-    /// The host of a URL (`scheme://[userinfo@]host[:port]/…`), brackets removed; nil if none.
+    /// The host of a URL (`scheme://[userinfo@]host[:port]/…`), brackets removed and percent-decoded as
+    /// the AMQP client decodes it; nil if none. Read by hand, not with `URLComponents`: this runs in
+    /// every `apns-worker run`, and Foundation's URL parser was the worker's only path into ICU's
+    /// IDNA tables, resident for the process's life (0.3 MiB of the kit's peak; docs/benchmarks.md,
+    /// "Resident memory").
     static func host(of url: String) -> String? {
-        guard let components = URLComponents(string: url), let host = components.host, !host.isEmpty else { return nil }
-        return host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
+        let bytes = Array(url.utf8)
+        guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")), bytes[colon...].starts(with: "://".utf8) else { return nil }
+        var authority = bytes[(colon + 3)...]
+        if let end = authority.firstIndex(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) {
+            authority = authority[..<end]
+        }
+        if let at = authority.lastIndex(of: UInt8(ascii: "@")) { authority = authority[(at + 1)...] }
+        var host = authority
+        if authority.first == UInt8(ascii: "[") {
+            guard let close = authority.firstIndex(of: UInt8(ascii: "]")) else { return nil }
+            host = authority[(authority.startIndex + 1)..<close]
+        } else if let portColon = authority.lastIndex(of: UInt8(ascii: ":")) {
+            host = authority[..<portColon]
+        }
+        guard !host.isEmpty, let decoded = percentDecoded(host) else { return nil }
+        return decoded
+    }
+
+    /// `%XX` sequences as bytes, then UTF-8; nil when a sequence or the result is malformed.
+    private static func percentDecoded(_ text: ArraySlice<UInt8>) -> String? {
+        func hexValue(_ byte: UInt8) -> UInt8? {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(text.count)
+        var index = text.startIndex
+        while index < text.endIndex {
+            if text[index] == UInt8(ascii: "%") {
+                guard index + 2 < text.endIndex, let high = hexValue(text[index + 1]), let low = hexValue(text[index + 2])
+                else { return nil }
+                out.append(high << 4 | low)
+                index += 3
+            } else {
+                out.append(text[index])
+                index += 1
+            }
+        }
+        return String(validating: out, as: UTF8.self)
     }
 
     static func isLoopback(_ host: String) -> Bool {

@@ -19,6 +19,8 @@ struct APNSWorkerCommand: AsyncParsableCommand {
     /// ArgumentParser's entry, after the environment every command reads (the log level) is
     /// checked: a bad value ends start-up with its one line and exit 1, before any command runs.
     static func main() async {
+        // The worker's heap, bounded before its threads start (the other commands keep glibc's).
+        if CommandLine.arguments.dropFirst().first == RunCommand.configuration.commandName { MallocArenas.bound() }
         do {
             _ = try LogLevelEnvironment.level(ProcessInfo.processInfo.environment)
         } catch {
