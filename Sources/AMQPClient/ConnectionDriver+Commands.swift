@@ -103,13 +103,7 @@ extension ConnectionDriver {
             guard let consumer = consumers.cancel(id) else { return }
             consumer.request.buffer.finish()
             if let channel = consumer.channel {
-                _ = amqp_basic_cancel(state, channel, arena.bytes(consumer.request.tag))
-                arena.reset()
-                let reply = amqp_get_rpc_reply(state)
-                if reply.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION {
-                    throw ConnectionFailure(error: AMQPError(.connectionLost, "basic.cancel failed", libraryStatus: Self.statusString(reply.library_error)))
-                }
-                amqp_maybe_release_buffers_on_channel(state, channel)
+                try cancelOnBroker(state, channel, tag: consumer.request.tag)
             }
         case .close(let continuation):
             stopRequested = true
@@ -169,7 +163,12 @@ extension ConnectionDriver {
         consumers.remove(id)
         entry.request.buffer.finish()
         guard !entry.cancelled, let channel = entry.channel, channels.generation(of: channel) != nil, let state = conn else { return }
-        _ = amqp_basic_cancel(state, channel, arena.bytes(entry.request.tag))
+        try cancelOnBroker(state, channel, tag: entry.request.tag)
+    }
+
+    /// `basic.cancel` of `tag` and its `cancel-ok`; a library failure is the connection's.
+    private func cancelOnBroker(_ state: amqp_connection_state_t, _ channel: amqp_channel_t, tag: String) throws(ConnectionFailure) {
+        _ = amqp_basic_cancel(state, channel, arena.bytes(tag))
         arena.reset()
         let reply = amqp_get_rpc_reply(state)
         if reply.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION {

@@ -43,13 +43,7 @@ final class ConfiguredChannels: BroadcastChannelManaging, ConfigurationFollower 
     private static func entry(
         _ bundle: BundleConfiguration, digests: [String: String], settings: WorkerSettings, tokens: TokenSources
     ) throws -> Entry {
-        let authentication: HTTP2TransportConfiguration.Authentication
-        switch bundle.auth {
-        case .token(let teamID, let keyID, let keyFile):
-            authentication = .token(try tokens.source(teamID: teamID, keyID: keyID, keyFile: keyFile, maximumAge: settings.providerTokenRefresh))
-        case .certificate(let certFile, let keyFile):
-            authentication = .certificate(certFile: certFile, keyFile: keyFile)
-        }
+        let authentication = try tokens.authentication(for: bundle, settings: settings)
         return Entry(bundle: bundle, digests: fileDigests(bundle, digests), authentication: authentication)
     }
 

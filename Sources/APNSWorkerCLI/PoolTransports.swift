@@ -28,13 +28,7 @@ enum PoolTransports {
         if bundle.transport == .binary {
             return try makeBinary(bundle, environment: environment, settings: settings, logger: transportLogger)
         }
-        let authentication: HTTP2TransportConfiguration.Authentication
-        switch bundle.auth {
-        case .token(let teamID, let keyID, let keyFile):
-            authentication = .token(try tokens.source(teamID: teamID, keyID: keyID, keyFile: keyFile, maximumAge: settings.providerTokenRefresh))
-        case .certificate(let certFile, let keyFile):
-            authentication = .certificate(certFile: certFile, keyFile: keyFile)
-        }
+        let authentication = try tokens.authentication(for: bundle, settings: settings)
         let (host, port) = bundle.endpoint(for: environment)
         var configuration = HTTP2TransportConfiguration(environment: environment, authentication: authentication, host: host, port: port)
         if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
@@ -131,6 +125,17 @@ final class TokenSources: Sendable {
             if let raced = sources[id] { return raced }
             sources[id] = source
             return source
+        }
+    }
+
+    /// How an HTTP/2 client of `bundle` authenticates: its key's shared token source, or its
+    /// certificate (the transports and channel management make their clients alike).
+    func authentication(for bundle: BundleConfiguration, settings: WorkerSettings) throws -> HTTP2TransportConfiguration.Authentication {
+        switch bundle.auth {
+        case .token(let teamID, let keyID, let keyFile):
+            .token(try source(teamID: teamID, keyID: keyID, keyFile: keyFile, maximumAge: settings.providerTokenRefresh))
+        case .certificate(let certFile, let keyFile):
+            .certificate(certFile: certFile, keyFile: keyFile)
         }
     }
 }
