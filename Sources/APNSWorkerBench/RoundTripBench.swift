@@ -218,7 +218,7 @@ struct RoundTripBench: AsyncParsableCommand {
         for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where !line.hasPrefix("#") {
             guard let value = line.split(separator: " ").last.flatMap({ Double($0) }) else { continue }
             if line.hasPrefix("apns_worker_jobs_in_flight") { inFlight += value }
-            if line.hasPrefix("apns_transport_connections"), line.contains("state=\"ready\"") { ready += value }
+            if line.hasPrefix("apns_transport_pool_connections"), line.contains("state=\"ready\"") { ready += value }
         }
         return (inFlight, ready)
     }
