@@ -155,7 +155,8 @@ extension ConnectionDriver {
             let accepted = consumer.request.tag == consumerTag && consumer.request.buffer.push(AMQPDelivery(
                 message: message, tag: AMQPDeliveryTag(channel: channel, generation: generation, value: tag), consumerTag: consumerTag))
             if accepted {
-                coalescing(channel, generation) { $0.delivered(tag) }
+                let now = Self.monotonicNanoseconds()
+                coalescing(channel, generation) { $0.delivered(tag, now: now) }
             } else if let state = conn {
                 // For a consumer cancelled or replaced (a quorum queue sends deliveries even after
                 // `basic.cancel-ok`): the consumer's sequence has ended, so nobody would ever
@@ -163,8 +164,9 @@ extension ConnectionDriver {
                 // connection closed. Hand it back now. Counted as delivered too, so the
                 // coalescer's prefix passes over it.
                 _ = amqp_basic_reject(state, channel, tag, 1)
+                let now = Self.monotonicNanoseconds()
                 coalescing(channel, generation) {
-                    $0.delivered(tag)
+                    $0.delivered(tag, now: now)
                     $0.settledElsewhere(tag)
                 }
             }
@@ -269,6 +271,9 @@ extension ConnectionDriver {
             throw error
         }
         amqp_maybe_release_buffers_on_channel(state, channel)
+        if shared != nil, let slot = ackCoalescers[channel], slot.generation == channels.generation(of: channel) {
+            slot.acks.resize(forPrefetch: request.prefetch)
+        }
         consumers.started(id, on: channel)
         logger.debug("AMQP consumer started", metadata: ["amqp.queue": "\(request.queue)", "amqp.channel": "\(channel)", "amqp.prefetch": "\(request.prefetch)"])
     }

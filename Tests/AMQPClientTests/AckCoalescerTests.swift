@@ -11,7 +11,7 @@ import Testing
     @Test func nothingPendingOnlyWhenNoDeliveryIsOutstandingAndNoAckHeld() {
         var acks = AckCoalescer()
         #expect(acks.hasNothingPending)
-        acks.delivered(2)
+        acks.delivered(2, now: 0)
         #expect(!acks.hasNothingPending)
         acks.ack(2, now: 0)
         #expect(!acks.hasNothingPending)
@@ -83,7 +83,7 @@ import Testing
     @Test func unsettledDeliveriesAreThoseNotYetAckedOrSettledElsewhere() {
         var acks = AckCoalescer(batch: 4, batchDelay: 100)
         #expect(acks.unsettledCount == 0)
-        for tag: UInt64 in 1...6 { acks.delivered(tag) }
+        for tag: UInt64 in 1...6 { acks.delivered(tag, now: 0) }
         #expect(acks.unsettledCount == 6)
         acks.ack(2, now: 0)
         acks.settledElsewhere(5)
@@ -103,7 +103,7 @@ import Testing
     /// consumer whose jobs all wait on something slow lets the owner thread sleep long.
     @Test func acksAreExpectedWhileTheyKeepComing() {
         var acks = AckCoalescer()
-        for tag: UInt64 in 1...3 { acks.delivered(tag) }
+        for tag: UInt64 in 1...3 { acks.delivered(tag, now: 0) }
         #expect(!acks.expectsAcks(now: 0, quietAfter: 50))  // nothing acked yet
         acks.ack(1, now: 10)
         #expect(acks.expectsAcks(now: 59, quietAfter: 50))
@@ -111,7 +111,7 @@ import Testing
         acks.ack(2, now: 70)
         acks.ack(3, now: 70)
         #expect(!acks.expectsAcks(now: 71, quietAfter: 50))  // nothing left to settle
-        acks.delivered(4)
+        acks.delivered(4, now: 0)
         #expect(acks.expectsAcks(now: 71, quietAfter: 50))
     }
 
@@ -149,6 +149,95 @@ import Testing
         #expect(batched.allSatisfy { if case .ackThrough = $0 { true } else { false } })
         let oneByOne = frames(maxHeld: AckCoalescer.defaultMaxHeld)
         #expect(oneByOne.count > 5 * batched.count, "\(oneByOne.count) frames against \(batched.count)")
+    }
+
+    /// At a 50 ms round trip, jobs of one channel alternate between two connections and the
+    /// slower connection answers 30 ms after the faster one: the faster one's acks wait longer
+    /// than the fixed 20 ms hold. The hold follows how long jobs take (twice 50–80 ms), so they
+    /// still go out in multiple acks; a coalescer that never learns the jobs' time (no delivery
+    /// times) sends most of them one frame each.
+    @Test func atApplesDistanceOneConnectionBehindTheOtherStillAcksInBatches() {
+        func frames(knowsDeliveryTimes: Bool) -> (frames: [AckCoalescer.Frame], maxOutstanding: Int) {
+            var acks = AckCoalescer(consumerPrefetch: 2_000)
+            let ms: UInt64 = 1_000_000
+            let gap: UInt64 = 50_000  // 20,000 jobs/s
+            let jobs: UInt64 = 20_000
+            // (time, tag) of every ack: odd tags 50 ms after their delivery, even ones 80 ms.
+            let answers = (1...jobs).map { tag in (tag * gap + (tag % 2 == 1 ? 50 : 80) * ms, tag) }.sorted { $0.0 < $1.0 }
+            var sent: [AckCoalescer.Frame] = []
+            var delivered: UInt64 = 0
+            var maxOutstanding = 0
+            var nextFlush = ms
+            for (at, tag) in answers {
+                while delivered < jobs, (delivered + 1) * gap <= at {
+                    delivered += 1
+                    if knowsDeliveryTimes { acks.delivered(delivered, now: delivered * gap) }
+                }
+                while nextFlush <= at {
+                    sent += acks.flush(now: nextFlush)
+                    nextFlush += ms
+                }
+                acks.ack(tag, now: at)
+                maxOutstanding = max(maxOutstanding, Int(delivered - acks.settledThrough))
+            }
+            sent += acks.flush(now: nextFlush, force: true)
+            #expect(acks.settledThrough == jobs)
+            return (sent, maxOutstanding)
+        }
+        let measured = frames(knowsDeliveryTimes: true)
+        let single = measured.frames.filter { if case .ackOne = $0 { true } else { false } }.count
+        #expect(single == 0, "\(single) single acks of \(measured.frames.count) frames")
+        #expect(measured.frames.count < 20_000 / 10, "\(measured.frames.count) frames for 20,000 jobs")
+        #expect(measured.maxOutstanding <= 2_000, "the held acks stay inside the prefetch")
+        let fixed = frames(knowsDeliveryTimes: false).frames
+        #expect(fixed.count > 5 * measured.frames.count, "\(fixed.count) frames with a fixed hold against \(measured.frames.count)")
+    }
+
+    /// Near the sink jobs take a millisecond: an ack behind a job stuck for longer goes out on
+    /// its own after `maxDelay`, as before; and however slow jobs become, no ack waits more than
+    /// `longestHold`.
+    @Test func theHoldFollowsTheJobsTimeBetweenMaxDelayAndTheLongestHold() {
+        let ms: UInt64 = 1_000_000
+        let µs: UInt64 = 1_000
+        var near = AckCoalescer(consumerPrefetch: 500)
+        for tag: UInt64 in 1...100 {
+            near.delivered(tag, now: tag * 10 * µs)
+            if tag > 1 { near.ack(tag, now: tag * 10 * µs + ms) }
+        }
+        #expect(Self.close(near.typicalJobTime, ms))
+        #expect(near.holdLimit == near.maxDelay)
+        let firstAck = 20 * µs + ms
+        #expect(near.flush(now: 2 * ms).isEmpty, "tag 1 is unfinished")
+        #expect(near.flush(now: firstAck + near.maxDelay - 1).isEmpty)
+        let released = near.flush(now: firstAck + near.maxDelay)
+        #expect(released.count == 99 && released.allSatisfy { if case .ackOne = $0 { true } else { false } })
+
+        var far = AckCoalescer(consumerPrefetch: 500)
+        for tag: UInt64 in 1...20 {
+            far.delivered(tag, now: 0)
+            far.ack(tag, now: 5_000 * ms)
+        }
+        #expect(Self.close(far.typicalJobTime, 5_000 * ms))
+        #expect(far.holdLimit == AckCoalescer.longestHold)
+    }
+
+    /// The window grew: the consumer was replaced on the same channel with a larger prefetch. The
+    /// batch and the hold follow it, and the delivery times of what is outstanding are kept.
+    @Test func aResizedChannelTakesTheNewPrefetchAndKeepsItsDeliveryTimes() {
+        let ms: UInt64 = 1_000_000
+        var acks = AckCoalescer(consumerPrefetch: 500)
+        for tag: UInt64 in 1...1_000 { acks.delivered(tag, now: tag * ms) }
+        acks.resize(forPrefetch: 2_000)
+        #expect(acks.maxHeld == 1_000 && acks.batch == 64)
+        acks.ack(700, now: 760 * ms)
+        #expect(Self.close(acks.typicalJobTime, 60 * ms), "tag 700's delivery time survived the resize")
+        acks.resize(forPrefetch: 100)
+        #expect(acks.maxHeld == AckCoalescer.defaultMaxHeld && acks.batch == 12)
+    }
+
+    /// Delivery times are kept in units of 1,024 ns: equal to within 0.1 %.
+    private static func close(_ measured: UInt64, _ expected: UInt64) -> Bool {
+        (measured > expected ? measured - expected : expected - measured) <= expected / 1_000
     }
 
     @Test func tooManyHeldAcksGoOutAtOnce() {

@@ -171,7 +171,7 @@ struct ConnectionServiceTests {
 
     @Test func anAckHeldBehindAnUnfinishedTagCutsTheSleepToItsDeadline() {
         var acks = AckCoalescer(maxDelay: 150 * Self.ms, batch: 1)
-        acks.delivered(2)
+        acks.delivered(2, now: 0)
         acks.ack(2, now: 0)
         #expect(acks.flush(now: 0).isEmpty)
         // Tag 1 is unfinished: tag 2 waits until 150 ms. Acks are quiet by 120 ms, so the sleep
@@ -185,8 +185,8 @@ struct ConnectionServiceTests {
         var fast = AckCoalescer(maxDelay: 20 * Self.ms, batch: 8, batchDelay: 1 * Self.ms)
         var slow = AckCoalescer(maxDelay: 20 * Self.ms, batch: 32, batchDelay: 2 * Self.ms)
         for tag in 1...10 as ClosedRange<UInt64> {
-            fast.delivered(tag)
-            slow.delivered(tag)
+            fast.delivered(tag, now: 0)
+            slow.delivered(tag, now: 0)
         }
         fast.ack(1, now: 0)
         slow.ack(1, now: 0)
