@@ -309,3 +309,50 @@ import Testing
         #expect(!assembler.isAssembling(on: 3))
     }
 }
+
+/// What a re-consume (`consume(replacing:…)`) starts with: its caller's settings, the cutting
+/// of bodies of the consumer it replaces.
+@Suite struct ReplacementSettingsTests {
+    static func request(
+        id: Int, maxBodySize: Int, deadLetterQueue: String?, cutsBodies: Bool = false, replacing: Int? = nil
+    ) -> ConsumerRequest {
+        var route: AMQPOversizedDeadLetter?
+        if let deadLetterQueue {
+            route = { properties, _ in AMQPOutboundMessage(exchange: "", routingKey: deadLetterQueue, body: [], properties: properties) }
+        }
+        return ConsumerRequest(
+            id: id, queue: "jobs", prefetch: 10, maxBodySize: maxBodySize, oversizedDeadLetter: route, tag: "t\(id)",
+            buffer: DeliveryBuffer(), cutsBodies: cutsBodies, replacing: replacing)
+    }
+
+    /// Where `request` copies an oversized body, if anywhere.
+    static func deadLetterQueue(_ request: ConsumerRequest) -> String? {
+        request.oversizedDeadLetter?(AMQPProperties(), 1).routingKey
+    }
+
+    @Test func theBodyLimitAndTheDeadLetterRouteAreTheCallersNotTheReplacedConsumers() {
+        let old = Self.request(id: 1, maxBodySize: 8, deadLetterQueue: "old.dead")
+        let asked = Self.request(id: 2, maxBodySize: 64 * 1024, deadLetterQueue: "new.dead", replacing: 1)
+        let started = ConnectionDriver.replacementSettings(asked, replacing: old)
+        #expect(started.maxBodySize == 64 * 1024)
+        #expect(Self.deadLetterQueue(started) == "new.dead")
+        // A route taken away is gone too, and one given where old had none is kept.
+        let withoutRoute = ConnectionDriver.replacementSettings(Self.request(id: 3, maxBodySize: 8, deadLetterQueue: nil, replacing: 1), replacing: old)
+        #expect(Self.deadLetterQueue(withoutRoute) == nil)
+        let noRouteBefore = Self.request(id: 4, maxBodySize: 8, deadLetterQueue: nil)
+        let withRoute = ConnectionDriver.replacementSettings(asked, replacing: noRouteBefore)
+        #expect(Self.deadLetterQueue(withRoute) == "new.dead")
+        #expect(started.id == 2 && started.tag == "t2" && started.prefetch == 10)
+    }
+
+    @Test func aConsumerThatCutBodiesIsReplacedByOneThatCutsThem() {
+        let cutting = Self.request(id: 1, maxBodySize: 4096, deadLetterQueue: nil, cutsBodies: true)
+        let asked = Self.request(id: 2, maxBodySize: 1024, deadLetterQueue: nil, replacing: 1)
+        let started = ConnectionDriver.replacementSettings(asked, replacing: cutting)
+        #expect(started.cutsBodies && started.maxBodySize == 1024)
+        #expect(!ConnectionDriver.replacementSettings(asked, replacing: Self.request(id: 3, maxBodySize: 4096, deadLetterQueue: nil)).cutsBodies)
+        // The replaced consumer no longer known (the broker cancelled it): as asked.
+        let alone = ConnectionDriver.replacementSettings(asked, replacing: nil)
+        #expect(!alone.cutsBodies && alone.maxBodySize == 1024)
+    }
+}
