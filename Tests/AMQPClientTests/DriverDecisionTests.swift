@@ -356,3 +356,44 @@ import Testing
         #expect(!alone.cutsBodies && alone.maxBodySize == 1024)
     }
 }
+
+/// Where a `basic.deliver` goes by its consumer tag (`DeliveryRoute`): the broker delivers for
+/// tags we replaced or cancelled, and must not get a tag we never had worked or lost.
+@Suite struct DeliveryRouteTests {
+    static func route(_ tag: String, open: Bool = true, consumer: (tag: String, cancelled: Bool)?) -> DeliveryRoute {
+        DeliveryRoute.of(consumerTag: tag, channelOpen: open, consumer: consumer)
+    }
+
+    @Test func aDeliveryForTheChannelsConsumerIsWorked() {
+        #expect(Self.route("apnsw-new-2", consumer: ("apnsw-new-2", false)) == .consumer)
+    }
+
+    /// `retire` left the channel to the replacing consumer: what still comes for the old tag
+    /// goes back to the queue, unworked.
+    @Test func aDeliveryForTheReplacedTagOnTheSameChannelGoesBackToTheQueue() {
+        #expect(Self.route("apnsw-old-1", consumer: ("apnsw-new-2", false)) == .requeue)
+    }
+
+    /// A tag this channel never had (nor any of ours): back to the queue, neither worked nor
+    /// left unacked for the connection's life. Near misses of the consumer's tag included.
+    @Test func aDeliveryForATagWeNeverHadGoesBackToTheQueue() {
+        for forged in ["", "apnsw-new-", "apnsw-new-2 ", "APNSW-NEW-2", "apnsw-new-2\u{0}", String(repeating: "x", count: 255), "é"] {
+            #expect(Self.route(forged, consumer: ("apnsw-new-2", false)) == .requeue, "\(forged.debugDescription)")
+        }
+    }
+
+    @Test func aDeliveryOnAnOpenChannelWithoutAConsumerGoesBackToTheQueue() {
+        #expect(Self.route("apnsw-new-2", consumer: nil) == .requeue)
+    }
+
+    @Test func aDeliveryForACancelledConsumerGoesBackToTheQueue() {
+        #expect(Self.route("apnsw-new-2", consumer: ("apnsw-new-2", true)) == .requeue)
+    }
+
+    /// Read after its channel closed: the broker requeued it with the close, and a reject on a
+    /// channel not open would close the connection.
+    @Test func aDeliveryOnAClosedChannelIsLeftToTheBroker() {
+        #expect(Self.route("apnsw-new-2", open: false, consumer: ("apnsw-new-2", false)) == .drop)
+        #expect(Self.route("apnsw-old-1", open: false, consumer: nil) == .drop)
+    }
+}
