@@ -278,8 +278,9 @@ public final class AMQPConnection: Sendable {
     /// the same channel; deliveries the broker still sends for old's tag go back to the queue.
     /// The channel is never closed for it: a quorum queue may apply acks sent just before a
     /// close after it, and deliver those jobs again (docs/decisions.md, "Re-consuming").
-    /// `maxBodySize` and `oversizedDeadLetter` as old was started with (taken from old while the
-    /// driver still knows it).
+    /// `maxBodySize` and `oversizedDeadLetter` are the new consumer's, as passed (they may differ
+    /// from old's); a consumer that cut bodies (`consume(queue:prefetch:cuttingBodiesAt:)`) is
+    /// replaced by one that cuts them at `maxBodySize`.
     public func consume(
         replacing old: AMQPConsumer, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
     ) async throws -> AMQPConsumer {

@@ -143,13 +143,20 @@ extension ConnectionDriver {
         }
     }
 
-    /// A replacing consumer takes the settings of the one it replaces (the caller knows only
-    /// its queue); a plain request is as asked.
+    /// The request as the driver starts it (`replacementSettings(_:replacing:)`), with the
+    /// consumer it replaces as the driver knows it now.
     func replacementSettings(_ request: ConsumerRequest) -> ConsumerRequest {
-        guard let old = request.replacing.flatMap({ consumers.entry($0)?.request }) else { return request }
+        Self.replacementSettings(request, replacing: request.replacing.flatMap { consumers.entry($0)?.request })
+    }
+
+    /// A replacing consumer has the body limit and the dead-letter route its caller passed: the
+    /// caller is their one source (a reload may have changed them since `old` started, and
+    /// `old` may be gone, cancelled by the broker). Only the cutting of bodies is `old`'s:
+    /// `consume(replacing:…)` has no parameter for it, and a consumer of the operator listings
+    /// must not start dropping the bodies it cut when its prefetch changes.
+    static func replacementSettings(_ request: ConsumerRequest, replacing old: ConsumerRequest?) -> ConsumerRequest {
+        guard let old else { return request }
         var request = request
-        request.maxBodySize = old.maxBodySize
-        request.oversizedDeadLetter = old.oversizedDeadLetter
         request.cutsBodies = old.cutsBodies
         return request
     }

@@ -61,15 +61,15 @@ extension ConnectionDriver {
         switch method.id {
         case AMQPMethod.basicDeliver:
             let m = decoded.assumingMemoryBound(to: amqp_basic_deliver_t.self).pointee
-            // A delivery no consumer of ours will take keeps no body.
+            let consumerTag = repeatedStrings.string(m.consumer_tag, .consumerTag, channel: channel)
+            // A delivery no consumer of ours will take keeps no body (nor is it copied:
+            // `beginOversizedCopy`); it goes back when complete (`deliver`).
+            let taker = route(consumerTag, on: channel) == .consumer ? consumers.consumer(on: channel)?.entry.request : nil
             assembler.begin(
-                .delivery(
-                    tag: m.delivery_tag, redelivered: m.redelivered != 0,
-                    consumerTag: repeatedStrings.string(m.consumer_tag, .consumerTag, channel: channel)),
+                .delivery(tag: m.delivery_tag, redelivered: m.redelivered != 0, consumerTag: consumerTag),
                 exchange: repeatedStrings.string(m.exchange, .exchange, channel: channel),
                 routingKey: repeatedStrings.string(m.routing_key, .routingKey, channel: channel),
-                bodyLimit: consumers.consumer(on: channel)?.entry.request.maxBodySize ?? 0,
-                keepsPrefix: consumers.consumer(on: channel)?.entry.request.cutsBodies ?? false, on: channel)
+                bodyLimit: taker?.maxBodySize ?? 0, keepsPrefix: taker?.cutsBodies ?? false, on: channel)
         case AMQPMethod.basicReturn:
             let m = decoded.assumingMemoryBound(to: amqp_basic_return_t.self).pointee
             // A copy of an oversized message comes back with its body: not kept.
@@ -137,23 +137,31 @@ extension ConnectionDriver {
         }
     }
 
-    /// Hands a finished delivery to its consumer.
+    /// `DeliveryRoute` for a delivery carrying `consumerTag` on `channel`, as things stand now.
+    func route(_ consumerTag: String, on channel: amqp_channel_t) -> DeliveryRoute {
+        let consumer = consumers.consumer(on: channel).map { (tag: $0.entry.request.tag, cancelled: $0.entry.cancelled) }
+        return DeliveryRoute.of(consumerTag: consumerTag, channelOpen: channels.generation(of: channel) != nil, consumer: consumer)
+    }
+
+    /// Hands a finished delivery to its consumer, or back to the broker (`DeliveryRoute`).
     func deliver(_ assembly: ContentAssembler.Message, channel: amqp_channel_t) {
         switch assembly.kind {
         case .returned:
             return
         case .delivery(let tag, let redelivered, let consumerTag):
-            guard let consumer = consumers.consumer(on: channel)?.entry, let generation = channels.generation(of: channel) else { return }
+            let route = self.route(consumerTag, on: channel)
+            guard route != .drop, let generation = channels.generation(of: channel) else { return }
+            let consumer = route == .consumer ? consumers.consumer(on: channel)?.entry : nil
             var message = AMQPDeliveredMessage(
                 exchange: assembly.exchange, routingKey: assembly.routingKey, redelivered: redelivered,
                 body: assembly.body, properties: assembly.properties, oversizedBodySize: assembly.oversized ? assembly.bodySize : nil,
                 oversizedPropertiesSize: assembly.oversizedPropertiesSize)
             if assembly.oversizedCopied { message.oversizedBodyDeadLettered = true }
             if assembly.headersNestedTooDeep { message.headersNestedTooDeep = true }
-            // A tag other than the channel's consumer's: one it replaced (`retire`), whose
-            // sequence has ended; its delivery goes back like one after a cancel.
-            let accepted = consumer.request.tag == consumerTag && consumer.request.buffer.push(AMQPDelivery(
-                message: message, tag: AMQPDeliveryTag(channel: channel, generation: generation, value: tag), consumerTag: consumerTag))
+            // Not for the channel's consumer (a tag it replaced, `retire`, or none of ours), or its
+            // sequence has ended: back like one after a cancel.
+            let accepted = consumer?.request.buffer.push(AMQPDelivery(
+                message: message, tag: AMQPDeliveryTag(channel: channel, generation: generation, value: tag), consumerTag: consumerTag)) ?? false
             if accepted {
                 let now = Self.monotonicNanoseconds()
                 coalescing(channel, generation) { $0.delivered(tag, now: now) }

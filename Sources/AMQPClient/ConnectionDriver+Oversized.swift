@@ -42,7 +42,9 @@ extension ConnectionDriver {
     /// asked for one. Nothing is started (the delivery is handed over unmarked, as before) when
     /// the broker blocks publishing (writing would stall this thread) or the channel cannot open.
     func beginOversizedCopy(on channel: amqp_channel_t) throws(ConnectionFailure) {
-        guard let state = conn, !blocked, let message = assembler.oversizedPending(on: channel), case .delivery = message.kind,
+        // Only a delivery its consumer takes: one going back to the queue is not copied.
+        guard let state = conn, !blocked, let message = assembler.oversizedPending(on: channel),
+            case .delivery(_, _, let consumerTag) = message.kind, self.route(consumerTag, on: channel) == .consumer,
             let route = consumers.consumer(on: channel)?.entry.request.oversizedDeadLetter,
             let generation = channels.generation(of: channel)
         else { return }

@@ -29,8 +29,9 @@ public protocol MessageConsuming: DeliverySettling {
     func consume(
         queue: String, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?
     ) async throws -> Consumer
-    /// Replaces `old` (started with these settings) by a consumer with `prefetch`; old's
-    /// sequence ends after the deliveries it already received, which are settled as before.
+    /// Replaces `old` by a consumer of `queue` with `prefetch`, `maxBodySize` and
+    /// `oversizedDeadLetter` as passed now (old's may have been others); old's sequence ends
+    /// after the deliveries it already received, which are settled as before.
     /// `AMQPConnection` keeps both on old's channel (`consume(replacing:prefetch:maxBodySize:oversizedDeadLetter:)`).
     func consume(
         replacing old: Consumer, queue: String, prefetch: UInt16, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?

@@ -309,3 +309,91 @@ import Testing
         #expect(!assembler.isAssembling(on: 3))
     }
 }
+
+/// What a re-consume (`consume(replacing:…)`) starts with: its caller's settings, the cutting
+/// of bodies of the consumer it replaces.
+@Suite struct ReplacementSettingsTests {
+    static func request(
+        id: Int, maxBodySize: Int, deadLetterQueue: String?, cutsBodies: Bool = false, replacing: Int? = nil
+    ) -> ConsumerRequest {
+        var route: AMQPOversizedDeadLetter?
+        if let deadLetterQueue {
+            route = { properties, _ in AMQPOutboundMessage(exchange: "", routingKey: deadLetterQueue, body: [], properties: properties) }
+        }
+        return ConsumerRequest(
+            id: id, queue: "jobs", prefetch: 10, maxBodySize: maxBodySize, oversizedDeadLetter: route, tag: "t\(id)",
+            buffer: DeliveryBuffer(), cutsBodies: cutsBodies, replacing: replacing)
+    }
+
+    /// Where `request` copies an oversized body, if anywhere.
+    static func deadLetterQueue(_ request: ConsumerRequest) -> String? {
+        request.oversizedDeadLetter?(AMQPProperties(), 1).routingKey
+    }
+
+    @Test func theBodyLimitAndTheDeadLetterRouteAreTheCallersNotTheReplacedConsumers() {
+        let old = Self.request(id: 1, maxBodySize: 8, deadLetterQueue: "old.dead")
+        let asked = Self.request(id: 2, maxBodySize: 64 * 1024, deadLetterQueue: "new.dead", replacing: 1)
+        let started = ConnectionDriver.replacementSettings(asked, replacing: old)
+        #expect(started.maxBodySize == 64 * 1024)
+        #expect(Self.deadLetterQueue(started) == "new.dead")
+        // A route taken away is gone too, and one given where old had none is kept.
+        let withoutRoute = ConnectionDriver.replacementSettings(Self.request(id: 3, maxBodySize: 8, deadLetterQueue: nil, replacing: 1), replacing: old)
+        #expect(Self.deadLetterQueue(withoutRoute) == nil)
+        let noRouteBefore = Self.request(id: 4, maxBodySize: 8, deadLetterQueue: nil)
+        let withRoute = ConnectionDriver.replacementSettings(asked, replacing: noRouteBefore)
+        #expect(Self.deadLetterQueue(withRoute) == "new.dead")
+        #expect(started.id == 2 && started.tag == "t2" && started.prefetch == 10)
+    }
+
+    @Test func aConsumerThatCutBodiesIsReplacedByOneThatCutsThem() {
+        let cutting = Self.request(id: 1, maxBodySize: 4096, deadLetterQueue: nil, cutsBodies: true)
+        let asked = Self.request(id: 2, maxBodySize: 1024, deadLetterQueue: nil, replacing: 1)
+        let started = ConnectionDriver.replacementSettings(asked, replacing: cutting)
+        #expect(started.cutsBodies && started.maxBodySize == 1024)
+        #expect(!ConnectionDriver.replacementSettings(asked, replacing: Self.request(id: 3, maxBodySize: 4096, deadLetterQueue: nil)).cutsBodies)
+        // The replaced consumer no longer known (the broker cancelled it): as asked.
+        let alone = ConnectionDriver.replacementSettings(asked, replacing: nil)
+        #expect(!alone.cutsBodies && alone.maxBodySize == 1024)
+    }
+}
+
+/// Where a `basic.deliver` goes by its consumer tag (`DeliveryRoute`): the broker delivers for
+/// tags we replaced or cancelled, and must not get a tag we never had worked or lost.
+@Suite struct DeliveryRouteTests {
+    static func route(_ tag: String, open: Bool = true, consumer: (tag: String, cancelled: Bool)?) -> DeliveryRoute {
+        DeliveryRoute.of(consumerTag: tag, channelOpen: open, consumer: consumer)
+    }
+
+    @Test func aDeliveryForTheChannelsConsumerIsWorked() {
+        #expect(Self.route("apnsw-new-2", consumer: ("apnsw-new-2", false)) == .consumer)
+    }
+
+    /// `retire` left the channel to the replacing consumer: what still comes for the old tag
+    /// goes back to the queue, unworked.
+    @Test func aDeliveryForTheReplacedTagOnTheSameChannelGoesBackToTheQueue() {
+        #expect(Self.route("apnsw-old-1", consumer: ("apnsw-new-2", false)) == .requeue)
+    }
+
+    /// A tag this channel never had (nor any of ours): back to the queue, neither worked nor
+    /// left unacked for the connection's life. Near misses of the consumer's tag included.
+    @Test func aDeliveryForATagWeNeverHadGoesBackToTheQueue() {
+        for forged in ["", "apnsw-new-", "apnsw-new-2 ", "APNSW-NEW-2", "apnsw-new-2\u{0}", String(repeating: "x", count: 255), "é"] {
+            #expect(Self.route(forged, consumer: ("apnsw-new-2", false)) == .requeue, "\(forged.debugDescription)")
+        }
+    }
+
+    @Test func aDeliveryOnAnOpenChannelWithoutAConsumerGoesBackToTheQueue() {
+        #expect(Self.route("apnsw-new-2", consumer: nil) == .requeue)
+    }
+
+    @Test func aDeliveryForACancelledConsumerGoesBackToTheQueue() {
+        #expect(Self.route("apnsw-new-2", consumer: ("apnsw-new-2", true)) == .requeue)
+    }
+
+    /// Read after its channel closed: the broker requeued it with the close, and a reject on a
+    /// channel not open would close the connection.
+    @Test func aDeliveryOnAClosedChannelIsLeftToTheBroker() {
+        #expect(Self.route("apnsw-new-2", open: false, consumer: ("apnsw-new-2", false)) == .drop)
+        #expect(Self.route("apnsw-old-1", open: false, consumer: nil) == .drop)
+    }
+}
