@@ -68,6 +68,13 @@ let package = Package(
             name: "FuzzAPNsAnswer",
             dependencies: ["FuzzDriver", .product(name: "APNSModel", package: "apns-worker")]
         ),
+        // The broker host PeerSecurity reads from an AMQP URL, against the AMQP client's reading.
+        .executableTarget(
+            name: "FuzzPeerHost",
+            dependencies: [
+                "FuzzDriver", .product(name: "APNSConfig", package: "apns-worker"), .product(name: "AMQPClient", package: "apns-worker"),
+            ]
+        ),
         .executableTarget(
             name: "FuzzJobEnvelope",
             dependencies: [

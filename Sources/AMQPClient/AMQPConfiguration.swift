@@ -116,8 +116,9 @@ public struct AMQPURL: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// `amqp://user:secret@host` → `amqp://user:***@host`, for messages about unparsable URLs.
+    /// Any text: an `@` before the `://` (`u:p@amqp://h`, found by Fuzz:FuzzPeerHost) trapped.
     static func redacting(_ url: String) -> String {
-        guard let scheme = url.range(of: "://"), let at = url.range(of: "@", options: .backwards),
+        guard let scheme = url.range(of: "://"), let at = url.range(of: "@", options: .backwards), scheme.upperBound <= at.lowerBound,
             let colon = url[scheme.upperBound..<at.lowerBound].firstIndex(of: ":")
         else { return url }
         return String(url[..<url.index(after: colon)]) + "***" + String(url[at.lowerBound...])

@@ -32,27 +32,32 @@ public enum PeerSecurity {
         return warnings
     }
 
-    /// The host of a URL (`scheme://[userinfo@]host[:port]/…`), brackets removed and percent-decoded as
-    /// the AMQP client decodes it; nil if none. Read by hand, not with `URLComponents`: this runs in
-    /// every `apns-worker run`, and Foundation's URL parser was the worker's only path into ICU's
-    /// IDNA tables, resident for the process's life (0.3 MiB of the kit's peak; docs/benchmarks.md,
-    /// "Resident memory").
-    static func host(of url: String) -> String? {
-        let bytes = Array(url.utf8)
-        guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")), bytes[colon...].starts(with: "://".utf8) else { return nil }
-        var authority = bytes[(colon + 3)...]
-        if let end = authority.firstIndex(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) {
-            authority = authority[..<end]
-        }
-        if let at = authority.lastIndex(of: UInt8(ascii: "@")) { authority = authority[(at + 1)...] }
-        var host = authority
-        if authority.first == UInt8(ascii: "[") {
-            guard let close = authority.firstIndex(of: UInt8(ascii: "]")) else { return nil }
-            host = authority[(authority.startIndex + 1)..<close]
-        } else if let portColon = authority.lastIndex(of: UInt8(ascii: ":")) {
+    /// The host of an AMQP URL (`scheme://[userinfo@]host[:port]/…`) read as the AMQP client
+    /// (`AMQPURL(string:)`) reads it, step for step, so that the warning is about the host the
+    /// worker connects to: the authority runs to the first `/` (`?` and `#` end nothing there:
+    /// `amqp://127.0.0.1?@rabbit.example.com` connects to rabbit.example.com, where a generic
+    /// URL reader sees 127.0.0.1), the host follows its last `@`, brackets removed, and is
+    /// percent-decoded; characters, not bytes (an `@` with a combining mark is no `@` to the
+    /// client). Nil if empty (the client's `localhost`) or badly encoded. Public for the fuzz
+    /// target `FuzzPeerHost`, which holds it to the client's reading. Read by hand, not with
+    /// `URLComponents`: this runs in every `apns-worker run`, and Foundation's URL parser was the
+    /// worker's only path into ICU's IDNA tables, resident for the process's life (0.3 MiB of
+    /// the kit's peak; docs/benchmarks.md, "Resident memory").
+    public static func host(of url: String) -> String? {
+        guard let colon = url.firstIndex(of: ":"), url[colon...].hasPrefix("://") else { return nil }
+        var authority = url[url.index(colon, offsetBy: 3)...]
+        if let slash = authority.firstIndex(of: "/") { authority = authority[..<slash] }
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        let host: Substring
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { return nil }
+            host = authority[authority.index(after: authority.startIndex)..<close]
+        } else if let portColon = authority.lastIndex(of: ":") {
             host = authority[..<portColon]
+        } else {
+            host = authority
         }
-        guard !host.isEmpty, let decoded = percentDecoded(host) else { return nil }
+        guard !host.isEmpty, let decoded = percentDecoded(Array(host.utf8)[...]) else { return nil }
         return decoded
     }
 

@@ -38,15 +38,19 @@ struct PeerSecurityTests {
             try Self.configuration(amqp: ["amqps://u:p@rabbit/%2f"], registry: "postgres://u:p@127.0.0.1/apns?sslmode=disable"),
         ]
         // The host is read by hand (no URLComponents, so no ICU): IPv6 literals, percent-encoding and
-        // user info with '@' or ':' are read as the AMQP client reads them.
+        // user info with '@' or ':' are read as the AMQP client reads them, and so are '?' and '#'
+        // before the path, which end nothing for the client (they did for a generic URL reader:
+        // no warning for a plaintext connection to rabbit.example.com; Fuzz:FuzzPeerHost).
         let loopbackSpellings = try Self.configuration(amqp: [
             "amqp://u:p@[::1]:5672/%2f", "amqp://u:p@%6Cocalhost/%2f", "amqp://u%40x:p%3Aq@127.0.0.1", "amqp://localhost:5672",
+            "amqp://rabbit.example.com?@127.0.0.1/%2f",
         ])
         #expect(PeerSecurity.warnings(loopbackSpellings).isEmpty)
         let remoteSpellings = try Self.configuration(amqp: [
             "amqp://u:p@[2001:db8::1]:5672/%2f", "amqp://u:p@127.0.0.1@rabbit.example.com/%2f", "amqp://rabbit.example.com",
+            "amqp://u:p@127.0.0.1?@rabbit.example.com/%2f", "amqp://127.0.0.1#@rabbit.example.com",
         ])
-        #expect(PeerSecurity.warnings(remoteSpellings).count == 3)
+        #expect(PeerSecurity.warnings(remoteSpellings).count == 5)
         for configuration in quiet { #expect(PeerSecurity.warnings(configuration).isEmpty, "\(configuration.amqp.urls)") }
 
         let broker = PeerSecurity.warnings(try Self.configuration(amqp: ["amqps://u:p@a/%2f", "amqp://u:hunter2@rabbit-2.internal:5672/%2f"]))
