@@ -240,7 +240,10 @@ public enum ConfigurationLoader {
                 "\(ValueSyntax.quoted(AMQPSettings.maskingPassword(url))) is not an AMQP URL (amqp://user:password@host:5672/vhost or amqps://…)")
         }
         let afterScheme = url[url.range(of: "://")!.upperBound...]
-        let authority = afterScheme.prefix { $0 != "/" && $0 != "?" }
+        // Up to the first `/`, as the AMQP client reads it (`AMQPURL`, `PeerSecurity.host(of:)`):
+        // a `?` there ends nothing, so `amqp://rabbit?@` has no host (the client would connect
+        // to localhost) and `amqp://?@rabbit` names rabbit.
+        let authority = afterScheme.prefix { $0 != "/" }
         let hostPart = authority.split(separator: "@", omittingEmptySubsequences: false).last ?? ""
         guard !hostPart.isEmpty, !hostPart.hasPrefix(":"), !url.contains(where: \.isWhitespace) else {
             throw ValueProblem("\(ValueSyntax.quoted(AMQPSettings.maskingPassword(url))) has no host")

@@ -275,6 +275,7 @@ struct LoaderTests {
         ErrorCase("!\n[amqp]\nqueueType = lazy\nurl = amqp://h/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "queueType", .badValue, "\"lazy\" is not a queue type (quorum or classic)"),
         ErrorCase("!\n[amqp]\nurl = amqp://h/\nurl = http://h/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 4, "[amqp]", "url", .badValue, "\"http://h/\" is not an AMQP URL"),
         ErrorCase("!\n[amqp]\nurl = amqp://u:secret@/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "url", .badValue, "\"amqp://u:***@/\" has no host"),
+        ErrorCase("!\n[amqp]\nurl = amqp://rabbit?@/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "url", .badValue, "has no host"),
         ErrorCase("!\n[amqp]\nprefetch = 10\n\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 2, "[amqp]", "url", .missingKey, "missing: at least one url"),
         ErrorCase("!\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", nil, "[amqp]", "url", .missingKey, "missing: at least one url"),
         ErrorCase("!\n[amqp]\nurl = amqp://h/\n", nil, nil, nil, .noBundles, "no [apns \"bundle.id\"] section: configure at least one bundle"),
