@@ -68,6 +68,11 @@ let package = Package(
             name: "FuzzAPNsAnswer",
             dependencies: ["FuzzDriver", .product(name: "APNSModel", package: "apns-worker")]
         ),
+        // RFC 3339 dates (fleet heartbeats) and the HTTP `Date` header, against Foundation's.
+        .executableTarget(
+            name: "FuzzRFC3339",
+            dependencies: ["FuzzDriver", .product(name: "APNSModel", package: "apns-worker")]
+        ),
         .executableTarget(
             name: "FuzzJobEnvelope",
             dependencies: [
