@@ -75,6 +75,11 @@ let package = Package(
                 "FuzzDriver", .product(name: "APNSConfig", package: "apns-worker"), .product(name: "AMQPClient", package: "apns-worker"),
             ]
         ),
+        // RFC 3339 dates (fleet heartbeats) and the HTTP `Date` header, against Foundation's.
+        .executableTarget(
+            name: "FuzzRFC3339",
+            dependencies: ["FuzzDriver", .product(name: "APNSModel", package: "apns-worker")]
+        ),
         .executableTarget(
             name: "FuzzJobEnvelope",
             dependencies: [

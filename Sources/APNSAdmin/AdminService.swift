@@ -1,5 +1,6 @@
 /// The admin HTTP server as a ServiceLifecycle `Service` that `apns-worker run` adds to its
-/// ServiceGroup: a Hummingbird 2 application on `[admin] listen` with the routes of
+/// ServiceGroup: a Hummingbird 2 application (`AdminApplication`, whose `run()` is ours, to keep
+/// ICU out of the process) on `[admin] listen` with the routes of
 /// `AdminRoutes`, behind the access checks of `AdminAuthentication` and the bound on operator
 /// requests of `AdminRequestLimit`; over TLS (HummingbirdTLS) with `[admin] certFile`/`keyFile`.
 /// Connections are bounded too (`AdminConnectionLimits`): an idle one is closed, and past a number
@@ -95,9 +96,9 @@ public final class AdminService: Service, Sendable {
 
     /// The plain HTTP application (without `certFile`; the router tests use it either way).
     public func makeApplication() -> some ApplicationProtocol {
-        Application(
-            router: makeRouter(), server: .http1(configuration: http1Configuration), configuration: applicationConfiguration,
-            onServerRunning: serverRunning, logger: logger)
+        AdminApplication(
+            responder: makeRouter().buildResponder(), server: .http1(configuration: http1Configuration), configuration: applicationConfiguration,
+            logger: logger, serverRunning: serverRunning)
     }
 
     /// The HTTPS application of `[admin] certFile`/`keyFile`.
@@ -108,9 +109,9 @@ public final class AdminService: Service, Sendable {
         let chain = try NIOSSLCertificate.fromPEMFile(certFile).map { NIOSSLCertificateSource.certificate($0) }
         let key = try NIOSSLPrivateKey(file: keyFile, format: .pem)
         let tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
-        return Application(
-            router: makeRouter(), server: try .tls(.http1(configuration: http1Configuration), tlsConfiguration: tls), configuration: applicationConfiguration,
-            onServerRunning: serverRunning, logger: logger)
+        return AdminApplication(
+            responder: makeRouter().buildResponder(), server: try .tls(.http1(configuration: http1Configuration), tlsConfiguration: tls),
+            configuration: applicationConfiguration, logger: logger, serverRunning: serverRunning)
     }
 
     private var applicationConfiguration: ApplicationConfiguration {

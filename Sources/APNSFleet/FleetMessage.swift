@@ -199,17 +199,30 @@ public struct FleetInstance: Sendable, Hashable, Codable {
 
 
 /// RFC 3339 dates, sorted keys: the one JSON form of the fleet on the wire, the API and the CLI.
+/// Dates are written and read by `RFC3339`, not `.iso8601`, which formats and parses through ICU
+/// on Linux: every instance's first heartbeat would fault ICU into the worker (docs/benchmarks.md,
+/// "The ICU pair taken out"). The strings on the wire are the ones `.iso8601` wrote; a date that
+/// is not RFC 3339 fails as it did, with `DecodingError.dataCorrupted`.
 public enum FleetJSON {
     public static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(RFC3339.string(from: date))
+        }
         return encoder
     }()
 
     public static let decoder: JSONDecoder = {
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            guard let date = RFC3339.date(from: try container.decode(String.self)) else {
+                throw DecodingError.dataCorruptedError(in: container, debugDescription: "Expected date string to be RFC 3339-formatted.")
+            }
+            return date
+        }
         return decoder
     }()
 }
