@@ -61,6 +61,8 @@ extension ConnectionDriver {
         switch method.id {
         case AMQPMethod.basicDeliver:
             let m = decoded.assumingMemoryBound(to: amqp_basic_deliver_t.self).pointee
+            // One look-up for both limits: each copies the consumer's entry out of the registry.
+            let consumer = consumers.consumer(on: channel)?.entry.request
             // A delivery no consumer of ours will take keeps no body.
             assembler.begin(
                 .delivery(
@@ -68,8 +70,7 @@ extension ConnectionDriver {
                     consumerTag: repeatedStrings.string(m.consumer_tag, .consumerTag, channel: channel)),
                 exchange: repeatedStrings.string(m.exchange, .exchange, channel: channel),
                 routingKey: repeatedStrings.string(m.routing_key, .routingKey, channel: channel),
-                bodyLimit: consumers.consumer(on: channel)?.entry.request.maxBodySize ?? 0,
-                keepsPrefix: consumers.consumer(on: channel)?.entry.request.cutsBodies ?? false, on: channel)
+                bodyLimit: consumer?.maxBodySize ?? 0, keepsPrefix: consumer?.cutsBodies ?? false, on: channel)
         case AMQPMethod.basicReturn:
             let m = decoded.assumingMemoryBound(to: amqp_basic_return_t.self).pointee
             // A copy of an oversized message comes back with its body: not kept.
