@@ -62,9 +62,11 @@ extension ConnectionDriver {
         case AMQPMethod.basicDeliver:
             let m = decoded.assumingMemoryBound(to: amqp_basic_deliver_t.self).pointee
             let consumerTag = repeatedStrings.string(m.consumer_tag, .consumerTag, channel: channel)
-            // A delivery no consumer of ours will take keeps no body (nor is it copied:
-            // `beginOversizedCopy`); it goes back when complete (`deliver`).
-            let taker = route(consumerTag, on: channel) == .consumer ? consumers.consumer(on: channel)?.entry.request : nil
+            // One look-up for the route and both limits: each copies the consumer's entry out of
+            // the registry. A delivery no consumer of ours will take keeps no body (nor is it
+            // copied: `beginOversizedCopy`); it goes back when complete (`deliver`).
+            let found = consumers.consumer(on: channel)?.entry
+            let taker = route(consumerTag, on: channel, entry: found) == .consumer ? found?.request : nil
             assembler.begin(
                 .delivery(tag: m.delivery_tag, redelivered: m.redelivered != 0, consumerTag: consumerTag),
                 exchange: repeatedStrings.string(m.exchange, .exchange, channel: channel),
@@ -139,7 +141,12 @@ extension ConnectionDriver {
 
     /// `DeliveryRoute` for a delivery carrying `consumerTag` on `channel`, as things stand now.
     func route(_ consumerTag: String, on channel: amqp_channel_t) -> DeliveryRoute {
-        let consumer = consumers.consumer(on: channel).map { (tag: $0.entry.request.tag, cancelled: $0.entry.cancelled) }
+        route(consumerTag, on: channel, entry: consumers.consumer(on: channel)?.entry)
+    }
+
+    /// The same, with the channel's consumer (`entry`) already looked up by the caller.
+    func route(_ consumerTag: String, on channel: amqp_channel_t, entry: ConsumerRegistry<ConsumerRequest>.Entry?) -> DeliveryRoute {
+        let consumer = entry.map { (tag: $0.request.tag, cancelled: $0.cancelled) }
         return DeliveryRoute.of(consumerTag: consumerTag, channelOpen: channels.generation(of: channel) != nil, consumer: consumer)
     }
 
@@ -149,9 +156,10 @@ extension ConnectionDriver {
         case .returned:
             return
         case .delivery(let tag, let redelivered, let consumerTag):
-            let route = self.route(consumerTag, on: channel)
+            let found = consumers.consumer(on: channel)?.entry
+            let route = self.route(consumerTag, on: channel, entry: found)
             guard route != .drop, let generation = channels.generation(of: channel) else { return }
-            let consumer = route == .consumer ? consumers.consumer(on: channel)?.entry : nil
+            let consumer = route == .consumer ? found : nil
             var message = AMQPDeliveredMessage(
                 exchange: assembly.exchange, routingKey: assembly.routingKey, redelivered: redelivered,
                 body: assembly.body, properties: assembly.properties, oversizedBodySize: assembly.oversized ? assembly.bodySize : nil,

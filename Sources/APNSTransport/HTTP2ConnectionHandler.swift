@@ -146,7 +146,9 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         promise?.succeed(())
-        open(unwrapOutboundIn(data), context: context)
+        let request = unwrapOutboundIn(data)
+        var bodies = Self.bodies(of: [request], allocator: context.channel.allocator)
+        open(request, bodies: &bodies, context: context)
     }
 
     /// Opens a stream for each request (`HTTP2Connection` batches requests from other threads).
@@ -158,15 +160,27 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             for request in requests { request.onResult(.notProcessed) }
             return
         }
+        var bodies = Self.bodies(of: requests, allocator: context.channel.allocator)
         heldFlush.holdingFlushes {
             for request in requests {
-                open(request, context: context)
+                open(request, bodies: &bodies, context: context)
                 context.flush()
             }
         }
     }
 
-    private func open(_ request: StreamRequest, context: ChannelHandlerContext) {
+    /// The bodies of a batch in one buffer, in request order; each DATA frame is a slice of it
+    /// (`open`): one allocation a batch instead of a buffer, two allocations, a request.
+    private static func bodies(of requests: [StreamRequest], allocator: ByteBufferAllocator) -> ByteBuffer {
+        var bodies = allocator.buffer(capacity: requests.reduce(0) { $0 + $1.request.body.count })
+        for request in requests { bodies.writeBytes(request.request.body) }
+        return bodies
+    }
+
+    /// Opens the request's stream; its body is the next `body.count` bytes of `bodies`, taken
+    /// whether or not the stream opens, so the next request finds its own.
+    private func open(_ request: StreamRequest, bodies: inout ByteBuffer, context: ChannelHandlerContext) {
+        let body = bodies.readSlice(length: request.request.body.count)
         guard !closed, goawayLastStreamID == nil else {
             request.onResult(.notProcessed)
             return
@@ -188,12 +202,11 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
         for field in request.request.headers {
             headers.add(name: field.name, value: field.value, indexing: Self.indexing(of: field.name))
         }
-        let body = request.request.body
+        let endStream = request.request.body.isEmpty
         context.write(
-            wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: body.isEmpty)))),
+            wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: endStream)))),
             promise: nil)
-        if !body.isEmpty {
-            let buffer = context.channel.allocator.buffer(bytes: body)
+        if !endStream, let buffer = body {
             context.write(
                 wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(buffer), endStream: true)))),
                 promise: nil)

@@ -7,8 +7,9 @@ import NIOCore
 /// therefore sent the request bodies out of order. The server then answered out of order, and
 /// NIOHTTP2 removed each closed stream from the middle of its sorted stream buffers, a linear
 /// shift that was 10 % of the worker's profile. A flush per request keeps the bodies in stream
-/// order. This handler keeps those flushes from reaching TLS, so the batch still goes out as
-/// one TLS record and one `write(2)`. NIO has no such handler.
+/// order. This handler keeps those flushes from reaching TLS, so the batch still goes out with
+/// one flush and one `write(2)` (and, gathered below it by `WriteGatheringHandler`, a TLS record
+/// per 16 KiB). NIO has no such handler.
 final class HeldFlushHandler: ChannelOutboundHandler, RemovableChannelHandler {
     typealias OutboundIn = IOData
     typealias OutboundOut = IOData

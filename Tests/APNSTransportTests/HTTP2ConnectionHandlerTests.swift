@@ -106,6 +106,29 @@ struct HandlerHarness {
         #expect(try h.outbound()?.streamID == 3)
     }
 
+    /// The bodies of a batch share one buffer (`HTTP2ConnectionHandler.send`): each DATA frame
+    /// must still carry its own request's body, whatever the lengths.
+    @Test func eachRequestOfABatchCarriesItsOwnBody() throws {
+        let h = try HandlerHarness()
+        let handler = try h.channel.pipeline.syncOperations.handler(type: HTTP2ConnectionHandler.self)
+        let bodies = [#"{"aps":{}}"#, #"{"aps":{"alert":"the second, longer"}}"#, #"{"aps":{"badge":3}}"#]
+        handler.send(
+            bodies.map { body in
+                var notification = HandlerHarness.notification
+                notification.payload = Array(body.utf8)
+                let request = HTTP2Request(notification: notification, authority: "api.push.apple.com", authorization: nil)
+                return StreamRequest(request: request, deadline: .distantFuture, onResult: { _ in })
+            })
+        var sent: [(stream: HTTP2StreamID, body: String)] = []
+        while let frame = try h.outbound() {
+            if case .data(let data) = frame.payload, case .byteBuffer(let bytes) = data.data {
+                sent.append((frame.streamID, String(buffer: bytes)))
+            }
+        }
+        #expect(sent.map(\.body) == bodies)
+        #expect(sent.map(\.stream) == [1, 3, 5])
+    }
+
     @Test func perNotificationHeadersStayOutOfTheHPACKTable() throws {
         let h = try HandlerHarness()
         _ = try h.send()
