@@ -2,7 +2,8 @@
 /// trip the in-process simulator adds (`SimulatorFaults.latency`, as `apns-worker simulator
 /// --latency-ms`), a fresh `apns-worker run` drains N preloaded jobs; reported per round trip:
 /// jobs/s, jobs in flight and ready connections (sampled from its `/metrics` while it drains),
-/// its CPU µs per job, and p50/p99 from publish to Apple's 200 at a steady rate afterwards.
+/// its CPU µs per job, and p50/p99 from publish to the request reaching the simulator at a steady
+/// rate afterwards (the simulator's 200 reaches the worker the added round trip later).
 import AMQPClient
 import APNSModel
 import APNSSimulator
@@ -54,7 +55,7 @@ struct RoundTripBench: AsyncParsableCommand {
         var logger = Logger(label: "bench")
         logger.logLevel = .warning
         let rtts = latencies.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
-        print("round trip | jobs/s | in flight (median, max) | ready connections (max) | worker CPU µs/job | p50 / p99 ms publish → 200")
+        print("round trip | jobs/s | in flight (median, max) | ready connections (max) | worker CPU µs/job | p50 / p99 ms publish → at the simulator (+ round trip → 200)")
         for rtt in rtts {
             let row = try await measure(rtt: rtt, logger: logger)
             print(row)
