@@ -87,13 +87,13 @@ public enum HeaderTableBytes {
         guard properties.count >= 2 else { return nil }
         let flags = UInt16(properties[0]) << 8 | UInt16(properties[1])
         var offset = 2
-        // Bit 0 says another flag word follows (never for `basic`, whose 13 flags fit one).
-        var word = flags
-        while word & 1 != 0 {
-            guard offset + 2 <= properties.count else { return nil }
-            word = UInt16(properties[offset]) << 8 | UInt16(properties[offset + 1])
-            offset += 2
-        }
+        // Bit 0 says another flag word follows: never for `basic`, whose flags fit one word, so
+        // only a hostile publisher sends it. librabbitmq ORs further words into the flags it
+        // decodes with (shifted by 16 per word, the shift wrapping past 32 bits), so the fields
+        // it reads, and where the table starts, are not what the first word says (FuzzAMQPFields
+        // found a table kept as 4 empty bytes while librabbitmq decoded an entry from it). No
+        // bytes are kept then: the view librabbitmq decoded is what a copy carries.
+        guard flags & 1 == 0 else { return nil }
         guard UInt32(flags) & PropertyFlag.headers != 0 else { return nil }
         // content_type and content_encoding come first, each a short string.
         if UInt32(flags) & PropertyFlag.contentType != 0 {
