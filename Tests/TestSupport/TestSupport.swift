@@ -94,6 +94,21 @@ public final class PrivateBroker: Sendable {
 
     /// `frameMax`: the frame size the node offers (bytes); nil: RabbitMQ's 131,072.
     public static func start(frameMax: Int? = nil) async throws -> PrivateBroker {
+        // A port free when picked may be taken before the node binds it, seconds later (another
+        // test's connection gets it as its ephemeral port): the node then fails to start, and a
+        // fresh set of ports is tried. CI saw the management listener lose that race once.
+        var failure: (any Error)?
+        for _ in 0..<3 {
+            do {
+                return try await startOnce(frameMax: frameMax)
+            } catch {
+                failure = error
+            }
+        }
+        throw failure ?? TestSupportError("private broker did not start")
+    }
+
+    private static func startOnce(frameMax: Int?) async throws -> PrivateBroker {
         let dir = NSTemporaryDirectory() + "apnsw-broker-\(UUID().uuidString.prefix(8))"
         let amqp = try freePort(), mgmt = try freePort(), dist = try freePort()
         var env = ProcessInfo.processInfo.environment
@@ -103,7 +118,13 @@ public final class PrivateBroker: Sendable {
         env["APNS_BROKER_TLS_PORT"] = nil
         env["APNS_BROKER_FRAME_MAX"] = frameMax.map(String.init)
         let result = try await runProcess(repositoryRoot + "/scripts/broker.sh", ["start", dir], environment: env)
-        guard result.status == 0 else { throw TestSupportError("private broker did not start: \(result.stderr)") }
+        guard result.status == 0 else {
+            var stopEnv = ProcessInfo.processInfo.environment
+            stopEnv["APNS_BROKER_PORT"] = String(amqp)
+            _ = try? await runProcess(repositoryRoot + "/scripts/broker.sh", ["stop", dir], environment: stopEnv)
+            try? FileManager.default.removeItem(atPath: dir)
+            throw TestSupportError("private broker did not start: \(result.stderr)")
+        }
         let coordinates = BrokerCoordinates(
             amqpURL: "amqp://guest:guest@127.0.0.1:\(amqp)/%2f", amqpPort: amqp,
             managementURL: "http://127.0.0.1:\(mgmt)", nodeName: "apnsw-\(amqp)@localhost",
