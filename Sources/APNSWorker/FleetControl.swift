@@ -40,10 +40,11 @@ public enum FleetControl {
     /// Listens on the fleet exchange for `duration` (at least one heartbeat interval, so every
     /// live instance speaks once) and returns what was heard, with the paused bundles among
     /// `bundleIDs` and the bundles the instances reported. With `until`, it stops as soon as the
-    /// view heard so far satisfies it (`duration` is then a deadline).
+    /// view heard so far satisfies it (`duration` is then a deadline). The paused bundles are read
+    /// from their markers, for the bundles `pauseChecks` picks.
     public static func listen(
         on broker: some MessageConsuming & TopologyDeclaring, for duration: Duration, bundleIDs: [String],
-        until: (@Sendable (FleetView) -> Bool)? = nil
+        logger: Logger? = nil, until: (@Sendable (FleetView) -> Bool)? = nil
     ) async throws -> FleetReport {
         let id = "cli-\(UUID().uuidString.prefix(8).lowercased())"
         try await broker.declare(FleetTopology.plan(instanceID: id, messageTTL: .seconds(60)))
@@ -69,12 +70,45 @@ public enum FleetControl {
             try await group.waitForAll()
         }
         let now = Date()
-        let seen = Set(view.live(now: now).flatMap(\.bundles.keys))
+        let live = view.live(now: now)
+        let checks = pauseChecks(configured: bundleIDs, live: live)
         var paused: [String] = []
-        for bundleID in Set(bundleIDs).union(seen).sorted() where try await isPaused(bundleID, on: broker) {
+        for bundleID in checks.bundleIDs where try await isPaused(bundleID, on: broker) {
             paused.append(bundleID)
         }
-        return FleetReport(instances: view.live(now: now), paused: paused, dropped: view.dropped)
+        if checks.leftOut > 0 {
+            logger?.warning(
+                "fleet: the heartbeats name more bundles than are checked for a pause; the rest are not listed as paused",
+                metadata: ["fleet.checked": "\(checks.bundleIDs.count)", "fleet.left_out": "\(checks.leftOut)"])
+        }
+        return FleetReport(instances: live, paused: paused.sorted(), dropped: view.dropped)
+    }
+
+    /// At most this many pause markers are read for one report: each is a broker round trip.
+    public static let maxPauseChecks = 1_000
+
+    /// The bundles whose pause marker a report reads, and how many named ones it leaves out.
+    /// Heartbeats are anyone's to forge (contract §4): a bundle key that could not name a marker
+    /// (a queue name is at most 255 bytes; `isPausable`) is not one to check, and a flood of
+    /// valid-looking names must not make the report a million broker round trips. The configured
+    /// bundles come first, then those a live instance says are paused, then the rest by name.
+    public static func pauseChecks(configured: [String], live: [FleetInstance]) -> (bundleIDs: [String], leftOut: Int) {
+        var reportedPaused = Set<String>()
+        var seen = Set<String>()
+        for instance in live {
+            for (bundleID, bundle) in instance.bundles where FleetTopology.isPausable(bundleID) {
+                seen.insert(bundleID)
+                if bundle.paused { reportedPaused.insert(bundleID) }
+            }
+        }
+        var chosen: [String] = []
+        var taken = Set<String>()
+        let candidates = configured.filter(FleetTopology.isPausable) + reportedPaused.sorted() + seen.sorted()
+        for bundleID in candidates where taken.insert(bundleID).inserted {
+            chosen.append(bundleID)
+        }
+        let kept = Array(chosen.prefix(maxPauseChecks))
+        return (kept, chosen.count - kept.count)
     }
 }
 

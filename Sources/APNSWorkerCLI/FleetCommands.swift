@@ -31,7 +31,7 @@ struct FleetCommand: AsyncParsableCommand {
         let amqp = try broker.amqpConfiguration(connectionName: "apns-worker fleet")
         let report = try await AMQPConnection.withConnection(configuration: amqp, logger: logger) { connection in
             try await FleetControl.listen(
-                on: connection, for: wait ?? interval + .seconds(1), bundleIDs: configuration?.bundles.map(\.bundleID) ?? [])
+                on: connection, for: wait ?? interval + .seconds(1), bundleIDs: configuration?.bundles.map(\.bundleID) ?? [], logger: logger)
         }
         if json {
             let encoder = JSONEncoder()

@@ -50,6 +50,17 @@ extension FleetEndToEndTests {
         try await Self.forge(h, Array("not json at all".utf8))
         try await Self.forge(h, [UInt8](repeating: 0xFF, count: 2 << 20))
         try await Self.forge(h, FleetMessage.pause(bundleID: "\(h.bundle)\u{0}").encoded())
+        // `apns-worker fleet` reads the pause markers of the bundles heartbeats name: a key longer
+        // than a queue name allows lost its connection ("invalid AMQP data") and failed the
+        // command. Forged while the command listens (it hears only what comes after it starts).
+        let overlong = "forged." + String(repeating: "x", count: FleetInstance.maxBundleKeyBytes - 7)
+        async let cliReport = Self.fleetCommand(h, wait: "4s")
+        for _ in 0..<6 {
+            try await Task.sleep(for: .milliseconds(500))
+            try await Self.forge(h, FleetMessage.heartbeat(Self.forged("forger-long", delivered: 1, bundle: overlong)).encoded())
+        }
+        #expect(try await cliReport.instances.map(\.pid) == [worker.pid])
+
         // More instances than a view keeps, in rounds until the worker's view turned one away: a
         // single round on a loaded machine was heard so slowly that its first forgeries were
         // forgotten before its last arrived, and nothing was turned away (issue 35).
@@ -83,8 +94,7 @@ extension FleetEndToEndTests {
         #expect(worker.log.components(separatedBy: "a new instance was not kept").count == 2)
         // The forged instances leave the view by themselves (the next fleet tests need room).
         try await waitUntil("the forged instances forgotten", timeout: .seconds(120), every: .seconds(1)) {
-            let answer = try await Self.http("GET", port, "/api/fleet")
-            return try !FleetJSON.decoder.decode(FleetReport.self, from: Data(answer.body.utf8)).instances.contains { $0.host == "forger" }
+            try await !Self.wholeFleet(port).instances.contains { $0.host == "forger" }
         }
         worker.signal(SIGTERM)
         #expect(await worker.waitForExit(timeout: .seconds(30)) == 0)
