@@ -237,6 +237,7 @@ public final class AMQPConnection: Sendable {
     /// `connectionLost`/`notConnected`. While the broker has blocked the connection, the
     /// publish waits. Once sent, a publish cannot be withdrawn, so it ignores task cancellation.
     public func publish(_ message: AMQPOutboundMessage) async throws {
+        if let name = ShortStringNames.overlong(message.exchange, message.routingKey) { throw ShortStringNames.refusal(name) }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             submit(.publish(message, continuation), orElse: { continuation.resume(throwing: AMQPError(.closed, "the connection is closed")) })
         }
@@ -291,6 +292,7 @@ public final class AMQPConnection: Sendable {
     private func consume(
         queue: String, prefetch: UInt16, maxBodySize: Int, route: AMQPOversizedDeadLetter?, cutsBodies: Bool, replacing: Int? = nil
     ) async throws -> AMQPConsumer {
+        if let name = ShortStringNames.overlong(queue) { throw ShortStringNames.refusal(name) }
         let buffer = DeliveryBuffer()
         let (id, tag) = shared.withLock { state -> (Int, String) in
             state.nextConsumerID += 1
@@ -353,7 +355,8 @@ public final class AMQPConnection: Sendable {
     }
 
     private func rpc(_ request: RPCRequest) async throws -> RPCResult {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<RPCResult, any Error>) in
+        if let name = request.overlongName { throw ShortStringNames.refusal(name) }
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<RPCResult, any Error>) in
             submit(.rpc(request, continuation), orElse: { continuation.resume(throwing: AMQPError(.closed, "the connection is closed")) })
         }
     }

@@ -20,6 +20,7 @@ public struct AMQPError: Error, Sendable, Hashable, CustomStringConvertible {
             case publishReturned
             case publishNacked
             case consumerCancelled
+            case invalidName
             case library
         }
 
@@ -50,6 +51,9 @@ public struct AMQPError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let publishNacked = Code(.publishNacked)
         /// The broker cancelled the consumer (its queue was deleted, or the node holding it failed).
         public static let consumerCancelled = Code(.consumerCancelled)
+        /// A queue or exchange name, routing key or consumer tag longer than AMQP's 255-byte short
+        /// string: refused before it was sent (`ShortStringNames`); the connection is untouched.
+        public static let invalidName = Code(.invalidName)
         /// librabbitmq failed (see `libraryStatus`).
         public static let library = Code(.library)
     }
