@@ -1,4 +1,5 @@
 import APNSModel
+import APNSTopologyNames
 
 /// Reads one `[apns "bundle.id"]` section into a `BundleConfiguration`. Every error carries the
 /// line of the key at fault, or of the section header for what is missing.
@@ -40,6 +41,10 @@ struct BundleReader {
         else {
             throw error(.badValue, line: section.line, key: nil,
                 "\(ValueSyntax.quoted(bundleID)) is not a bundle ID (letters, digits, \".\" and \"-\", e.g. com.example.app)")
+        }
+        guard bundleID.utf8.count <= TopologyNames.maxBundleIDBytes else {
+            throw error(.badValue, line: section.line, key: nil,
+                "the bundle ID is \(bundleID.utf8.count) bytes; at most \(TopologyNames.maxBundleIDBytes), so that its queue names fit AMQP's 255")
         }
 
         let transport = try value("transport") { v throws(ValueProblem) in

@@ -24,7 +24,7 @@ public enum FleetTopology {
     /// `-`, `_`, at most 200 bytes). Pause and resume refuse anything else rather than make it
     /// into a queue name.
     public static func isPausable(_ bundleID: String) -> Bool {
-        !bundleID.isEmpty && bundleID.utf8.count <= 200
+        !bundleID.isEmpty && bundleID.utf8.count <= TopologyNames.maxBundleIDBytes
             && bundleID.utf8.allSatisfy { byte in
                 (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
                     || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")

@@ -19,6 +19,11 @@ public enum TopologyNames {
     /// kept until the sync server binds its own queue instead of being dropped by the broker.
     public static let feedbackUnrouted = "apns.feedback.unrouted"
 
+    /// The longest bundle ID the worker takes (bytes): its longest queue name,
+    /// `apns.<bundle>.retry.<delay>` or `apns.fleet.paused.<bundle>`, must fit an AMQP short
+    /// string (255 bytes). Apple's bundle IDs are far shorter.
+    public static let maxBundleIDBytes = 200
+
     public static func workQueue(_ bundleID: String) -> String { "apns.\(bundleID)" }
     public static func deadQueue(_ bundleID: String) -> String { "apns.\(bundleID).dead" }
     /// One retry queue per distinct delay, named by the delay so a queue's meaning is visible in
