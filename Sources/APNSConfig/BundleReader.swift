@@ -1,5 +1,4 @@
 import APNSModel
-import APNSTopologyNames
 
 /// Reads one `[apns "bundle.id"]` section into a `BundleConfiguration`. Every error carries the
 /// line of the key at fault, or of the section header for what is missing.
@@ -42,9 +41,11 @@ struct BundleReader {
             throw error(.badValue, line: section.line, key: nil,
                 "\(ValueSyntax.quoted(bundleID)) is not a bundle ID (letters, digits, \".\" and \"-\", e.g. com.example.app)")
         }
-        guard bundleID.utf8.count <= TopologyNames.maxBundleIDBytes else {
+        // Contract §6's bound on a bundle ID, which also keeps every queue name derived from it
+        // within AMQP's 255-byte short string (`TopologyNames.maxBundleIDBytes`).
+        guard bundleID.utf8.count <= UntrustedText.maxBundleIDBytes else {
             throw error(.badValue, line: section.line, key: nil,
-                "the bundle ID is \(bundleID.utf8.count) bytes; at most \(TopologyNames.maxBundleIDBytes), so that its queue names fit AMQP's 255")
+                "the bundle ID is \(bundleID.utf8.count) bytes; at most \(UntrustedText.maxBundleIDBytes), so that its queue names fit AMQP's 255")
         }
 
         let transport = try value("transport") { v throws(ValueProblem) in

@@ -19,9 +19,9 @@ public enum TopologyNames {
     /// kept until the sync server binds its own queue instead of being dropped by the broker.
     public static let feedbackUnrouted = "apns.feedback.unrouted"
 
-    /// The longest bundle ID the worker takes (bytes): its longest queue name,
-    /// `apns.<bundle>.retry.<delay>` or `apns.fleet.paused.<bundle>`, must fit an AMQP short
-    /// string (255 bytes). Apple's bundle IDs are far shorter.
+    /// The longest bundle ID whose queue names, `apns.<bundle>.retry.<delay>` or
+    /// `apns.fleet.paused.<bundle>`, fit an AMQP short string (255 bytes). The configuration
+    /// takes contract §6's 155 (`UntrustedText.maxBundleIDBytes`), within it.
     public static let maxBundleIDBytes = 200
 
     public static func workQueue(_ bundleID: String) -> String { "apns.\(bundleID)" }

@@ -41,11 +41,11 @@ struct LoaderTests {
         #expect(bundle.endpoint(for: .sandbox) == ("api.sandbox.push.apple.com", 443))
     }
 
-    /// The longest bundle ID taken: its longest queue names still fit AMQP's 255 bytes (201
-    /// bytes is refused with its line, `errorCases`).
-    @Test func aBundleIDOf200BytesIsTakenAndItsQueueNamesFitAShortString() throws {
+    /// The longest bundle ID taken (contract §6's 155 bytes): its longest queue names fit AMQP's
+    /// 255 bytes (156 bytes is refused with its line, `errorCases`).
+    @Test func aBundleIDOf155BytesIsTakenAndItsQueueNamesFitAShortString() throws {
         let directory = try TempDirectory()
-        let bundleID = "com." + String(repeating: "x", count: 196)
+        let bundleID = "com." + String(repeating: "x", count: 151)
         let text = minimalConfig + "\n[apns \"\(bundleID)\"]\ncertFile = c\nkeyFile = k"
         let bundle = try #require(try loadConfig(text, in: directory).bundles.last)
         #expect(bundle.bundleID == bundleID)
@@ -327,7 +327,7 @@ struct LoaderTests {
         ErrorCase("\ncaFile = \"\"", 9, "[apns \"com.example.app\"]", "caFile", .badValue, "is empty"),
         ErrorCase("\n[apns \"com.example.legacy\"]\ntransport = binary\ncertFile = c\nkeyFile = k\nbinaryHoldWindow = 5ms", 13, "[apns \"com.example.legacy\"]", "binaryHoldWindow", .badValue, "\"5ms\" is out of range (10ms to 1m)"),
         ErrorCase("\n[apns \"com example\"]\ncertFile = c\nkeyFile = k", 9, "[apns \"com example\"]", nil, .badValue, "\"com example\" is not a bundle ID"),
-        ErrorCase("\n[apns \"com.\(String(repeating: "x", count: 197))\"]\ncertFile = c\nkeyFile = k", 9, "[apns \"com.\(String(repeating: "x", count: 197))\"]", nil, .badValue, "the bundle ID is 201 bytes; at most 200, so that its queue names fit AMQP's 255"),
+        ErrorCase("\n[apns \"com.\(String(repeating: "x", count: 152))\"]\ncertFile = c\nkeyFile = k", 9, "[apns \"com.\(String(repeating: "x", count: 152))\"]", nil, .badValue, "the bundle ID is 156 bytes; at most 155, so that its queue names fit AMQP's 255"),
         ErrorCase("\n[apns \"COM.example.APP\"]\ncertFile = c\nkeyFile = k", 9, "[apns \"COM.example.APP\"]", nil, .duplicate, "the same bundle ID as the section at line 4"),
         ErrorCase("\n[apns]\ncertFile = c", 9, "[apns]", nil, .syntax, "needs the bundle ID: [apns \"com.example.app\"]"),
         ErrorCase("\n[retry \"x\"]\ndelays = 1s", 9, "[retry \"x\"]", nil, .syntax, "[retry] takes no subsection"),
