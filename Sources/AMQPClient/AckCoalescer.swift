@@ -64,6 +64,12 @@ struct AckCoalescer: Sendable {
     private var settledAbove: Set<UInt64> = []
     /// When the oldest waiting ack was asked for.
     private var oldestWaitingSince: UInt64?
+    /// The waiting acks in the order they were asked for (times never decrease), from
+    /// `askHead`; entries whose tag went out are skipped when reached. The oldest waiting ack
+    /// is found at the front instead of by a scan of every waiting one at each flush (up to
+    /// half the window while one connection is behind the other).
+    private var askOrder: [UInt64] = []
+    private var askHead = 0
     /// When the latest ack was asked for.
     private var lastAckAskedAt: UInt64?
 
@@ -181,6 +187,7 @@ struct AckCoalescer: Sendable {
             typicalJobTime = typicalJobTime == 0 ? jobTime : typicalJobTime - typicalJobTime / 8 + jobTime / 8
         }
         waiting[tag] = now
+        askOrder.append(tag)
         if oldestWaitingSince == nil { oldestWaitingSince = now }
     }
 
@@ -201,6 +208,7 @@ struct AckCoalescer: Sendable {
         if let named = advance(passingWaiting: true) { frames.append(.ackThrough(named)) }
         guard !waiting.isEmpty else {
             oldestWaitingSince = nil
+            forgetAskOrder()
             return frames
         }
         let oldest = oldestWaitingSince ?? now
@@ -211,11 +219,33 @@ struct AckCoalescer: Sendable {
             }
             waiting.removeAll(keepingCapacity: true)
             oldestWaitingSince = nil
+            forgetAskOrder()
             advance(passingWaiting: false)
         } else {
-            oldestWaitingSince = waiting.values.min()
+            oldestWaitingSince = oldestStillWaiting()
         }
         return frames
+    }
+
+    /// When the first ack of `askOrder` still waiting was asked for; drops the ones before it.
+    private mutating func oldestStillWaiting() -> UInt64? {
+        while askHead < askOrder.count {
+            if let since = waiting[askOrder[askHead]] {
+                if askHead >= 1024, askHead * 2 >= askOrder.count {
+                    askOrder.removeFirst(askHead)
+                    askHead = 0
+                }
+                return since
+            }
+            askHead += 1
+        }
+        forgetAskOrder()
+        return nil
+    }
+
+    private mutating func forgetAskOrder() {
+        askOrder.removeAll(keepingCapacity: true)
+        askHead = 0
     }
 
     /// When the next `flush` may have something to send on its own (the oldest waiting ack

@@ -58,6 +58,33 @@ import Testing
         #expect(acks.flush(now: 200) == [.ackThrough(5)])
     }
 
+    /// The hold is timed from the oldest ack still waiting, found in the order acks were asked
+    /// for (not by a scan of all of them at each flush): once a multiple ack took the front ones,
+    /// the next still waiting decides, also after the front's stale entries are dropped.
+    @Test func theHoldIsTimedFromTheOldestAckStillWaitingAfterTheFrontWentOut() {
+        var acks = AckCoalescer(maxDelay: 1_000_000, maxHeld: 100_000)
+        // Tags 1 and 1501 unfinished; every other tag of 2...3000 acked at 10 × its tag.
+        for tag: UInt64 in 2...3000 where tag != 1501 {
+            acks.ack(tag, now: tag * 10)
+            #expect(acks.flush(now: tag * 10) == [])
+        }
+        #expect(acks.nextDeadline() == 20 + 1_000_000)
+        acks.ack(1, now: 40_000)
+        #expect(acks.flush(now: 40_000) == [.ackThrough(1500)])
+        #expect(acks.waitingCount == 1499)
+        #expect(acks.nextDeadline() == 15_020 + 1_000_000, "tag 1502's time decides now")
+        #expect(acks.flush(now: 40_001) == [])
+        #expect(acks.nextDeadline() == 15_020 + 1_000_000)
+        acks.ack(1501, now: 50_000)
+        #expect(acks.flush(now: 50_000) == [.ackThrough(3000)])
+        #expect(acks.nextDeadline() == nil)
+        // Afterwards the order starts afresh: a new ack decides alone.
+        acks.ack(3002, now: 60_000)
+        #expect(acks.flush(now: 60_000) == [])
+        #expect(acks.nextDeadline() == 60_000 + 1_000_000)
+        #expect(acks.flush(now: 60_000 + 1_000_000) == [.ackOne(3002)])
+    }
+
     @Test func aShortBatchWaitsForMoreUntilTheBatchDelay() {
         var acks = AckCoalescer(maxDelay: 1000, batch: 4, batchDelay: 100)
         for tag: UInt64 in 1...3 { acks.ack(tag, now: 10) }
