@@ -3,12 +3,13 @@
 /// rate in, a target out. No clock of its own: every event is given the monotonic time in
 /// nanoseconds, so tests drive it with plain numbers.
 ///
-/// The rule, evaluated once per period (at least `minimumPeriod`, at least two round trips):
+/// The rule, evaluated once per period (at least `minimumPeriod`, at least one round trip):
 /// - **Little's law with headroom**: what the path holds is rate × the least round trip seen
 ///   lately (the propagation delay, without queueing); the window asks for `gain` × that;
 /// - **growth while full**: when the window was full during the period (the consumer keeps it
-///   full only while the queue has a backlog), the target may at most double, like TCP's slow
-///   start; when it was not full it never grows, and shrinks towards what was used;
+///   full only while the queue has a backlog), the target may at most double once a round
+///   trip, like TCP's slow start; when it was not full it never grows, and shrinks towards what
+///   was used;
 /// - **bounds**: never under `floor` (the bundle's starting prefetch), never over `ceiling`
 ///   (its share of the process budget, `[amqp] maxInFlight`) nor over what the open connections'
 ///   streams allow (`streamCapacity`, when that is above the floor).
@@ -70,9 +71,9 @@ package struct InFlightWindow: Sendable, Hashable {
         return evaluateIfDue(now: now, streamCapacity: streamCapacity)
     }
 
-    /// The period in nanoseconds: two least round trips, at least `minimumPeriod`.
+    /// The period in nanoseconds: the least round trip, at least `minimumPeriod`.
     package var period: UInt64 {
-        max(Self.minimumPeriod, (minimumRTT ?? 0).multipliedReportingOverflow(by: 2).partialValue)
+        max(Self.minimumPeriod, minimumRTT ?? 0)
     }
 
     private mutating func evaluateIfDue(now: UInt64, streamCapacity: Int) -> Int? {
