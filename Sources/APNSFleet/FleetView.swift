@@ -29,8 +29,17 @@ public struct FleetView: Sendable {
     /// What the view did not keep since it was made (shown in `GET /api/fleet`).
     public private(set) var dropped = FleetDrops()
 
-    public init(rates: FleetRates = FleetRates()) {
+    /// The listener's own instance: a place for it is kept while it is not in the view, so
+    /// forged heartbeats that fill the view (anyone on the vhost can send 1,000 made-up
+    /// instances) cannot keep an instance out of its own view, page and `GET /api/fleet`.
+    public let ownInstanceID: String?
+    /// The bytes kept for the own instance while it is out: more than a heartbeat of 1,000
+    /// bundles with 155-byte IDs costs (`FleetViewOwnSlotTests`).
+    public static let ownReserveBytes = 1 << 20
+
+    public init(rates: FleetRates = FleetRates(), reservedFor ownInstanceID: String? = nil) {
         self.rates = rates
+        self.ownInstanceID = ownInstanceID
     }
 
     /// The view's memory as `FleetMemory` estimates it: at most `accountedBytes`.
@@ -64,11 +73,13 @@ public struct FleetView: Sendable {
             return .ignored
         }
         let previousCost = costs[heartbeat.id]
-        guard previousCost != nil || instances.count < Self.maxInstances else {
+        // Another new instance leaves the own instance's place free until it is in.
+        let reserving = previousCost == nil && ownInstanceID.map { $0 != heartbeat.id && instances[$0] == nil } == true
+        guard previousCost != nil || instances.count < Self.maxInstances - (reserving ? 1 : 0) else {
             dropped.instances = dropped.instances.saturatingAdd(1)
             return .droppedInstance
         }
-        let room = Self.maxInstanceBytes - (instanceBytes - (previousCost ?? 0))
+        let room = Self.maxInstanceBytes - (instanceBytes - (previousCost ?? 0)) - (reserving ? Self.ownReserveBytes : 0)
         guard FleetMemory.instance(heartbeat, bundles: 0, bundleBytes: 0) <= room else {
             // Only a new instance can meet this: a known one's previous cost is room enough.
             dropped.instances = dropped.instances.saturatingAdd(1)

@@ -55,7 +55,7 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
     public let interval: Duration
     let broker: Broker
     let worker: any FleetMember
-    let view = Mutex(FleetView())
+    let view: Mutex<FleetView>
     /// The kinds of drop already logged (`noteDropped`).
     private let droppedLogged = Mutex(Set<String>())
     /// Orders pause-marker checks: a check's answer is applied only if no check started later
@@ -80,6 +80,7 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         self.broker = broker
         self.worker = worker
         self.identity = identity
+        self.view = Mutex(FleetView(reservedFor: identity.instanceID))
         self.interval = interval
         var logger = logger
         logger[metadataKey: "fleet.instance"] = "\(identity.instanceID)"
