@@ -503,11 +503,14 @@ public final class QueueInspector: Sendable {
         }
     }
 
-    /// (bundle, queue) pairs of `kind`: one bundle's, or every configured bundle's.
+    /// (bundle, queue) pairs of `kind`: one bundle's, or every configured bundle's. A bundle
+    /// filter (an admin query, `--bundle`) can make a queue name longer than AMQP allows: no
+    /// queue has it, so it holds no job and is left out. Sent, the client would refuse it
+    /// (`invalidName`) and the request would fail as if the broker were unreachable (503).
     private func scope(_ kind: JobQueueKind, bundleID: String?) -> [(String, String)] {
         let bundles = bundleID.map { [$0] } ?? bundleIDs
         return bundles.flatMap { bundle in
-            JobInspection.queues(kind, bundleID: bundle, retryDelays: retryDelays).map { (bundle, $0) }
+            JobInspection.queues(kind, bundleID: bundle, retryDelays: retryDelays).filter(TopologyNames.canName).map { (bundle, $0) }
         }
     }
 

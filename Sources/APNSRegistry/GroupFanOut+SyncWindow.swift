@@ -21,6 +21,7 @@ extension GroupFanOut {
     func handleCoalesced(_ job: GroupJob, trace: GroupTrace?) async -> RegistryDisposition {
         var after: DevicePosition? = nil
         var sentNow: [String: Int64] = [:], merged: [String: Int64] = [:]
+        var unroutable = 0
         while true {
             let page: (now: Int64, devices: [WindowedDevice])
             let decided: [(device: ActiveDevice, now: Bool)]?
@@ -35,15 +36,19 @@ extension GroupFanOut {
             }
             after = page.devices.last?.device.position
             let immediate = decided.filter(\.now).map(\.device)
-            let failures = await publish(immediate, of: job, trace: trace)
-            if failures > 0 {
-                return .requeue("\(failures) of \(immediate.count) fan-out publishes not confirmed; the group job is fanned out again (same job ids)")
+            let results = await publish(immediate, of: job, trace: trace)
+            if !results.unconfirmed.isEmpty {
+                return .requeue(
+                    "\(results.unconfirmed.count) of \(immediate.count) fan-out publishes not confirmed; the group job is fanned out again (same job ids)")
             }
-            for (device, now) in decided {
+            unroutable += results.unroutable.count
+            let skipped = Set(results.unroutable.map { immediate[$0].position })
+            for (device, now) in decided where !skipped.contains(device.position) {
                 if now { sentNow[device.bundleID, default: 0] += 1 } else { merged[device.bundleID, default: 0] += 1 }
             }
             if page.devices.count < batchSize { break }
         }
+        noteUnroutable(unroutable, of: job)
         for (bundleID, count) in sentNow { recorder?.count(bundleID: bundleID, end: .fannedOut, count: count) }
         for (bundleID, count) in merged { recorder?.count(bundleID: bundleID, end: .coalesced, count: count) }
         let (now, later) = (sentNow.values.reduce(0, +), merged.values.reduce(0, +))
@@ -92,23 +97,37 @@ extension GroupFanOut {
     }
 }
 
-/// Publishes messages concurrently (confirms are pipelined); returns the indices not confirmed.
-func publishConfirmed(_ messages: [AMQPOutboundMessage], on broker: some ConfirmedPublishing) async -> Set<Int> {
-    guard !messages.isEmpty else { return [] }
-    return await withTaskGroup(of: Int?.self) { group in
+/// What became of a batch of publishes, by index: `unconfirmed` ones (the connection was lost,
+/// the broker nacked or returned them) may go through when sent again; `unroutable` ones the AMQP
+/// client refused before sending (`AMQPError.invalidName`: the device's bundle ID, from a row
+/// no registration message wrote, is longer than a routing key can be), and no retry sends them.
+struct PublishResults: Sendable, Equatable {
+    var unconfirmed: Set<Int> = []
+    var unroutable: Set<Int> = []
+}
+
+/// Publishes messages concurrently (confirms are pipelined); returns those that did not go.
+func publishConfirmed(_ messages: [AMQPOutboundMessage], on broker: some ConfirmedPublishing) async -> PublishResults {
+    guard !messages.isEmpty else { return PublishResults() }
+    return await withTaskGroup(of: (Int, refused: Bool)?.self) { group in
         for (index, message) in messages.enumerated() {
             group.addTask {
                 do {
                     try await broker.publish(message)
                     return nil
+                } catch let error as AMQPError where error.code == .invalidName {
+                    return (index, refused: true)
                 } catch {
-                    return index
+                    return (index, refused: false)
                 }
             }
         }
-        var failed: Set<Int> = []
-        for await index in group { if let index { failed.insert(index) } }
-        return failed
+        var results = PublishResults()
+        for await failure in group {
+            guard let (index, refused) = failure else { continue }
+            if refused { results.unroutable.insert(index) } else { results.unconfirmed.insert(index) }
+        }
+        return results
     }
 }
 

@@ -64,6 +64,7 @@ struct GroupFanOut<Publisher: ConfirmedPublishing>: Sendable {
         if !window.isOff, job.isBackground { return await handleCoalesced(job, trace: trace) }
         var after: DevicePosition? = nil
         var published: [String: Int64] = [:]
+        var unroutable = 0
         while true {
             let page: [ActiveDevice]
             do {
@@ -73,13 +74,16 @@ struct GroupFanOut<Publisher: ConfirmedPublishing>: Sendable {
             }
             after = page.last?.position
             let targets = page.filter { job.includes(bundleID: $0.bundleID, token: $0.token) }
-            let failures = await publish(targets, of: job, trace: trace)
-            if failures > 0 {
-                return .requeue("\(failures) of \(targets.count) fan-out publishes not confirmed; the group job is fanned out again (same job ids)")
+            let results = await publish(targets, of: job, trace: trace)
+            if !results.unconfirmed.isEmpty {
+                return .requeue(
+                    "\(results.unconfirmed.count) of \(targets.count) fan-out publishes not confirmed; the group job is fanned out again (same job ids)")
             }
-            for device in targets { published[device.bundleID, default: 0] += 1 }
+            unroutable += results.unroutable.count
+            for (index, device) in targets.enumerated() where !results.unroutable.contains(index) { published[device.bundleID, default: 0] += 1 }
             if page.count < batchSize { break }
         }
+        noteUnroutable(unroutable, of: job)
         for (bundleID, count) in published { recorder?.count(bundleID: bundleID, end: .fannedOut, count: count) }
         let total = published.values.reduce(0, +)
         logger.info(
@@ -91,14 +95,26 @@ struct GroupFanOut<Publisher: ConfirmedPublishing>: Sendable {
         return .ack
     }
 
-    /// Publishes one page concurrently (confirms are pipelined); returns how many failed.
-    func publish(_ devices: [ActiveDevice], of job: GroupJob, trace: GroupTrace?) async -> Int {
+    /// Publishes one page concurrently (confirms are pipelined); returns the devices' indices whose
+    /// job did not go.
+    func publish(_ devices: [ActiveDevice], of job: GroupJob, trace: GroupTrace?) async -> PublishResults {
         let messages = devices.map { device in
             let (id, body) = job.jobBody(bundleID: device.bundleID, token: device.token, environment: device.environment)
             var message = jobMessage(bundleID: device.bundleID, id: id, body: body)
             trace?.stamp(&message)
             return message
         }
-        return await publishConfirmed(messages, on: broker).count
+        return await publishConfirmed(messages, on: broker)
+    }
+
+    /// Devices whose bundle ID no routing key can carry (a row written around the registration
+    /// rules, which keep bundle IDs to 155 bytes: an import, another tool, a hand) cannot be sent
+    /// a job however often the group job is redone, and the group job is not at fault: they are
+    /// skipped, one line per group job that met any, and the other devices are notified.
+    func noteUnroutable(_ count: Int, of job: GroupJob) {
+        guard count > 0 else { return }
+        logger.warning(
+            "group job: devices whose bundle ID is longer than an AMQP routing key allows were skipped (registry rows not written by a registration message)",
+            metadata: ["job.id": "\(job.id.uuidString.lowercased())", "registry.skipped": "\(count)"])
     }
 }

@@ -67,17 +67,26 @@ struct TrailingPusher<Publisher: ConfirmedPublishing>: Sendable {
             let id = UUIDv5.fanOutJobID(groupJobID: push.window.trailing!, bundleID: push.device.bundleID, token: push.device.token)
             return jobMessage(bundleID: push.device.bundleID, id: id, body: push.body)
         }
-        let failed = await publishConfirmed(messages, on: broker)
-        let unsent = Set(failed.map { sending[$0].device.position })
-        // A push not confirmed keeps its claim and goes out again once the claim runs out.
+        let results = await publishConfirmed(messages, on: broker)
+        let unsent = Set(results.unconfirmed.map { sending[$0].device.position })
+        // A push not confirmed keeps its claim and goes out again once the claim runs out. One
+        // the client refused (a bundle ID no routing key can carry) never goes: it is done with.
         let done = due.filter { !unsent.contains($0.device.position) }
         _ = try await store.storeWindows(
             done.map { SyncWindowWrite(position: $0.device.position, window: window.afterTrailingPush($0.window, now: now), trailingBody: nil) })
         var sent: [String: Int64] = [:]
-        for (index, push) in sending.enumerated() where !failed.contains(index) { sent[push.device.bundleID, default: 0] += 1 }
+        for (index, push) in sending.enumerated() where !results.unconfirmed.contains(index) && !results.unroutable.contains(index) {
+            sent[push.device.bundleID, default: 0] += 1
+        }
         for (bundleID, count) in sent { recorder?.count(bundleID: bundleID, end: .trailing, count: count) }
-        if !failed.isEmpty {
-            logger.warning("trailing pushes not confirmed by the broker; sent again later", metadata: ["registry.unconfirmed": "\(failed.count)"])
+        if !results.unconfirmed.isEmpty {
+            logger.warning(
+                "trailing pushes not confirmed by the broker; sent again later", metadata: ["registry.unconfirmed": "\(results.unconfirmed.count)"])
+        }
+        if !results.unroutable.isEmpty {
+            logger.warning(
+                "trailing pushes dropped: their bundle ID is longer than an AMQP routing key allows (registry rows not written by a registration message)",
+                metadata: ["registry.skipped": "\(results.unroutable.count)"])
         }
         logger.debug(
             "trailing pushes sent",

@@ -18,10 +18,19 @@ public struct FleetIdentity: Sendable, Hashable {
 
     /// This process: `<host>-<pid>-<random>` (pids repeat across hosts and restarts).
     public static func current(version: String) -> FleetIdentity {
-        let host = ProcessInfo.processInfo.hostName
-        let pid = ProcessInfo.processInfo.processIdentifier
-        let suffix = UUID().uuidString.prefix(6).lowercased()
-        return FleetIdentity(instanceID: "\(host)-\(pid)-\(suffix)", host: host, pid: pid, version: version, startedAt: Date())
+        of(host: ProcessInfo.processInfo.hostName, pid: ProcessInfo.processInfo.processIdentifier, version: version)
+    }
+
+    /// A process on `host`. The host name is the machine's (a DNS name may have 253 bytes), and
+    /// the id goes where bounds apply: a heartbeat's `id` (`FleetInstance.maxIDBytes`, else every
+    /// view ignores this instance) and the name of its fleet queue, `apns.fleet.instance.<id>`
+    /// (an AMQP short string, else the fleet service cannot declare it, `invalidName`). So the
+    /// host's part of the id is cut to fit, and the heartbeat's `host` to `maxHostBytes`.
+    static func of(host: String, pid: Int32, version: String) -> FleetIdentity {
+        let tail = "-\(pid)-\(UUID().uuidString.prefix(6).lowercased())"
+        let id = host.prefix(utf8Bytes: FleetInstance.maxIDBytes - tail.utf8.count) + tail
+        return FleetIdentity(
+            instanceID: id, host: host.prefix(utf8Bytes: FleetInstance.maxHostBytes), pid: pid, version: version, startedAt: Date())
     }
 
     public init(instanceID: String, host: String, pid: Int32, version: String, startedAt: Date) {
@@ -30,6 +39,20 @@ public struct FleetIdentity: Sendable, Hashable {
         self.pid = pid
         self.version = version
         self.startedAt = startedAt
+    }
+}
+
+private extension String {
+    /// The longest prefix of whole characters that has at most `limit` bytes of UTF-8.
+    func prefix(utf8Bytes limit: Int) -> String {
+        var bytes = 0
+        var end = startIndex
+        for index in indices {
+            bytes += self[index].utf8.count
+            guard bytes <= limit else { break }
+            end = self.index(after: index)
+        }
+        return String(self[..<end])
     }
 }
 

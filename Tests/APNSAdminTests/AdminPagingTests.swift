@@ -57,4 +57,27 @@ struct AdminPagingTests {
             #expect(try await harness.queues.readyCount(.dead, bundleID: harness.bundle) == 150)
         }
     }
+
+    /// A `bundle` whose dead or retry queue name is longer than AMQP allows (the query takes up
+    /// to 255 bytes) names no queue: an empty listing, not the broker being unreachable. Was:
+    /// the client refused the name (`invalidName`), the API answered 503 "broker: …" and the page
+    /// said queue depths and jobs were unavailable.
+    @Test func aBundleNoQueueNameCanHoldListsNothingAndIsNoBrokerOutage() async throws {
+        let overlong = String(repeating: "b", count: 250)
+        try await AdminHarness.with { harness in
+            try await harness.admin.makeApplication().test(.router) { client in
+                for kind in ["dead", "retry"] {
+                    let listing = try await client.execute(uri: "/api/\(kind)?bundle=\(overlong)", method: .get, headers: Self.bearer)
+                    #expect(listing.status == .ok)
+                    #expect(try AdminRouteTests.json(listing)["count"] as? Int == 0)
+                    let show = try await client.execute(uri: "/api/\(kind)/some-job?bundle=\(overlong)", method: .get, headers: Self.bearer)
+                    #expect(show.status == .notFound)
+                    let purge = try await client.execute(uri: "/api/\(kind)/purge?bundle=\(overlong)&confirm=yes", method: .post, headers: Self.bearer)
+                    #expect(purge.status == .ok)
+                }
+                let page = String(buffer: try await client.execute(uri: "/?bundle=\(overlong)", method: .get, headers: Self.bearer).body)
+                #expect(!page.contains("queue-error"))
+            }
+        }
+    }
 }

@@ -67,6 +67,30 @@ struct QueueInspectorTests {
         #expect(try await b.depth(b.dead) == 2)
     }
 
+    /// A bundle filter whose queue names AMQP cannot carry (an admin's `?bundle=` takes 255
+    /// bytes, `--bundle` any length) selects no job: no queue has such a name. Each operation
+    /// failed with the client's `invalidName`, which the admin answered as the broker being
+    /// unreachable (503) and the page showed as a broker error.
+    @Test func aBundleFilterNoQueueNameCanHoldSelectsNothing() async throws {
+        let bundle = try await TestBundle.make(.classic)
+        try await bundle.seedDead(jobIDs(3))
+        try await bundle.seedRetry(jobIDs(2, "r"))
+        let inspector = try bundle.inspector()
+        // `apns.<250 bytes>` still fits; its dead and retry queues' names do not.
+        let overlong = String(repeating: "b", count: 250)
+        for kind in JobQueueKind.allCases {
+            #expect(try await inspector.list(kind, filter: JobFilter(bundleID: overlong)).isEmpty)
+            #expect(try await inspector.readyCount(kind, bundleID: overlong) == 0)
+            #expect(try await inspector.show(kind, jobID: "job-00000", bundleID: overlong) == nil)
+            #expect(try await inspector.requeue(kind, .all(JobFilter(bundleID: overlong))).moved == 0)
+            #expect(try await inspector.purge(kind, .all(JobFilter(bundleID: overlong))).purged == 0)
+        }
+        #expect(try await inspector.list(.dead).map(\.jobID) == jobIDs(3))
+        #expect(try await bundle.depth(bundle.dead) == 3)
+        #expect(try await bundle.depth(bundle.retry(0)) == 2)
+        #expect(try await bundle.depth(bundle.work) == 0)
+    }
+
     @Test func showFindsOneJobAndLeavesTheQueueAlone() async throws {
         let bundle = try await TestBundle.make(.quorum)
         let ids = jobIDs(20)
