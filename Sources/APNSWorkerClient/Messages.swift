@@ -286,6 +286,13 @@ enum JobBody {
     }
 
     static func validate(_ body: [UInt8], bundleID: String) throws(APNSWorkerClientError) {
+        // The routing key: no worker takes a bundle outside contract §6's shape (its
+        // configuration refuses one), so such a job would wait in `apns.unrouted` for ever, and
+        // past 255 bytes the broker cannot be sent it at all.
+        guard UntrustedText.isBundleID(bundleID) else {
+            throw .invalidMessage(
+                .malformed("bundleID", "not a bundle ID: 1 to \(UntrustedText.maxBundleIDBytes) bytes of letters, digits, \".\" and \"-\""))
+        }
         if case .failure(let error) = JobParser.parse(
             body: body, bundleID: bundleID, messageID: nil, defaultEnvironment: .production, transport: .http2)
         {

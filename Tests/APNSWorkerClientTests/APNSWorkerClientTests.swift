@@ -92,6 +92,17 @@ struct APNSWorkerClientTests {
             #expect("\(APNSWorkerClientError.invalidMessage(expected))" == "priority: must be 10, 5 or 1, got 7")
             let noAPS = NotificationJob(bundleID: bundle, token: Self.token, payload: APNSPayload(json: #"{"alert":"no aps"}"#))
             await #expect(throws: APNSWorkerClientError.self) { try await client.publish(noAPS) }
+            // A bundle ID no worker can be configured for (it would wait in apns.unrouted), or
+            // longer than a routing key (the broker could not be sent it): refused by name.
+            for bundleID in ["com example", "com." + String(repeating: "x", count: 152), "com." + String(repeating: "x", count: 300), ""] {
+                let job = NotificationJob(bundleID: bundleID, token: Self.token, payload: .alert("x"))
+                await #expect(throws: APNSWorkerClientError.invalidMessage(JobError(
+                    kind: .malformedJob, field: "bundleID", message: #"not a bundle ID: 1 to 155 bytes of letters, digits, "." and "-""#))) {
+                    try await client.publish(job)
+                }
+                let broadcast = BroadcastJob(bundleID: bundleID, channel: "dHN0LXNyY2gtY2hubA==", payload: .alert("x"))
+                await #expect(throws: APNSWorkerClientError.self) { try await client.publish(broadcast) }
+            }
             // A good job after them: the only message in the queue.
             try await client.publish(NotificationJob(bundleID: bundle, token: Self.token, payload: .alert("ok")))
             await client.close()
