@@ -129,12 +129,19 @@ struct PrometheusRulesTests {
                     try await waitUntil("the dead job in the recorded dead queue depth", timeout: .seconds(30)) {
                         try await Self.query(base, #"apns_worker:queue_messages:max{bundle="\#(b)",role="dead"}"#).map(\.value) == [1]
                     }
-                    let age = try await Self.query(base, #"apns_worker:retry_backlog_age_seconds{bundle="\#(b)"}"#)
-                    #expect(age.map(\.value) == [0])
-                    let outcomes = try await Self.query(base, #"apns_worker:jobs:rate5m{bundle="\#(b)"}"#).compactMap { $0.labels["outcome"] }
-                    #expect(Set(outcomes).isSuperset(of: ["delivered", "dead", "retry", "invalid_token"]))
-                    let p99 = try await Self.query(base, #"apns_worker:job_duration_seconds:p99_5m{bundle="\#(b)"}"#)
-                    #expect(p99.count == 1)
+                    // Recorded from a recorded series (the retry depth), so it too takes a scrape
+                    // and an evaluation after it: polled (read once, CI saw it still empty).
+                    try await waitUntil("the empty retry backlog's age in the recorded rule", timeout: .seconds(30)) {
+                        try await Self.query(base, #"apns_worker:retry_backlog_age_seconds{bundle="\#(b)"}"#).map(\.value) == [0]
+                    }
+                    // Recorded rules too: polled, for the same reason.
+                    try await waitUntil("every end in the recorded jobs rate", timeout: .seconds(30)) {
+                        let outcomes = try await Self.query(base, #"apns_worker:jobs:rate5m{bundle="\#(b)"}"#).compactMap { $0.labels["outcome"] }
+                        return Set(outcomes).isSuperset(of: ["delivered", "dead", "retry", "invalid_token"])
+                    }
+                    try await waitUntil("the recorded p99 of the job duration", timeout: .seconds(30)) {
+                        try await Self.query(base, #"apns_worker:job_duration_seconds:p99_5m{bundle="\#(b)"}"#).count == 1
+                    }
                     // Nothing fires or is pending for this healthy worker, one dead job included
                     // (other tests of this process leave their bundles' last values in the shared
                     // metrics registry, and other tests' jobs for unconfigured bundles may reach
