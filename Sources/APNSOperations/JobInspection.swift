@@ -153,7 +153,8 @@ public enum JobInspection {
         case .decimal(let scale, let v): return String(Double(v) / pow(10, Double(scale)))
         case .string(let s): return s
         case .bytes(let b): return String(decoding: b, as: UTF8.self)
-        case .timestamp(let d): return d.formatted(.iso8601)
+        // Not `.formatted(.iso8601)`: ICU's on Linux, reached by any publisher's header.
+        case .timestamp(let d): return RFC3339.string(from: d)
         case .table(let t):
             let fields = t.keys.sorted().map { "\(quoted($0)):\(nested(t[$0]!))" }
             return "{" + fields.joined(separator: ",") + "}"

@@ -95,6 +95,39 @@ private func deadMessage(id: String = "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11", re
         #expect(!JobInspection.matches(job, JobFilter(newerThan: .seconds(1)), now: Date()))
     }
 
+    /// A publisher's `x-apns-failed-at` that is not RFC 3339 (forms Foundation's `.iso8601` took,
+    /// and garbage): the job is still listed, filtered and requeued, its failure time absent, its
+    /// age measured from the publish time, the header shown as sent.
+    @Test(arguments: ["2026-11-31T10:00:00Z", "2026-11-20T24:00:00Z", "2026-11-20T10:00:00Zjunk", "2026-11-20T10:00:00GMT+1", "\u{0}", "２０２６-11-20T10:00:00Z"])
+    func aForgedFailureTimeIsAbsentAndTheAgeIsThePublishTimes(failedAt: String) {
+        var message = deadMessage(failedAt: failedAt)
+        let published = Date(timeIntervalSince1970: 1_795_000_000)
+        message.properties.timestamp = published
+        let job = JobInspection.queuedJob(message, queue: "apns.b.dead", bundleID: "b", position: 0)
+        #expect(job.failedAt == nil && job.publishedAt == published && job.referenceDate == published)
+        #expect(job.reason == "BadDeviceToken" && job.headers[JobHeaders.failedAt] == failedAt)
+        let now = published.addingTimeInterval(600)
+        #expect(JobInspection.matches(job, JobFilter(olderThan: .seconds(300)), now: now))
+        #expect(!JobInspection.matches(job, JobFilter(olderThan: .seconds(900)), now: now))
+        #expect(JobInspection.requeueMessage(message, bundleID: "b").properties.headers?[JobHeaders.failedAt] == nil)
+    }
+
+    /// AMQP timestamps in headers (`x-death`'s `time`, anyone's) are rendered by `RFC3339`: the
+    /// text `.formatted(.iso8601)` (ICU's) gave, up to year 9999. A forged timestamp past it (an
+    /// AMQP timestamp is any 64-bit count of seconds) is shown as 9999-12-31T23:59:59Z, where
+    /// Foundation wrote a longer year (and 506713-02-07T00:00:00Z for everything past 10^15 s).
+    @Test func timestampHeadersAreRenderedAsISO8601RenderedThem() {
+        for seconds in [0, 1_795_769_845, 951_782_400, 4_102_444_799, 253_402_300_799] as [Double] {
+            let date = Date(timeIntervalSince1970: seconds)
+            #expect(JobInspection.render(.timestamp(date)) == date.formatted(.iso8601))
+        }
+        let death = AMQPFieldValue.array([.table(["time": .timestamp(Date(timeIntervalSince1970: 1_795_769_845)), "reason": .string("rejected")])])
+        #expect(JobInspection.render(death) == #"[{"reason":"rejected","time":"2026-11-27T08:57:25Z"}]"#)
+        for seconds in [253_402_300_800, 1e15, Double(UInt64.max)] {
+            #expect(JobInspection.render(.timestamp(Date(timeIntervalSince1970: seconds))) == "9999-12-31T23:59:59Z")
+        }
+    }
+
     @Test func requeueResetsAttemptsAndKeepsTheReason() {
         let original = deadMessage()
         let out = JobInspection.requeueMessage(original, bundleID: "b")
