@@ -32,6 +32,23 @@ private func deadMessage(id: String = "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11", re
         #expect(JobInspection.redactingToken(#"{"payload":{}}"#) == #"{"payload":{}}"#)
     }
 
+    /// The body is shown as stored with only the token's value cut: key order, spacing, number
+    /// lexemes and escapes kept. It was re-serialized through `JSONSerialization` with
+    /// `.sortedKeys`, which on Linux sorts keys through ICU: every page view with a dead letter
+    /// faulted ICU's data into the worker.
+    @Test func theBodyIsShownAsStoredWithOnlyTheTokenCut() {
+        let token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        let body = #"{ "zeta": 1.50, "token" : "\#(token)", "Alpha":"é/x", "payload":{"aps":{"alert":"hi"}} }"#
+        #expect(JobInspection.redactingToken(body) == #"{ "zeta": 1.50, "token" : "0123…cdef", "Alpha":"é/x", "payload":{"aps":{"alert":"hi"}} }"#)
+        // A token that is no device token is cut whole; one not a string leaves the body to the hex-run rule.
+        #expect(JobInspection.redactingToken(#"{"token":"xyz","a":1}"#) == #"{"token":"…","a":1}"#)
+        #expect(JobInspection.redactingToken(#"{"token":12,"a":"\#(token)"}"#) == #"{"token":12,"a":"0123…cdef"}"#)
+        // Duplicate keys, or too deep for the job reader: the hex-run rule still cuts the token.
+        #expect(JobInspection.redactingToken(#"{"token":"\#(token)","token":"\#(token)"}"#) == #"{"token":"0123…cdef","token":"0123…cdef"}"#)
+        let deep = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
+        #expect(JobInspection.redactingToken(#"{"token":"\#(token)","d":\#(deep)}"#) == #"{"token":"0123…cdef","d":\#(deep)}"#)
+    }
+
     /// Issue 25: a body the page cannot parse showed its device token in clear.
     @Test func longHexRunsInUnparseableBodiesAreRedacted() {
         let token = String(repeating: "0123456789abcdef", count: 4)
