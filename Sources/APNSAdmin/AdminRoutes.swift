@@ -1,6 +1,7 @@
 /// Every admin route: probes (`/health`, `/ready`), `/metrics`, the JSON API over the worker's
 /// status and the dead and retry queues, the HTML page with its requeue forms, and `/login`.
 import APNSAdminQuery
+import APNSModel
 import APNSOperations
 import APNSWorker
 import Foundation
@@ -228,10 +229,11 @@ struct AdminRoutes: Sendable {
         }
     }
 
+    /// Dates by `RFC3339`: the strings `.iso8601` wrote, without faulting ICU into the worker.
     static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .rfc3339
         return encoder
     }()
 

@@ -76,10 +76,11 @@ struct RegistryPage {
         }
     }
 
+    /// `2026-11-27 08:57:25` (UTC, whole seconds rounded down): `RFC3339`'s form with a space
+    /// for the `T` and no `Z`, as the page showed it through `ISO8601DateFormatter` (ICU's).
     static func time(ms: Int64) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime]
-        return formatter.string(from: Date(timeIntervalSince1970: TimeInterval(ms) / 1000)).replacingOccurrences(of: "T", with: " ")
+        let text = RFC3339.string(from: Date(timeIntervalSince1970: TimeInterval(ms) / 1000))
+        return String(text.prefix(10)) + " " + String(text.dropFirst(11).prefix(8))
     }
 
     static let template: MustacheTemplate = {

@@ -224,8 +224,9 @@ struct StatusPage {
         return items.isEmpty ? path : path + "?" + items.joined(separator: "&")
     }
 
+    /// `RFC3339`'s form, the one `.formatted(.iso8601)` wrote (which went through ICU).
     static func timestamp(_ date: Date) -> String {
-        date.formatted(.iso8601)
+        RFC3339.string(from: date)
     }
 }
 

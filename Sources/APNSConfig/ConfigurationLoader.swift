@@ -233,20 +233,29 @@ public enum ConfigurationLoader {
         return amqp
     }
 
+    /// An `amqp://` or `amqps://` URL with a host of its own, read by `AMQPURLHost` as the AMQP
+    /// client and the plaintext warning (`PeerSecurity.host(of:)`) read it. Refused here, at load,
+    /// with the file, line and key: no host (the client would connect to localhost: `amqp://u:p@/`,
+    /// `amqp://rabbit?@/`, `amqp://[]`), a host starting with `:` (an IPv6 address outside
+    /// brackets), and what the client refuses only when it connects (bad percent-encoding in the
+    /// host, a `[` without its `]`).
     static func checkAMQPURL(_ url: String) throws(ValueProblem) {
         let lower = url.lowercased()
+        let quoted = ValueSyntax.quoted(AMQPSettings.maskingPassword(url))
         guard lower.hasPrefix("amqp://") || lower.hasPrefix("amqps://") else {
-            throw ValueProblem(
-                "\(ValueSyntax.quoted(AMQPSettings.maskingPassword(url))) is not an AMQP URL (amqp://user:password@host:5672/vhost or amqps://…)")
+            throw ValueProblem("\(quoted) is not an AMQP URL (amqp://user:password@host:5672/vhost or amqps://…)")
         }
-        let afterScheme = url[url.range(of: "://")!.upperBound...]
-        // Up to the first `/`, as the AMQP client reads it (`AMQPURL`, `PeerSecurity.host(of:)`):
-        // a `?` there ends nothing, so `amqp://rabbit?@` has no host (the client would connect
-        // to localhost) and `amqp://?@rabbit` names rabbit.
-        let authority = afterScheme.prefix { $0 != "/" }
-        let hostPart = authority.split(separator: "@", omittingEmptySubsequences: false).last ?? ""
-        guard !hostPart.isEmpty, !hostPart.hasPrefix(":"), !url.contains(where: \.isWhitespace) else {
-            throw ValueProblem("\(ValueSyntax.quoted(AMQPSettings.maskingPassword(url))) has no host")
+        switch AMQPURLHost(reading: url) {
+        case .name(let host) where host.hasPrefix(":"):
+            throw ValueProblem("\(quoted) has no host (an IPv6 address goes in brackets: amqp://[::1]:5672/)")
+        case .name, .bracketed:
+            guard !url.contains(where: \.isWhitespace) else { throw ValueProblem("\(quoted) has no host") }
+        case .empty, .notAURL:
+            throw ValueProblem("\(quoted) has no host")
+        case .unterminatedBracket:
+            throw ValueProblem("\(quoted) has no host: its IPv6 address has no closing ] (amqp://[::1]:5672/)")
+        case .badPercentEncoding:
+            throw ValueProblem("\(quoted) has bad percent-encoding in its host (% must be followed by two hex digits, decoding to UTF-8)")
         }
     }
 

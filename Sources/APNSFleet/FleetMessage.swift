@@ -207,22 +207,13 @@ public enum FleetJSON {
     public static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .custom { date, encoder in
-            var container = encoder.singleValueContainer()
-            try container.encode(RFC3339.string(from: date))
-        }
+        encoder.dateEncodingStrategy = .rfc3339
         return encoder
     }()
 
     public static let decoder: JSONDecoder = {
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .custom { decoder in
-            let container = try decoder.singleValueContainer()
-            guard let date = RFC3339.date(from: try container.decode(String.self)) else {
-                throw DecodingError.dataCorruptedError(in: container, debugDescription: "Expected date string to be RFC 3339-formatted.")
-            }
-            return date
-        }
+        decoder.dateDecodingStrategy = .rfc3339
         return decoder
     }()
 }

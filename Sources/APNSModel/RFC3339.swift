@@ -93,3 +93,28 @@ public enum RFC3339 {
         return Date(timeIntervalSinceReferenceDate: Double(seconds) + Double(nanoseconds) / 1_000_000_000)
     }
 }
+
+extension JSONEncoder.DateEncodingStrategy {
+    /// Dates as `RFC3339` writes them: the strings `.iso8601` wrote, without ICU. Every JSON the
+    /// worker and its CLI write (the fleet's messages, the admin API, `--json` output) uses it.
+    public static var rfc3339: Self {
+        .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(RFC3339.string(from: date))
+        }
+    }
+}
+
+extension JSONDecoder.DateDecodingStrategy {
+    /// Dates read by `RFC3339`; one that is not RFC 3339 throws `DecodingError.dataCorrupted`, as
+    /// `.iso8601` did.
+    public static var rfc3339: Self {
+        .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            guard let date = RFC3339.date(from: try container.decode(String.self)) else {
+                throw DecodingError.dataCorruptedError(in: container, debugDescription: "Expected date string to be RFC 3339-formatted.")
+            }
+            return date
+        }
+    }
+}

@@ -12,15 +12,24 @@ public enum JobInspection {
     /// (`show`, the admin page); scripts get the body as stored (`--json`, the JSON API).
     /// A body that is not a JSON object with a `token` (the malformed jobs an operator looks at
     /// most) has every long hexadecimal run cut instead, since a token may sit anywhere in it.
+    /// The rest of the body is shown as stored: the token's value is replaced where it lies
+    /// (the job reader's strict parser gives its bytes). Not re-serialized with
+    /// `JSONSerialization`'s `.sortedKeys`, which on Linux sorts keys through ICU's collator:
+    /// every page view with a dead letter faulted ICU's data into the worker.
     public static func redactingToken(_ body: String) -> String {
-        guard let data = body.data(using: .utf8),
-            var object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
-            let token = object["token"] as? String
-        else { return redactingHexRuns(body) }
-        object["token"] = DeviceToken(hex: token)?.redacted ?? "…"
-        guard let out = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
-        else { return redactingHexRuns(body) }
-        return redactingHexRuns(String(decoding: out, as: UTF8.self))
+        var bytes = Array(body.utf8)
+        let token: (range: Range<Int>, value: String)? = bytes.withUnsafeBufferPointer { buffer in
+            guard JSONReader.firstInvalidUTF8Offset(buffer) == nil,
+                let object = try? JSONReader.parseTopLevelObject(buffer, maxDepth: JobParser.Limits().maxDepth),
+                let member = object["token"], let value = member.value.stringValue
+            else { return nil }
+            return (member.range, value)
+        }
+        guard let token else { return redactingHexRuns(body) }
+        // Hex digits and "…": nothing in the redacted form needs escaping in a JSON string.
+        let redacted = "\"" + (DeviceToken(hex: token.value)?.redacted ?? "…") + "\""
+        bytes.replaceSubrange(token.range, with: redacted.utf8)
+        return redactingHexRuns(String(decoding: bytes, as: UTF8.self))
     }
 
     /// Hex digits in a row from which a run counts as a device token: tokens are 64 digits (32
@@ -153,7 +162,8 @@ public enum JobInspection {
         case .decimal(let scale, let v): return String(Double(v) / pow(10, Double(scale)))
         case .string(let s): return s
         case .bytes(let b): return String(decoding: b, as: UTF8.self)
-        case .timestamp(let d): return d.formatted(.iso8601)
+        // Not `.formatted(.iso8601)`: ICU's on Linux, reached by any publisher's header.
+        case .timestamp(let d): return RFC3339.string(from: d)
         case .table(let t):
             let fields = t.keys.sorted().map { "\(quoted($0)):\(nested(t[$0]!))" }
             return "{" + fields.joined(separator: ",") + "}"

@@ -1,4 +1,5 @@
 import AMQPClient
+import APNSModel
 import APNSTopologyNames
 import Foundation
 
@@ -13,7 +14,10 @@ import Foundation
 /// Anyone with publish rights can set any of these headers to anything, so every number is
 /// validated here, once: a value that is not an integer from 0 to 2^31−1 (an AMQP integer of
 /// any width, or a decimal string) counts as absent, so arithmetic on what this type returns
-/// cannot overflow. Writers clamp to the same range. Every other header is carried unchanged;
+/// cannot overflow. Writers clamp to the same range. `x-apns-failed-at` is read and written by
+/// `RFC3339` (not Foundation's ISO 8601 style, which goes through ICU on Linux: a forged header
+/// would fault ICU into the worker at the first dead-letter listing); one that is not an RFC 3339
+/// date-time of at most `RFC3339.maxBytes` counts as absent. Every other header is carried unchanged;
 /// the headers written here replace, on a republished copy, every entry of their key the
 /// received table had (`AMQPProperties.setHeaders(_:)`).
 public struct JobEnvelope: Sendable, Hashable {
@@ -59,7 +63,8 @@ public struct JobEnvelope: Sendable, Hashable {
     public var status: Int? { Self.count(headers[JobHeaders.status]) }
     /// Attempts made in all when the job died (`x-apns-attempts`); nil when absent or invalid.
     public var attempts: Int? { Self.count(headers[JobHeaders.attempts]) }
-    public var failedAt: Date? { headers[JobHeaders.failedAt]?.stringValue.flatMap(Self.parseRFC3339) }
+    /// When the worker ended the job (`x-apns-failed-at`); nil when absent or not RFC 3339.
+    public var failedAt: Date? { headers[JobHeaders.failedAt]?.stringValue.flatMap(RFC3339.date(from:)) }
     public var error: String? { headers[JobHeaders.error]?.stringValue }
     /// The reason the job had when an operator last requeued it.
     public var lastReason: String? { headers[JobHeaders.lastReason]?.stringValue }
@@ -124,14 +129,6 @@ public struct JobEnvelope: Sendable, Hashable {
         return Int(number)
     }
 
-    /// RFC 3339 with or without fractional seconds (the worker writes `.iso8601`, without).
-    public static func parseRFC3339(_ text: String) -> Date? {
-        // Longer than any RFC 3339 time: not worth a parser's time.
-        guard text.utf8.count <= 64 else { return nil }
-        if let date = try? Date(text, strategy: .iso8601) { return date }
-        return try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))
-    }
-
     // MARK: - Writing
 
     /// For a message that carries the job on (retry, dead letter, held job sent back): the
@@ -169,7 +166,7 @@ public struct JobEnvelope: Sendable, Hashable {
         write(JobHeaders.reason, .string(failure.reason))
         write(JobHeaders.status, .int32(Self.clamped(failure.status)))
         write(JobHeaders.attempts, .int32(Self.clamped(failure.attempts)))
-        write(JobHeaders.failedAt, .string(failure.failedAt.formatted(.iso8601)))
+        write(JobHeaders.failedAt, .string(RFC3339.string(from: failure.failedAt)))
         write(JobHeaders.error, .string(Self.oneLine(failure.error)))
     }
 

@@ -1,6 +1,7 @@
 /// `apns-worker check-config FILE`: validates a configuration file, credential files included,
 /// and prints a short summary (exit 0) or the one-line error on stderr (exit 1).
 import APNSConfig
+import APNSModel
 import ArgumentParser
 import Foundation
 
@@ -32,7 +33,7 @@ struct CheckConfigCommand: ParsableCommand {
                 // The same fingerprint the admin page shows for the configuration in force: equal
                 // when the running worker applied this file and these credential files.
                 let loaded = try LoadedConfiguration.read(path: file)
-                print("read at \(loaded.loadedAt.formatted(.iso8601)), fingerprint \(loaded.fingerprint) (compare the admin page's configuration in force)")
+                print("read at \(RFC3339.string(from: loaded.loadedAt)), fingerprint \(loaded.fingerprint) (compare the admin page's configuration in force)")
             }
             for warning in PeerSecurity.warnings(configuration) { print("warning: insecure connection: \(warning)") }
         } catch {

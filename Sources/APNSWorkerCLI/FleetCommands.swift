@@ -36,7 +36,7 @@ struct FleetCommand: AsyncParsableCommand {
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]
-            encoder.dateEncodingStrategy = .iso8601
+            encoder.dateEncodingStrategy = .rfc3339
             print(String(decoding: try encoder.encode(report), as: UTF8.self))
             return
         }
@@ -47,7 +47,7 @@ struct FleetCommand: AsyncParsableCommand {
         var lines = [["instance", "host", "pid", "version", "started", "last seen", "RSS MiB", "CPU s", "in flight", "broker", "held"].joined(separator: "\t")]
         for instance in report.instances {
             lines.append([
-                instance.id, instance.host, String(instance.pid), instance.version, instance.startedAt.formatted(.iso8601),
+                instance.id, instance.host, String(instance.pid), instance.version, RFC3339.string(from: instance.startedAt),
                 instance.lastSeen.map { "\(Int(now.timeIntervalSince($0).rounded()))s ago" } ?? "-",
                 String(format: "%.1f", Double(instance.rssBytes) / 1_048_576), String(format: "%.1f", instance.cpuSeconds),
                 String(instance.inFlight), instance.broker, instance.heldBundles.joined(separator: ",").ifEmpty("-"),

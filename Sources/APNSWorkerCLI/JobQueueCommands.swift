@@ -289,7 +289,7 @@ func printJSON(_ value: some Encodable) {
 func jsonText(_ value: some Encodable) -> String {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-    encoder.dateEncodingStrategy = .iso8601
+    encoder.dateEncodingStrategy = .rfc3339
     // Encoding these plain value types cannot fail.
     let data = (try? encoder.encode(value)) ?? Data("null".utf8)
     return String(decoding: data, as: UTF8.self)
@@ -323,7 +323,7 @@ enum JobTable {
             ["job id", job.jobID ?? "-"], ["bundle", job.bundleID], ["queue", job.queue],
             ["position", String(job.position)], ["reason", job.reason ?? "-"],
             ["status", job.status.map(String.init) ?? "-"], ["attempts", job.attempts.map(String.init) ?? "-"],
-            ["failed at", job.failedAt.map { "\($0.formatted(.iso8601)) (\(age(now.timeIntervalSince($0))) ago)" } ?? "-"],
+            ["failed at", job.failedAt.map { "\(RFC3339.string(from: $0)) (\(age(now.timeIntervalSince($0))) ago)" } ?? "-"],
             ["error", job.error ?? "-"], ["last reason", job.lastReason ?? "-"], ["token", job.tokenRedacted ?? "-"],
         ]
         var out = aligned(lines)

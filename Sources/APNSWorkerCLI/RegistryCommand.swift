@@ -195,9 +195,8 @@ struct StatsCommand: AsyncParsableCommand {
         print((["hour (UTC)", "bundle"] + ends).joined(separator: "\t"))
         var table: [String: [String: Int64]] = [:]
         var order: [String] = []
-        let formatter = ISO8601DateFormatter()
         for row in rows {
-            let key = "\(formatter.string(from: Date(timeIntervalSince1970: TimeInterval(row.hour))))\t\(row.bundleId)"
+            let key = "\(RFC3339.string(from: Date(timeIntervalSince1970: TimeInterval(row.hour))))\t\(row.bundleId)"
             if table[key] == nil { order.append(key) }
             table[key, default: [:]][row.end, default: 0] += row.count
         }

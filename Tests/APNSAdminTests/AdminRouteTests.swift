@@ -4,6 +4,7 @@ import APNSConfig
 import APNSModel
 import APNSOperations
 import APNSSimulator
+import APNSTopologyNames
 import APNSWorker
 import Foundation
 import HTTPTypes
@@ -63,6 +64,16 @@ struct AdminRouteTests {
         }
     }
 
+    /// Whether every listed job has the failure time the worker wrote (`x-apns-failed-at`, by
+    /// `RFC3339`) in the text `.iso8601` wrote (Foundation's, ICU's, as the oracle), in its header
+    /// and in the listing's `failedAt`.
+    static func failureTimesAreISO8601s(_ listed: [[String: Any]]) -> Bool {
+        listed.allSatisfy { job in
+            guard let failedAt = job["failedAt"] as? String, let read = try? Date(failedAt, strategy: .iso8601) else { return false }
+            return read.formatted(.iso8601) == failedAt && (job["headers"] as? [String: String])?[JobHeaders.failedAt] == failedAt
+        }
+    }
+
     @Test func statusMetricsAndTheDeadQueue() async throws {
         try await AdminHarness.with { harness in
             for n in 0..<3 { try await harness.publishJob(token: n) }
@@ -94,6 +105,7 @@ struct AdminRouteTests {
                 let listed = try #require(list["jobs"] as? [[String: Any]])
                 #expect(Set(listed.compactMap { $0["jobID"] as? String }) == Set(dead))
                 #expect(listed.allSatisfy { $0["reason"] as? String == "MalformedJob" })
+                #expect(Self.failureTimesAreISO8601s(listed))
                 let limited = try Self.json(
                     try await client.execute(uri: "/api/dead?bundle=\(harness.bundle)&limit=1", method: .get, headers: Self.bearer))
                 #expect(limited["count"] as? Int == 1)
@@ -205,6 +217,56 @@ struct AdminRouteTests {
                 let empty = try Self.json(try await client.execute(uri: "/api/dead?bundle=\(harness.bundle)", method: .get, headers: Self.bearer))
                 #expect(empty["count"] as? Int == 0)
             }
+        }
+    }
+
+    /// Anyone on the vhost can publish to a dead queue with any `x-apns-failed-at`. One that is
+    /// not RFC 3339 (forms Foundation's `.iso8601` took, garbage, a 4 KiB string) is listed
+    /// without a failure time, its age taken from the publish time; the header is shown as sent.
+    @Test func aForgedFailureTimeIsListedAsAbsent() async throws {
+        try await AdminHarness.with { harness in
+            let forged = [
+                "2026-11-31T10:00:00Z", "2026-11-20T24:00:00Z", "2026-11-20T10:00:00Zjunk", "2026-11-20T10:00:00+0100", "now",
+                String(repeating: "9", count: 4_096),
+            ]
+            let published = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down) - 7200)
+            let failedAt = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down) - 10)
+            for (index, value) in (forged + [failedAt.formatted(.iso8601)]).enumerated() {
+                var properties = AMQPProperties.persistentJSON
+                properties.messageID = "forged-\(index)"
+                properties.timestamp = published
+                properties.headers = [JobHeaders.reason: .string("BadDeviceToken"), JobHeaders.failedAt: .string(value)]
+                let body = #"{"token":"\#(AdminHarness.token(index))","payload":{"aps":{"alert":"x"}},"id":"forged-\#(index)"}"#
+                try await harness.publisher.publish(
+                    AMQPOutboundMessage(exchange: "", routingKey: TopologyNames.deadQueue(harness.bundle), body: Array(body.utf8), properties: properties))
+            }
+            try await harness.admin.makeApplication().test(.router) { client in
+                var listed: [[String: Any]] = []
+                try await waitUntil("the dead letters to be listed") {
+                    let list = try Self.json(try await client.execute(uri: "/api/dead?bundle=\(harness.bundle)", method: .get, headers: Self.bearer))
+                    listed = list["jobs"] as? [[String: Any]] ?? []
+                    return listed.count == forged.count + 1
+                }
+                for (index, job) in listed.enumerated() {
+                    #expect(job["jobID"] as? String == "forged-\(index)")
+                    #expect(job["reason"] as? String == "BadDeviceToken")
+                    #expect(job["publishedAt"] as? String == published.formatted(.iso8601))
+                    if index < forged.count {
+                        #expect(job["failedAt"] == nil, "\(forged[index].prefix(30))")
+                        #expect((job["headers"] as? [String: String])?[JobHeaders.failedAt] == forged[index])
+                    } else {
+                        #expect(job["failedAt"] as? String == failedAt.formatted(.iso8601))
+                    }
+                }
+                // Age filters measure the forged ones from their publish time, two hours ago.
+                let old = try Self.json(
+                    try await client.execute(uri: "/api/dead?bundle=\(harness.bundle)&olderThan=1h", method: .get, headers: Self.bearer))
+                #expect((old["jobs"] as? [[String: Any]])?.compactMap { $0["jobID"] as? String } == forged.indices.map { "forged-\($0)" })
+                let page = try await client.execute(uri: "/", method: .get, headers: Self.bearer)
+                #expect(page.status == .ok)
+                #expect(String(buffer: page.body).contains("forged-0"))
+            }
+            #expect(try await harness.queues.list(.dead, filter: .init(bundleID: harness.bundle)).count == forged.count + 1, "nothing moved")
         }
     }
 

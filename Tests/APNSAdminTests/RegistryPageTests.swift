@@ -24,6 +24,17 @@ struct RegistryPageTests {
             ])
     }
 
+    /// The page's times by `RFC3339`: the text of the `ISO8601DateFormatter` it had (Foundation's,
+    /// ICU's on Linux, is the oracle here), whole seconds rounded down, before 1970 too.
+    @Test(arguments: [0, 1_795_769_845_999, -1, -1_500, 1_700_000_000_500, 951_782_400_000, 253_402_300_799_000] as [Int64])
+    func timesAreTheTextTheISO8601FormatterWrote(ms: Int64) {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime]
+        let old = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(ms) / 1000)).replacingOccurrences(of: "T", with: " ")
+        #expect(RegistryPage.time(ms: ms) == old)
+        #expect(RegistryPage.time(ms: 1_795_769_845_999) == "2026-11-27 08:57:25")
+    }
+
     @Test func rowsOutsideTheWindowAndUnknownEndsAreLeftOut() {
         let chart = HourlyChart(rows: [row(-1, "delivered", 5), row(48, "delivered", 5), row(3, "exploded", 5)], since: since)
         #expect(chart.segments.isEmpty)

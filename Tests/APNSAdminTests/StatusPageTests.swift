@@ -143,6 +143,28 @@ struct StatusPageTests {
         #expect(html.utf8.count < 200 << 10, "\(html.utf8.count) bytes")
     }
 
+    /// The admin API (`/api/fleet`, `/api/dead`, `/api/retry`) and the page write dates by
+    /// `RFC3339` now: the bytes of the `.iso8601` encoder they had (Foundation's, ICU's on Linux,
+    /// is the oracle here), fractions rounded down and dates before 1970 included.
+    @Test(arguments: [0, 1_800_000_000.7, 1_795_769_845.999_9, -0.5, 951_782_400, 4_102_444_799.5])
+    func theAPIsDatesAreTheBytesISO8601Wrote(seconds: Double) throws {
+        let iso8601 = JSONEncoder()
+        iso8601.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        iso8601.dateEncodingStrategy = .iso8601
+        let date = Date(timeIntervalSince1970: seconds)
+        var instance = Self.instance("a", delivered: 1, taken: date.addingTimeInterval(-0.25))
+        instance.startedAt = date
+        instance.lastSeen = date.addingTimeInterval(1)
+        let fleet = FleetReport(instances: [instance], paused: ["com.example.app"])
+        #expect(try AdminRoutes.encoder.encode(fleet) == iso8601.encode(fleet))
+        let job = QueuedJob(
+            queue: "apns.b.dead", bundleID: "b", position: 0, jobID: "j", reason: "BadDeviceToken", status: 400, attempts: 1,
+            failedAt: date, publishedAt: date.addingTimeInterval(-3.5), error: "e", lastReason: nil, headers: ["x-apns-failed-at": "-"],
+            body: "{}", tokenRedacted: nil)
+        #expect(try AdminRoutes.encoder.encode([job]) == iso8601.encode([job]))
+        #expect(StatusPage.timestamp(date) == date.formatted(.iso8601))
+    }
+
     @Test func bulkLinksCarryTheFilter() {
         #expect(StatusPage.path("/dead/confirm", ["action": "purge", "bundle": "com.example.app", "reason": nil]) == "/dead/confirm?action=purge&bundle=com.example.app")
         #expect(StatusPage.path("/dead/confirm", ["action": "requeue", "bundle": nil, "reason": "a b&c"]) == "/dead/confirm?action=requeue&reason=a%20b%26c")

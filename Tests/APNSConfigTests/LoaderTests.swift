@@ -288,6 +288,19 @@ struct LoaderTests {
         ErrorCase("!\n[amqp]\nurl = amqp://h/\nurl = http://h/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 4, "[amqp]", "url", .badValue, "\"http://h/\" is not an AMQP URL"),
         ErrorCase("!\n[amqp]\nurl = amqp://u:secret@/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "url", .badValue, "\"amqp://u:***@/\" has no host"),
         ErrorCase("!\n[amqp]\nurl = amqp://rabbit?@/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "url", .badValue, "has no host"),
+        // Read by the one host reader the plaintext warning uses (`PeerSecurity.host(of:)`): what
+        // the AMQP client refuses only when it connects stops start-up here, with file and line.
+        ErrorCase("!\n[amqp]\nurl = amqp://u:secret@rabbit%zz/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "url", .badValue,
+                  "\"amqp://u:***@rabbit%zz/\" has bad percent-encoding in its host (% must be followed by two hex digits, decoding to UTF-8)"),
+        ErrorCase("!\n[amqp]\nurl = amqps://rabbit%C3%28.example/%2f\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "url", .badValue,
+                  "has bad percent-encoding in its host"),
+        ErrorCase("!\n[amqp]\nurl = amqp://rabbit%4/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "url", .badValue, "has bad percent-encoding in its host"),
+        ErrorCase("!\n[amqp]\nurl = amqp://u:p@[::1:5672/%2f\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "url", .badValue,
+                  "\"amqp://u:***@[::1:5672/%2f\" has no host: its IPv6 address has no closing ] (amqp://[::1]:5672/)"),
+        ErrorCase("!\n[amqp]\nurl = amqp://[]:5672/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "url", .badValue, "\"amqp://[]:5672/\" has no host"),
+        ErrorCase("!\n[amqp]\nurl = amqp://::1/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "url", .badValue,
+                  "\"amqp://::1/\" has no host (an IPv6 address goes in brackets: amqp://[::1]:5672/)"),
+        ErrorCase("!\n[amqp]\nurl = amqp://u@:5672/\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 3, "[amqp]", "url", .badValue, "\"amqp://u@:5672/\" has no host"),
         ErrorCase("!\n[amqp]\nprefetch = 10\n\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", 2, "[amqp]", "url", .missingKey, "missing: at least one url"),
         ErrorCase("!\n[apns \"a.b\"]\ncertFile = c\nkeyFile = k", nil, "[amqp]", "url", .missingKey, "missing: at least one url"),
         ErrorCase("!\n[amqp]\nurl = amqp://h/\n", nil, nil, nil, .noBundles, "no [apns \"bundle.id\"] section: configure at least one bundle"),
@@ -351,6 +364,21 @@ struct LoaderTests {
         #expect(error.description.hasPrefix(prefix), "\(error)")
         #expect(error.description.dropFirst(prefix.count).contains(testCase.message), "\(error)")
         #expect(!error.description.contains("\n"))
+    }
+
+    /// `[amqp] url` is read by the host reader of the plaintext warning: a URL whose host that
+    /// reader finds loads (brackets, percent-encoding, `@` and `:` in the user info, `?` before
+    /// the path), and the host the warning is about is the one the client connects to.
+    @Test(arguments: [
+        ("amqp://u:p@[::1]:5672/%2f", "::1"), ("amqps://u%40x:p%3Aq@r%61bbit.example:5671/prod", "rabbit.example"),
+        ("amqp://?@rabbit/", "rabbit"), ("amqp://u:p@127.0.0.1@rabbit.example.com/%2f", "rabbit.example.com"),
+        ("amqp://[fe80::1%25eth0]/", "fe80::1%eth0"), ("amqp://h", "h"),
+    ])
+    func aURLWhoseHostIsReadLoads(url: String, host: String) throws {
+        let directory = try TempDirectory()
+        let text = minimalConfig.replacingOccurrences(of: "url = amqp://guest:guest@127.0.0.1:5672/%2f", with: "url = \(url)")
+        #expect(try loadConfig(text, in: directory).amqp.urls == [url])
+        #expect(PeerSecurity.host(of: url) == host)
     }
 
     @Test func exampleErrorLineFromTheBrief() throws {

@@ -137,6 +137,42 @@ struct InternetDateTests {
         }
     }
 
+    // MARK: - JSON
+
+    /// `.rfc3339`, the strategy of every JSON the worker and its CLI write: the bytes of the
+    /// `.iso8601` strategy it replaced, in any output form, and a date it cannot read fails as
+    /// `.iso8601`'s did.
+    @Test func theJSONStrategiesAreTheISO8601Ones() throws {
+        struct Dated: Codable, Equatable {
+            var at: Date
+            var maybe: Date?
+            var list: [Date]
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .rfc3339
+        let iso8601 = JSONEncoder()
+        iso8601.outputFormatting = encoder.outputFormatting
+        iso8601.dateEncodingStrategy = .iso8601
+        let moments = Self.moments()
+        for index in stride(from: 0, to: moments.count - 2, by: 3) {
+            let dated = Dated(
+                at: Date(timeIntervalSince1970: moments[index]), maybe: index % 2 == 0 ? nil : Date(timeIntervalSince1970: moments[index + 1]),
+                list: [Date(timeIntervalSince1970: moments[index + 2])])
+            #expect(try encoder.encode(dated) == iso8601.encode(dated), "\(moments[index])")
+        }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .rfc3339
+        let read = try decoder.decode(Dated.self, from: Data(#"{"at":"2024-01-01T00:00:00.5Z","list":["2024-01-01T01:30:00+01:30"]}"#.utf8))
+        #expect(read == Dated(at: Date(timeIntervalSince1970: 1_704_067_200.5), maybe: nil, list: [Date(timeIntervalSince1970: 1_704_067_200)]))
+        #expect {
+            try decoder.decode(Dated.self, from: Data(#"{"at":"2024-02-30T00:00:00Z","list":[]}"#.utf8))
+        } throws: { error in
+            guard case DecodingError.dataCorrupted = error else { return false }
+            return true
+        }
+    }
+
     // MARK: - HTTP date
 
     @Test func writesIMFFixdates() {

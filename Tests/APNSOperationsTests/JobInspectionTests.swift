@@ -32,6 +32,23 @@ private func deadMessage(id: String = "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11", re
         #expect(JobInspection.redactingToken(#"{"payload":{}}"#) == #"{"payload":{}}"#)
     }
 
+    /// The body is shown as stored with only the token's value cut: key order, spacing, number
+    /// lexemes and escapes kept. It was re-serialized through `JSONSerialization` with
+    /// `.sortedKeys`, which on Linux sorts keys through ICU: every page view with a dead letter
+    /// faulted ICU's data into the worker.
+    @Test func theBodyIsShownAsStoredWithOnlyTheTokenCut() {
+        let token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        let body = #"{ "zeta": 1.50, "token" : "\#(token)", "Alpha":"é/x", "payload":{"aps":{"alert":"hi"}} }"#
+        #expect(JobInspection.redactingToken(body) == #"{ "zeta": 1.50, "token" : "0123…cdef", "Alpha":"é/x", "payload":{"aps":{"alert":"hi"}} }"#)
+        // A token that is no device token is cut whole; one not a string leaves the body to the hex-run rule.
+        #expect(JobInspection.redactingToken(#"{"token":"xyz","a":1}"#) == #"{"token":"…","a":1}"#)
+        #expect(JobInspection.redactingToken(#"{"token":12,"a":"\#(token)"}"#) == #"{"token":12,"a":"0123…cdef"}"#)
+        // Duplicate keys, or too deep for the job reader: the hex-run rule still cuts the token.
+        #expect(JobInspection.redactingToken(#"{"token":"\#(token)","token":"\#(token)"}"#) == #"{"token":"0123…cdef","token":"0123…cdef"}"#)
+        let deep = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
+        #expect(JobInspection.redactingToken(#"{"token":"\#(token)","d":\#(deep)}"#) == #"{"token":"0123…cdef","d":\#(deep)}"#)
+    }
+
     /// Issue 25: a body the page cannot parse showed its device token in clear.
     @Test func longHexRunsInUnparseableBodiesAreRedacted() {
         let token = String(repeating: "0123456789abcdef", count: 4)
@@ -93,6 +110,39 @@ private func deadMessage(id: String = "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11", re
         let job = JobInspection.queuedJob(message, queue: "q", bundleID: "b", position: 0)
         #expect(!JobInspection.matches(job, JobFilter(olderThan: .seconds(1)), now: Date()))
         #expect(!JobInspection.matches(job, JobFilter(newerThan: .seconds(1)), now: Date()))
+    }
+
+    /// A publisher's `x-apns-failed-at` that is not RFC 3339 (forms Foundation's `.iso8601` took,
+    /// and garbage): the job is still listed, filtered and requeued, its failure time absent, its
+    /// age measured from the publish time, the header shown as sent.
+    @Test(arguments: ["2026-11-31T10:00:00Z", "2026-11-20T24:00:00Z", "2026-11-20T10:00:00Zjunk", "2026-11-20T10:00:00GMT+1", "\u{0}", "２０２６-11-20T10:00:00Z"])
+    func aForgedFailureTimeIsAbsentAndTheAgeIsThePublishTimes(failedAt: String) {
+        var message = deadMessage(failedAt: failedAt)
+        let published = Date(timeIntervalSince1970: 1_795_000_000)
+        message.properties.timestamp = published
+        let job = JobInspection.queuedJob(message, queue: "apns.b.dead", bundleID: "b", position: 0)
+        #expect(job.failedAt == nil && job.publishedAt == published && job.referenceDate == published)
+        #expect(job.reason == "BadDeviceToken" && job.headers[JobHeaders.failedAt] == failedAt)
+        let now = published.addingTimeInterval(600)
+        #expect(JobInspection.matches(job, JobFilter(olderThan: .seconds(300)), now: now))
+        #expect(!JobInspection.matches(job, JobFilter(olderThan: .seconds(900)), now: now))
+        #expect(JobInspection.requeueMessage(message, bundleID: "b").properties.headers?[JobHeaders.failedAt] == nil)
+    }
+
+    /// AMQP timestamps in headers (`x-death`'s `time`, anyone's) are rendered by `RFC3339`: the
+    /// text `.formatted(.iso8601)` (ICU's) gave, up to year 9999. A forged timestamp past it (an
+    /// AMQP timestamp is any 64-bit count of seconds) is shown as 9999-12-31T23:59:59Z, where
+    /// Foundation wrote a longer year (and 506713-02-07T00:00:00Z for everything past 10^15 s).
+    @Test func timestampHeadersAreRenderedAsISO8601RenderedThem() {
+        for seconds in [0, 1_795_769_845, 951_782_400, 4_102_444_799, 253_402_300_799] as [Double] {
+            let date = Date(timeIntervalSince1970: seconds)
+            #expect(JobInspection.render(.timestamp(date)) == date.formatted(.iso8601))
+        }
+        let death = AMQPFieldValue.array([.table(["time": .timestamp(Date(timeIntervalSince1970: 1_795_769_845)), "reason": .string("rejected")])])
+        #expect(JobInspection.render(death) == #"[{"reason":"rejected","time":"2026-11-27T08:57:25Z"}]"#)
+        for seconds in [253_402_300_800, 1e15, Double(UInt64.max)] {
+            #expect(JobInspection.render(.timestamp(Date(timeIntervalSince1970: seconds))) == "9999-12-31T23:59:59Z")
+        }
     }
 
     @Test func requeueResetsAttemptsAndKeepsTheReason() {

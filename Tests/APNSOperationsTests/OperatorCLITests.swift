@@ -56,6 +56,10 @@ struct OperatorCLITests {
         #expect(jobs.first?["reason"] as? String == "Unregistered" && jobs.first?["status"] as? Int == 400)
         #expect(jobs.first?["tokenRedacted"] as? String == "0011…ccdd" && jobs.first?["queue"] as? String == bundle.dead)
         #expect(jobs.first?["failedAt"] is String && jobs.first?["headers"] is [String: Any] && jobs.first?["position"] as? Int == 0)
+        // Dates by `RFC3339` now: the text `.iso8601` wrote (Foundation's, ICU's, as the oracle).
+        let firstFailed = now.addingTimeInterval(-7200)
+        #expect(jobs.first?["failedAt"] as? String == firstFailed.formatted(.iso8601))
+        #expect(jobs.first?["publishedAt"] as? String == firstFailed.formatted(.iso8601))
 
         let table = try await cli(["dead", "list"] + scope)
         #expect(table.status == 0)
@@ -79,6 +83,7 @@ struct OperatorCLITests {
         #expect(shown["jobID"] as? String == "job-00004" && shown["position"] as? Int == 4 && shown["attempts"] as? Int == 3)
         let human = try await cli(["dead", "show", "job-00004"] + scope)
         #expect(human.stdout.contains("BadDeviceToken") && human.stdout.contains("x-apns-failed-at") && !human.stdout.contains(testToken))
+        #expect(human.stdout.contains(now.addingTimeInterval(-10).formatted(.iso8601) + " ("), "the failure time, as `.iso8601` wrote it")
         let missing = try await cli(["dead", "show", "nope"] + scope)
         #expect(missing.status == 1 && missing.stderr == "apns-worker: no job nope in the dead queues\n")
 

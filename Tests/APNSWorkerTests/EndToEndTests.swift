@@ -97,7 +97,9 @@ struct EndToEndTests {
         #expect(first.properties.headers?[JobHeaders.attempts]?.intValue == 0)
         #expect(first.properties.headers?[JobHeaders.error]?.stringValue?.contains("token") == true)
         let failedAt = try #require(first.properties.headers?[JobHeaders.failedAt]?.stringValue)
-        #expect((try? Date(failedAt, strategy: .iso8601)) != nil)
+        // The form `.formatted(.iso8601)` wrote (the worker writes it by `RFC3339` now), byte for byte.
+        let read = try #require(try? Date(failedAt, strategy: .iso8601))
+        #expect(read.formatted(.iso8601) == failedAt && failedAt.utf8.count == 20 && failedAt.hasSuffix("Z"))
         #expect(try #require(byID["garbage-2"]).body == notJSON)
         let oversized = try #require(byID[bigID.uuidString])
         #expect(oversized.properties.headers?[JobHeaders.reason]?.stringValue == "PayloadTooLarge")

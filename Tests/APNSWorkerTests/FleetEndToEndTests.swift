@@ -42,6 +42,25 @@ struct FleetEndToEndTests {
         return (Int(result.stdout[result.stdout.index(after: newline)...]) ?? 0, String(result.stdout[..<newline]))
     }
 
+    /// `report` as `apns-worker fleet --json` wrote it with Foundation's `.iso8601` dates (ICU's
+    /// on Linux), before it wrote them by `RFC3339`: the oracle for its bytes. The report was read
+    /// from its JSON, so its dates are whole seconds.
+    static func iso8601JSON(_ report: FleetReport) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        return String(decoding: try encoder.encode(report), as: UTF8.self)
+    }
+
+    /// An instance as `FleetJSON` wrote it with Foundation's `.iso8601` dates (ICU's on Linux),
+    /// before it wrote them by `RFC3339`: the oracle for each instance of a `GET /api/fleet` page.
+    static func iso8601FleetJSON(_ instance: FleetInstance) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        return String(decoding: try encoder.encode(instance), as: UTF8.self)
+    }
+
     /// `GET /api/fleet` of one instance, every page of it (`next` leads on). The view is paged by
     /// instance id and by bytes, and other suites forge megabytes of instances on the shared
     /// broker: this test's own instances ("vm-…") can sort behind a full first page of "forged-…".
@@ -53,6 +72,9 @@ struct FleetEndToEndTests {
             let answer = try await http("GET", port, "/api/fleet" + query)
             #expect(answer.status == 200)
             let page = try FleetJSON.decoder.decode(FleetReport.self, from: Data(answer.body.utf8))
+            for instance in page.instances {
+                #expect(try answer.body.contains(Self.iso8601FleetJSON(instance)), "\(instance.id): the bytes the `.iso8601` encoder wrote")
+            }
             if whole == nil { whole = page } else { whole?.instances += page.instances }
             after = page.next
             if after == nil { break }
@@ -77,6 +99,7 @@ struct FleetEndToEndTests {
         let result = try await runProcess(workerExecutable, ["fleet", "--json", "--config", h.configPath, "--wait", wait])
         #expect(result.status == 0, "apns-worker fleet: \(result.stderr)")
         var report = try FleetJSON.decoder.decode(FleetReport.self, from: Data(result.stdout.utf8))
+        #expect(try result.stdout == Self.iso8601JSON(report) + "\n", "the bytes the `.iso8601` encoder wrote")
         report.instances = report.instances.filter { $0.bundles[h.bundle] != nil }
         return report
     }
