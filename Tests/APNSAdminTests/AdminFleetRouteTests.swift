@@ -271,6 +271,11 @@ struct AdminFleetRouteTests {
                 let now = try await client.execute(uri: "/retry/\(retried)/requeue", method: .post, headers: Self.bearer)
                 #expect(now.status == .seeOther)
                 try await waitUntil("the requeued retry job to be tried again") { harness.jobs("retry") == 2 }
+                // Counted when its end was decided, so not yet in its retry queue, maybe: a purge
+                // before it arrives finds nothing (seen once by a helper's run).
+                try await waitUntil("the requeued retry job back in its retry queue") {
+                    try await harness.queues.list(.retry).compactMap(\.jobID) == [retried]
+                }
                 let purged = try await client.execute(uri: "/retry/\(retried)/purge", method: .post, headers: Self.bearer)
                 #expect(purged.status == .seeOther)
                 #expect(try await harness.queues.list(.retry).isEmpty)
