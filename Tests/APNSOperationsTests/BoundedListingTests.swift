@@ -56,14 +56,18 @@ struct BoundedListingTests {
         let first = try await inspector.list([ListingRequest(kind: .dead, filter: scope, limit: 100, scanLimit: 10_000)])[0]
         let after = Self.residentBytes()
         #expect(first.jobs.count == 100 && first.more && !first.scanLimited)
-        #expect(first.jobs.first?.jobID == "big-0" && first.jobs.last?.jobID == "big-99")
+        // The jobs went out 512 at a time from concurrent tasks, so the queue's order is only
+        // roughly the ids' (CI once had another job than big-99 at the 100th place).
+        let firstIDs = first.jobs.compactMap(\.jobID)
+        #expect(Set(firstIDs).count == 100 && firstIDs.allSatisfy { $0.hasPrefix("big-") })
         // The page and one more message to know a next page exists: not 50,000 (~100 MiB).
         #expect(first.scanned == 101)
         #expect((101 * smallest...101 * bodySize).contains(first.scannedBytes))
         print("[measure] a 100-job page of a \(Self.jobCount)-job dead queue (\(Self.jobCount * bodySize / 1_048_576) MiB): read \(first.scanned) messages, \(first.scannedBytes) bytes; RSS \(before / 1_048_576) -> \(after / 1_048_576) MiB")
 
         let later = try await inspector.list([ListingRequest(kind: .dead, filter: scope, offset: 2_000, limit: 100, scanLimit: 10_000)])[0]
-        #expect(later.jobs.first?.jobID == "big-2000" && later.jobs.count == 100 && later.scanned == 2_101)
+        #expect(later.jobs.count == 100 && later.scanned == 2_101)
+        #expect(Set(later.jobs.compactMap(\.jobID)).isDisjoint(with: firstIDs), "the page at offset 2,000 is other jobs")
 
         // A filter that matches nothing looks no further than the scan limit, and says so.
         var nothing = scope

@@ -81,16 +81,18 @@ struct UnroutableDeviceTests {
     @Test func aTrailingPushWhoseBundleIDNoRoutingKeyCarriesIsDroppedNotClaimedForEver() async throws {
         let bundle = bundle
         try await withPrepared { store, connection in
-            let window = SyncWindow(length: .seconds(1))
+            // Long enough that the second job still falls in the windows the first opened on a
+            // loaded machine (CI once took over a second between the two with a 1 s window).
+            let window = SyncWindow(length: .seconds(5))
             // The first job opens both windows, the second merges into them: two trailing pushes.
-            for _ in 0..<2 {
-                _ = try await SyncWindowStoreTests.decideAndWrite(store, window: window, job: UUID())
-            }
+            _ = try await SyncWindowStoreTests.decideAndWrite(store, window: window, job: UUID())
+            let merged = try await SyncWindowStoreTests.decideAndWrite(store, window: window, job: UUID())
+            #expect(merged.written.count == 2, "the second job merged into both windows: \(merged.actions)")
             let pusher = TrailingPusher(
                 store: store, broker: connection, recorder: nil, window: window, batchSize: 10, leaseMS: 200, logger: Self.logger,
                 clock: SystemConsumerClock())
             var claimed = 0
-            try await waitUntil("both windows ended and their pushes were claimed") {
+            try await waitUntil("both windows ended and their pushes were claimed", timeout: .seconds(60)) {
                 claimed += try await pusher.pushDue()
                 return claimed >= 2
             }
