@@ -23,7 +23,10 @@ public func fuzzRFC3339Main(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMut
 
 /// 1583-01-01T00:00:00Z and 9999-12-31T23:59:59Z: where Foundation's calendar and ours agree.
 let gregorianFrom: Int64 = -12_212_553_600
-let lastWritable: Int64 = 253_402_300_799
+let lastWritable = UTCDateTime.writable.upperBound
+/// 0000-01-01T00:00:00Z: a text of year 0000 with a positive offset reads as a moment before it,
+/// which is written as this earliest one, as one past 9999 as the last.
+let firstWritable = UTCDateTime.writable.lowerBound
 
 /// RFC 9110's IMF-fixdate by Foundation's formatter (one thread: libFuzzer calls in turn).
 let imfFixdate: DateFormatter = {
@@ -46,7 +49,9 @@ func checkText(_ text: String) {
         if seconds >= Double(gregorianFrom), abs(date.timeIntervalSince(foundations)) > 1e-6 {
             fatalError("\(text): \(date.timeIntervalSince1970), Foundation \(foundations.timeIntervalSince1970)")
         }
-        if seconds <= Double(lastWritable), RFC3339.date(from: RFC3339.string(from: date))?.timeIntervalSince1970 != seconds {
+        if (Double(firstWritable)...Double(lastWritable)).contains(seconds),
+            RFC3339.date(from: RFC3339.string(from: date))?.timeIntervalSince1970 != seconds
+        {
             fatalError("\(text) written as \(RFC3339.string(from: date)) does not read back")
         }
     } else if text.utf8.count == 20, let foundations = try? Date(text, strategy: .iso8601),
