@@ -59,7 +59,7 @@ struct InternetDateTests {
         #expect(RFC3339.date(from: "0000-01-01T00:00:00Z") == Date(timeIntervalSince1970: -62_167_219_200))
         // Year 0000 ahead of UTC is a moment of year -1: read as that, written as the earliest
         // (FuzzRFC3339 found its oracle missing this end).
-        let early = try? #require(RFC3339.date(from: "0000-01-01T00:00:12+18:00"))
+        let early = RFC3339.date(from: "0000-01-01T00:00:12+18:00")
         #expect(early == Date(timeIntervalSince1970: -62_167_219_200 + 12 - 18 * 3600))
         #expect(early.map(RFC3339.string(from:)) == "0000-01-01T00:00:00Z")
     }
