@@ -91,7 +91,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
         let token: ProviderToken?
         switch firstToken() {
         case .success(let t): token = t
-        case .failure(let failure): return end(.failed(failure))
+        case .failure(let failure): return end(.failed(failure), nil)
         }
         let deadline = NIODeadline.now() + configuration.requestTimeout.timeAmount
         attempt(notification, deadline: deadline, token: token, renewedAfterExpiry: false, end: end)
@@ -101,7 +101,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     /// it, and what follows its answer.
     private func attempt(
         _ notification: PushNotification, deadline: NIODeadline, token: ProviderToken?, renewedAfterExpiry: Bool,
-        end: @escaping @Sendable (TransportResult) -> Void
+        end: @escaping SendEnd
     ) {
         // The hot path: a stream is free and nobody waits; no closure, waiter or timer is made.
         if let lease = state.withLock({ $0.pool.leaseIfFree() }) {
@@ -111,8 +111,8 @@ public final class HTTP2Transport: NotificationTransport, Service {
             switch grant {
             case .leased(let lease):
                 write(notification, on: lease, deadline: deadline, token: token, renewedAfterExpiry: renewedAfterExpiry, end: end)
-            case .timedOut: end(.failed(.timeout))
-            case .shutdown: end(.failed(.shutdown))
+            case .timedOut: end(.failed(.timeout), nil)
+            case .shutdown: end(.failed(.shutdown), nil)
             }
         }
     }
@@ -120,25 +120,30 @@ public final class HTTP2Transport: NotificationTransport, Service {
     /// Writes the request on a leased stream; its answer is handled on the connection's event loop.
     private func write(
         _ notification: PushNotification, on lease: Pool.Lease, deadline: NIODeadline, token: ProviderToken?,
-        renewedAfterExpiry: Bool, end: @escaping @Sendable (TransportResult) -> Void
+        renewedAfterExpiry: Bool, end: @escaping SendEnd
     ) {
         let request = HTTP2Request(notification: notification, authority: configuration.host, authorization: token?.authorization)
+        let written = NIODeadline.now().uptimeNanoseconds
         lease.connection.send(
             StreamRequest(request: request, deadline: deadline) { [self] answered in
                 switch afterAttempt(answered, on: lease, deadline: deadline, token: token, renewedAfterExpiry: renewedAfterExpiry) {
                 case .done(let result):
-                    end(result)
+                    end(result, written)
                 case .again(let token, let renewed):
                     attempt(notification, deadline: deadline, token: token, renewedAfterExpiry: renewed, end: end)
                 }
             })
     }
 
+    /// How a send ends: its result, and when the last attempt was written on a stream, the
+    /// monotonic time of that write (for the window's round trip, which leaves out the wait).
+    private typealias SendEnd = @Sendable (TransportResult, _ writtenAt: UInt64?) -> Void
+
     /// Counts a send as begun; the function returned records its end (metrics, and a debug line
     /// for a notification that got no answer), then passes the result to `completion`.
     private func started(
         id: UUID, target: PushTarget, then completion: @escaping @Sendable (TransportResult) -> Void
-    ) -> @Sendable (TransportResult) -> Void {
+    ) -> SendEnd {
         let started = NIODeadline.now().uptimeNanoseconds
         firstUse.open()
         inFlightMeter.increment()
@@ -151,12 +156,13 @@ public final class HTTP2Transport: NotificationTransport, Service {
             logger.info("connection pool reopens for a job after being idle", metadata: ["apns.connections": .stringConvertible(reopen.count)])
             for slot in reopen { slotsToOpen.continuation.yield(slot) }
         }
-        return { [self] result in
+        return { [self] result, writtenAt in
             inFlightMeter.decrement()
             let now = NIODeadline.now().uptimeNanoseconds
             let rtt = now >= started ? now - started : 0
             latency.recordNanoseconds(Int64(clamping: rtt))
-            windowEnded(rtt: rtt, result: result, now: now)
+            let roundTrip = writtenAt.map { now >= $0 ? now - $0 : 0 } ?? rtt
+            windowEnded(rtt: roundTrip, result: result, now: now)
             if case .failed(let failure) = result {
                 logger.debug(
                     "notification not answered",
@@ -467,6 +473,9 @@ public final class HTTP2Transport: NotificationTransport, Service {
 
 extension HTTP2Transport: InFlightWindowReporting {
     public var inFlightWindow: Int { state.withLock { $0.window.target } }
+
+    /// The window's least answered round trip (nanoseconds), nil before the first answer.
+    package var leastRoundTrip: UInt64? { state.withLock { $0.window.minimumRTT } }
 
     public func observeInFlightWindow(_ observer: @escaping @Sendable (Int) -> Bool) {
         state.withLock { s in

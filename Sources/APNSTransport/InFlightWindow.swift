@@ -61,8 +61,13 @@ package struct InFlightWindow: Sendable, Hashable {
         if inFlight > periodPeakInFlight { periodPeakInFlight = inFlight }
     }
 
-    /// A send ended after `rtt` nanoseconds; `answered`: APNs answered (a failure's duration is
-    /// a deadline or a dead connection, no round trip). Returns the new target when it changed.
+    /// A send ended; `rtt`: nanoseconds from the request's write on a stream to its answer. The
+    /// wait for a stream or a connection before it is in flight (Little's law counts it) but is
+    /// not the path's delay: counted, a drain's first answers (after a connection's set-up and
+    /// the one stream Apple allows until then) set the least round trip, and with it the period,
+    /// to several round trips, and the window grew that much later. `answered`: APNs answered
+    /// (a failure's duration is a deadline or a dead connection, no round trip). Returns the new
+    /// target when it changed.
     /// - Parameter streamCapacity: the streams the pool's connections allow now.
     package mutating func ended(rtt: UInt64, answered: Bool, now: UInt64, streamCapacity: Int) -> Int? {
         inFlight = max(0, inFlight - 1)

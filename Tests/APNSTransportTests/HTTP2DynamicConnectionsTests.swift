@@ -73,6 +73,40 @@ struct HTTP2DynamicConnectionsTests {
         }
     }
 
+    /// The window's round trip is the path's, from a request's write to its answer: a job that
+    /// waited for a connection (here 2 s, while nothing listened) is in flight all that time,
+    /// but its wait is not the distance to Apple. Counted, a drain's first answers (after the
+    /// connection's set-up and Apple's one stream until the first token) stretched the window's
+    /// period to several round trips, and it grew that much later (issue 38).
+    @Test func theWindowsRoundTripLeavesOutTheWaitForAConnection() async throws {
+        try await SimulatorTestEnvironment.withOwnEventLoop { group in
+            // A free port, closed again: the transport finds nobody there until the job waited.
+            let placeholder = try await APNSSimulator.start(
+                SimulatorTestEnvironment.configuration(), logger: Env.logger, eventLoopGroup: group)
+            let port = placeholder.port
+            try await placeholder.shutdown()
+            var configuration = Env.configuration(port: port)
+            configuration.connections = 1
+            configuration.reconnectInitialDelay = .milliseconds(10)
+            configuration.requestTimeout = .seconds(60)
+            let transport = try HTTP2Transport(configuration: configuration, logger: Env.logger, eventLoopGroup: group)
+            let waited: Duration = .seconds(2)
+            try await withThrowingTaskGroup(of: Void.self) { running in
+                running.addTask { try await transport.run() }
+                let sending = Task { await Env.sendAll([Env.notification()], through: transport) }
+                try await Task.sleep(for: waited)
+                let simulator = try await APNSSimulator.start(
+                    SimulatorTestEnvironment.configuration { $0.port = port }, logger: Env.logger, eventLoopGroup: group)
+                let results = await sending.value
+                running.cancelAll()
+                try? await simulator.shutdown()
+                #expect(results.allSatisfy { $0.isAccepted }, "\(results)")
+            }
+            let leastRoundTrip = try #require(transport.leastRoundTrip)
+            #expect(leastRoundTrip < UInt64(waited.components.seconds) * 1_000_000_000, "the wait for a connection is not in it")
+        }
+    }
+
     @Test func aTransportWithoutAMostKeepsItsConnections() async throws {
         try await Env.withTransport(
             simulator: { $0.maxConcurrentStreams = 10 },
