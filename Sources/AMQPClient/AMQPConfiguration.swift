@@ -21,18 +21,21 @@ public struct AMQPURL: Sendable, Hashable, CustomStringConvertible {
         self.vhost = vhost
     }
 
-    /// Parses `amqp://user:pass@host:5672/%2f`. No path means the default vhost `/`;
-    /// `/%2f` is `/` too; `/name` is `name`.
+    /// Parses `amqp://user:pass@host:5672/%2f`, the scheme in any case. No path means the
+    /// default vhost `/`; `/%2f` is `/` too; `/name` is `name`.
     public init(string: String) throws(AMQPError) {
         func invalid(_ why: String) -> AMQPError {
             AMQPError(.invalidURL, "invalid AMQP URL '\(Self.redacting(string))': \(why)")
         }
+        // A scheme is case-insensitive (RFC 3986 §3.1): `AMQPS://h` is `amqps://h`, as the
+        // configuration's check and its plaintext warning read it (they lower-case the URL).
+        func hasScheme(_ prefix: String) -> Bool { string.prefix(prefix.count).lowercased() == prefix }
         let tls: Bool
         var rest: Substring
-        if string.hasPrefix("amqp://") {
+        if hasScheme("amqp://") {
             tls = false
             rest = string.dropFirst("amqp://".count)
-        } else if string.hasPrefix("amqps://") {
+        } else if hasScheme("amqps://") {
             tls = true
             rest = string.dropFirst("amqps://".count)
         } else {

@@ -228,8 +228,8 @@ final class EncodingArena {
     /// and a job carrying such a header would come back forever. Cut at a character boundary.
     static func shortString(_ text: String) -> Substring.UTF8View {
         var end = text.utf8.endIndex
-        if text.utf8.count > 255 {
-            end = text.utf8.index(text.utf8.startIndex, offsetBy: 255)
+        if !AMQPShortString.fits(text) {
+            end = text.utf8.index(text.utf8.startIndex, offsetBy: AMQPShortString.maxBytes)
             while end > text.utf8.startIndex && end.samePosition(in: text.unicodeScalars) == nil { text.utf8.formIndex(before: &end) }
         }
         return text[..<end].utf8
@@ -301,7 +301,7 @@ final class EncodingArena {
     /// and librabbitmq would write its length modulo 256 (a frame the broker closes the
     /// connection over). Values received are at most 255 bytes and go out as they came.
     func bytes(_ value: AMQPShortString) -> amqp_bytes_t {
-        value.withBytes { bytes($0.prefix(255)) }
+        value.withBytes { bytes($0.prefix(AMQPShortString.maxBytes)) }
     }
 
     func properties(_ p: AMQPProperties) -> amqp_basic_properties_t {

@@ -214,7 +214,8 @@ struct AdminRoutes: Sendable {
 
     // MARK: - Helpers
 
-    /// Runs a queue operation; bad query options answer 400, broker trouble 503.
+    /// Runs a queue operation; bad query options answer 400, and a failure what it is
+    /// (`OperationFailure`): 503 only for a broker that cannot be reached, which waiting cures.
     func withQueues(_ body: (QueueInspector) async throws -> Response) async throws -> Response {
         guard let queues else { return Self.error(.serviceUnavailable, "queue access is not configured") }
         do {
@@ -223,9 +224,19 @@ struct AdminRoutes: Sendable {
             return Self.error(.badRequest, error.message)
         } catch let error as HTTPError {
             throw error
+        } catch let error as CancellationError {
+            throw error
         } catch {
-            logger.warning("queue operation failed", metadata: ["amqp.error": "\(error)"])
-            return Self.error(.serviceUnavailable, "broker: \(error)")
+            let failure = OperationFailure(error)
+            logger.log(level: failure == .unexpected ? .error : .warning, "queue operation failed", metadata: ["amqp.error": "\(error)"])
+            return switch failure {
+            case .brokerUnavailable: Self.error(.serviceUnavailable, "broker: \(error)")
+            case .noWorkQueue:
+                Self.error(.conflict, "a job's work queue does not exist, so the broker returned the job (a worker declares the queue when it starts the bundle); the jobs not moved stay where they were: \(error)")
+            case .brokerRefused: Self.error(.badGateway, "the broker refused: \(error)")
+            case .invalidName: Self.error(.badRequest, "\(error)")
+            case .unexpected: Self.error(.internalServerError, "queue operation failed: \(error)")
+            }
         }
     }
 

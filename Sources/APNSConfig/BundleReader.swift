@@ -34,16 +34,17 @@ struct BundleReader {
 
     func read() throws(ConfigurationError) -> BundleConfiguration {
         let bundleID = section.subsection ?? ""
-        guard !bundleID.isEmpty,
-            bundleID.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-") }),
-            !bundleID.hasPrefix("."), !bundleID.hasSuffix(".")
-        else {
-            throw error(.badValue, line: section.line, key: nil,
-                "\(ValueSyntax.quoted(bundleID)) is not a bundle ID (letters, digits, \".\" and \"-\", e.g. com.example.app)")
-        }
-        // Contract §6's bound on a bundle ID, which also keeps every queue name derived from it
-        // within AMQP's 255-byte short string (`TopologyNames.maxBundleIDBytes`).
-        guard bundleID.utf8.count <= UntrustedText.maxBundleIDBytes else {
+        // Contract §6's bundle ID (`UntrustedText.isBundleID`: characters and at most 155 bytes,
+        // which also keeps every queue name derived from it within AMQP's 255-byte short string,
+        // `TopologyNames.maxBundleIDBytes`), and a reverse-DNS name: no dot at either end.
+        let reverseDNS = !bundleID.hasPrefix(".") && !bundleID.hasSuffix(".")
+        guard UntrustedText.isBundleID(bundleID), reverseDNS else {
+            // Which half failed picks the message; the characters win when both did, since a
+            // shorter name of the same characters would still be refused.
+            guard !bundleID.isEmpty, UntrustedText.hasBundleIDCharactersOnly(bundleID), reverseDNS else {
+                throw error(.badValue, line: section.line, key: nil,
+                    "\(ValueSyntax.quoted(bundleID)) is not a bundle ID (letters, digits, \".\" and \"-\", e.g. com.example.app)")
+            }
             throw error(.badValue, line: section.line, key: nil,
                 "the bundle ID is \(bundleID.utf8.count) bytes; at most \(UntrustedText.maxBundleIDBytes), so that its queue names fit AMQP's 255")
         }

@@ -36,11 +36,16 @@ public enum UntrustedText {
     public static let maxBundleIDBytes = 155
 
     /// A bundle ID as §6 defines it for registrations: 1 to 155 bytes of ASCII letters, digits,
-    /// `.` and `-`.
+    /// `.` and `-`. The one definition: the configuration adds its own rule on top (no dot at
+    /// either end) but takes this one as it is.
     public static func isBundleID(_ text: String) -> Bool {
-        let bytes = text.utf8
-        guard (1...maxBundleIDBytes).contains(bytes.count) else { return false }
-        return bytes.allSatisfy { byte in
+        (1...maxBundleIDBytes).contains(text.utf8.count) && hasBundleIDCharactersOnly(text)
+    }
+
+    /// The character half of `isBundleID`, apart so that a reader that refuses an ID can tell the
+    /// sender which half it broke (too long, or the wrong characters).
+    public static func hasBundleIDCharactersOnly(_ text: String) -> Bool {
+        text.utf8.allSatisfy { byte in
             switch byte {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "-"):

@@ -510,7 +510,7 @@ public final class QueueInspector: Sendable {
     private func scope(_ kind: JobQueueKind, bundleID: String?) -> [(String, String)] {
         let bundles = bundleID.map { [$0] } ?? bundleIDs
         return bundles.flatMap { bundle in
-            JobInspection.queues(kind, bundleID: bundle, retryDelays: retryDelays).filter(TopologyNames.canName).map { (bundle, $0) }
+            JobInspection.queues(kind, bundleID: bundle, retryDelays: retryDelays).filter(AMQPShortString.fits).map { (bundle, $0) }
         }
     }
 

@@ -2,16 +2,20 @@ import APNSModel
 import PostgresNIO
 
 /// Whose fault a failed registry operation is (contract §4): the message's, when PostgreSQL
-/// refused a value it carries (SQLSTATE class 22 "data exception" or 23 "integrity constraint
-/// violation"), which makes the message malformed (dead-lettered, consumers go on); anything
-/// else (a lost or refused connection, a timeout, a server in trouble) is the registry being
-/// unavailable, which holds the consumers and keeps the message in the broker.
+/// refused a value it carries (SQLSTATE class 22 "data exception", 23 "integrity constraint
+/// violation" or 54 "program limit exceeded"), which makes the message malformed (dead-lettered,
+/// consumers go on); anything else (a lost or refused connection, a timeout, a server in
+/// trouble) is the registry being unavailable, which holds the consumers and keeps the message
+/// in the broker.
 enum DatabaseFault: Sendable, Hashable {
     case message(JobError)
     case unavailable
 
-    /// The SQLSTATE classes a message's own values cause (PostgreSQL, Appendix A).
-    static let messageClasses: Set<String> = ["22", "23"]
+    /// The SQLSTATE classes a message's own values cause (PostgreSQL, Appendix A). 54, "program
+    /// limit exceeded", is a value too large for what holds it (an index row over its 2704-byte
+    /// limit, an array over its size limit); the statements are ours and fixed, so only a value
+    /// can reach it. (53, "insufficient resources", is the server's state: unavailable.)
+    static let messageClasses: Set<String> = ["22", "23", "54"]
 
     /// The decision, from what the server said (pure: tests give it any SQLSTATE).
     static func classify(sqlState: String?, serverMessage: String?, column: String?) -> DatabaseFault {

@@ -8,9 +8,10 @@ import Synchronization
 /// The pipeline's `JobEndObserver` when a registry is configured: counts and invalid-token marks
 /// go into bounded in-memory buffers (never blocking the caller), and `run()` writes them to
 /// PostgreSQL every `flushInterval`. While the registry is down they wait; a batch whose write
-/// failed is kept for the next flush, except a mark PostgreSQL refuses a value of, which is
-/// dropped and logged so it cannot hold back the others. Marks beyond `maxPendingMarks` are dropped (oldest first)
-/// and the drop is logged: Apple reports the token again on its next job.
+/// failed is kept for the next flush, except a mark or count PostgreSQL refuses a value of, which
+/// is dropped and logged so it cannot hold back the others (counts: `+Counts.swift`). Marks
+/// beyond `maxPendingMarks` are dropped (oldest first) and the drop is logged: Apple reports the
+/// token again on its next job.
 public final class RegistryRecorder: JobEndObserver, Service {
     struct Buffers {
         var counts = CountAggregator()
@@ -106,12 +107,10 @@ public final class RegistryRecorder: JobEndObserver, Service {
                 }
             }
         }
-        do {
-            try await store.addCounts(counts)
-        } catch {
+        let unwrittenCounts = await writeCounts(counts)
+        if !unwrittenCounts.isEmpty {
             ok = false
-            buffers.withLock { $0.counts.merge(counts) }
-            logger.debug("counts kept for the next flush", metadata: ["error": "\(error)"])
+            buffers.withLock { $0.counts.merge(unwrittenCounts) }
         }
         return ok
     }

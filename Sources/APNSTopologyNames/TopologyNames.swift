@@ -24,14 +24,6 @@ public enum TopologyNames {
     /// takes contract §6's 155 (`UntrustedText.maxBundleIDBytes`), within it.
     public static let maxBundleIDBytes = 200
 
-    /// An AMQP short string's length: the most bytes a queue or exchange name or a routing key
-    /// can have. No queue has a longer name, and the AMQP client refuses to send one
-    /// (`AMQPError.invalidName`).
-    public static let maxNameBytes = 255
-
-    /// Whether a queue (or exchange) can be named `name`.
-    public static func canName(_ name: String) -> Bool { name.utf8.count <= maxNameBytes }
-
     public static func workQueue(_ bundleID: String) -> String { "apns.\(bundleID)" }
     public static func deadQueue(_ bundleID: String) -> String { "apns.\(bundleID).dead" }
     /// One retry queue per distinct delay, named by the delay so a queue's meaning is visible in

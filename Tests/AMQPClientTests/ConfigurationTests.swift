@@ -18,6 +18,14 @@ import Testing
         #expect(tls.tls && tls.port == 5671 && tls.user == "alice" && tls.password == "guest")
     }
 
+    /// Was: only the lower-case schemes were taken, while the configuration's check took
+    /// `AMQP://` (RFC 3986 §3.1: a scheme is case-insensitive), so such a config loaded and then
+    /// failed at every connect with `invalidURL`.
+    @Test(arguments: [("AMQP://u:p@h:5673/v", false), ("Amqps://u:p@h:5673/v", true), ("aMqP://u:p@h:5673/v", false)])
+    func theSchemeIsReadInAnyCase(_ string: String, tls: Bool) throws {
+        #expect(try AMQPURL(string: string) == AMQPURL(tls: tls, host: "h", port: 5673, user: "u", password: "p", vhost: "v"))
+    }
+
     @Test func ipv6Hosts() throws {
         let url = try AMQPURL(string: "amqp://[::1]:5682/%2f")
         #expect(url.host == "::1" && url.port == 5682)
@@ -25,7 +33,7 @@ import Testing
     }
 
     /// The last two have their `@` before the scheme: the error message's redaction trapped.
-    @Test(arguments: ["http://h", "amqp://h:0", "amqp://h:70000", "amqp://h:x", "amqp://h/a/b", "amqp://h/%zz", "u:p@amqp://h", "x@amqp://h/%2f"])
+    @Test(arguments: ["http://h", "amqpx://h", "AMQP:/h", "amqp://h:0", "amqp://h:70000", "amqp://h:x", "amqp://h/a/b", "amqp://h/%zz", "u:p@amqp://h", "x@amqp://h/%2f"])
     func invalidURLsAreRejected(_ string: String) {
         #expect(throws: AMQPError.self) { try AMQPURL(string: string) }
         do {

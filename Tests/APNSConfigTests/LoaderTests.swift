@@ -341,6 +341,10 @@ struct LoaderTests {
         ErrorCase("\n[apns \"com.example.legacy\"]\ntransport = binary\ncertFile = c\nkeyFile = k\nbinaryHoldWindow = 5ms", 13, "[apns \"com.example.legacy\"]", "binaryHoldWindow", .badValue, "\"5ms\" is out of range (10ms to 1m)"),
         ErrorCase("\n[apns \"com example\"]\ncertFile = c\nkeyFile = k", 9, "[apns \"com example\"]", nil, .badValue, "\"com example\" is not a bundle ID"),
         ErrorCase("\n[apns \"com.\(String(repeating: "x", count: 152))\"]\ncertFile = c\nkeyFile = k", 9, "[apns \"com.\(String(repeating: "x", count: 152))\"]", nil, .badValue, "the bundle ID is 156 bytes; at most 155, so that its queue names fit AMQP's 255"),
+        // A name wrong in its characters is told so even when it is also too long; a dot at either end is no reverse-DNS name.
+        ErrorCase("\n[apns \"com_\(String(repeating: "x", count: 152))\"]\ncertFile = c\nkeyFile = k", 9, "[apns \"com_\(String(repeating: "x", count: 152))\"]", nil, .badValue, "is not a bundle ID (letters, digits"),
+        ErrorCase("\n[apns \"com.example.\"]\ncertFile = c\nkeyFile = k", 9, "[apns \"com.example.\"]", nil, .badValue, "\"com.example.\" is not a bundle ID"),
+        ErrorCase("\n[apns \".com.example\"]\ncertFile = c\nkeyFile = k", 9, "[apns \".com.example\"]", nil, .badValue, "\".com.example\" is not a bundle ID"),
         ErrorCase("\n[apns \"COM.example.APP\"]\ncertFile = c\nkeyFile = k", 9, "[apns \"COM.example.APP\"]", nil, .duplicate, "the same bundle ID as the section at line 4"),
         ErrorCase("\n[apns]\ncertFile = c", 9, "[apns]", nil, .syntax, "needs the bundle ID: [apns \"com.example.app\"]"),
         ErrorCase("\n[retry \"x\"]\ndelays = 1s", 9, "[retry \"x\"]", nil, .syntax, "[retry] takes no subsection"),

@@ -32,7 +32,7 @@ struct PeerSecurityTests {
 
     @Test func plaintextOrUnverifiedPeersBeyondLoopbackAreWarnedAbout() throws {
         let quiet = [
-            try Self.configuration(amqp: ["amqp://u:p@127.0.0.1:5672/%2f", "amqp://u:p@localhost/%2f", "amqps://u:p@rabbit.example.com/%2f"]),
+            try Self.configuration(amqp: ["amqp://u:p@127.0.0.1:5672/%2f", "amqp://u:p@localhost/%2f", "amqps://u:p@rabbit.example.com/%2f", "AMQPS://u:p@rabbit.example.com/%2f"]),
             try Self.configuration(amqp: ["amqps://u:p@rabbit/%2f"], registry: "postgres://u:p@db.example.com/apns?sslmode=verify-full&sslrootcert=/ca.pem"),
             try Self.configuration(amqp: ["amqps://u:p@rabbit/%2f"], registry: "postgres://u:p@db.example.com/apns?sslmode=verify-ca"),
             try Self.configuration(amqp: ["amqps://u:p@rabbit/%2f"], registry: "postgres://u:p@127.0.0.1/apns?sslmode=disable"),
@@ -49,8 +49,10 @@ struct PeerSecurityTests {
         let remoteSpellings = try Self.configuration(amqp: [
             "amqp://u:p@[2001:db8::1]:5672/%2f", "amqp://u:p@127.0.0.1@rabbit.example.com/%2f", "amqp://rabbit.example.com",
             "amqp://u:p@127.0.0.1?@rabbit.example.com/%2f", "amqp://127.0.0.1#@rabbit.example.com",
+            // A scheme in any case is the client's plaintext `amqp` (RFC 3986 §3.1).
+            "AMQP://u:p@rabbit.example.com/%2f",
         ])
-        #expect(PeerSecurity.warnings(remoteSpellings).count == 5)
+        #expect(PeerSecurity.warnings(remoteSpellings).count == 6)
         for configuration in quiet { #expect(PeerSecurity.warnings(configuration).isEmpty, "\(configuration.amqp.urls)") }
 
         let broker = PeerSecurity.warnings(try Self.configuration(amqp: ["amqps://u:p@a/%2f", "amqp://u:hunter2@rabbit-2.internal:5672/%2f"]))

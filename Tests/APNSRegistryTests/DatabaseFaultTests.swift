@@ -9,10 +9,10 @@ import TestSupport
 
 @testable import APNSRegistry
 
-/// Contract §4: a database error the message itself causes (SQLSTATE class 22 or 23) makes the
+/// Contract §4: a database error the message itself causes (SQLSTATE class 22, 23 or 54) makes the
 /// message malformed; only a lost or refused connection is the registry being unavailable.
 @Suite struct DatabaseFaultClassificationTests {
-    @Test(arguments: ["22021", "22001", "22P02", "23505", "23514", "23502"])
+    @Test(arguments: ["22021", "22001", "22P02", "23505", "23514", "23502", "54000"])
     func dataAndConstraintErrorsAreTheMessagesFault(sqlState: String) {
         guard case .message(let error) = DatabaseFault.classify(sqlState: sqlState, serverMessage: "refused\nsecond line", column: nil) else {
             Issue.record("\(sqlState) classified as unavailable")

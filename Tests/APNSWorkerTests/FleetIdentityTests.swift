@@ -1,3 +1,4 @@
+import AMQPClient
 import APNSFleet
 import APNSTopologyNames
 import Foundation
@@ -25,7 +26,7 @@ struct FleetIdentityTests {
     func anIdentityOnALongHostNameFitsItsHeartbeatAndItsQueueName(host: String) {
         let identity = FleetIdentity.of(host: host, pid: .max, version: "1.0.0")
         #expect(identity.instanceID.utf8.count <= FleetInstance.maxIDBytes)
-        #expect(TopologyNames.canName(TopologyNames.fleetQueue(instanceID: identity.instanceID)))
+        #expect(AMQPShortString.fits(TopologyNames.fleetQueue(instanceID: identity.instanceID)))
         #expect(identity.host.utf8.count <= FleetInstance.maxHostBytes && host.hasPrefix(identity.host))
         #expect(Self.heartbeat(identity).isWellFormed)
         #expect(identity.instanceID.hasSuffix("-\(Int32.max)-" + identity.instanceID.suffix(6)))

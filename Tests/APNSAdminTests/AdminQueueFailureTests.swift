@@ -1,0 +1,59 @@
+import AMQPClient
+import APNSAdmin
+import APNSOperations
+import APNSTopologyNames
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Testing
+import TestSupport
+
+/// The queue routes on the real broker when it answers but the operation fails: no 503 ("broker
+/// unavailable, try later"), which only a broker that cannot be reached is. Was: every failure
+/// that was not a bad query answered 503.
+@Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the test broker (scripts/test)"))
+struct AdminQueueFailureTests {
+    static let bearer: HTTPFields = [.authorization: "Bearer \(AdminHarness.token)"]
+
+    /// A dead job of a bundle whose work queue does not exist: the broker returns the move, the
+    /// answer is 409 naming it, and the job is back in its dead queue.
+    @Test func aRequeueWithoutAWorkQueueIsAConflictAndKeepsTheJob() async throws {
+        let orphan = uniqueName("com.example.orphan")
+        let dead = TopologyNames.deadQueue(orphan)
+        try await AdminHarness.with { harness in
+            _ = try await harness.publisher.declareQueue(QueueDeclaration(name: dead, arguments: [:]))
+            try await harness.publisher.publish(AMQPOutboundMessage(
+                exchange: "", routingKey: dead, body: Array(#"{"id":"orphan-1","payload":{}}"#.utf8), properties: .persistentJSON))
+            try await harness.admin.makeApplication().test(.router) { client in
+                let requeue = try await client.execute(uri: "/api/dead/requeue?bundle=\(orphan)", method: .post, headers: Self.bearer)
+                #expect(requeue.status == .conflict)
+                let error = try AdminRouteTests.json(requeue)["error"] as? String ?? ""
+                #expect(error.contains("work queue does not exist") && error.contains(TopologyNames.workQueue(orphan)), "\(error)")
+            }
+            try await waitUntil("the job back in its dead queue", timeout: .seconds(60)) {
+                try await harness.queues.readyCount(.dead, bundleID: orphan) == 1
+            }
+            _ = try? await harness.publisher.deleteQueue(dead)
+        }
+    }
+
+    /// A dead queue another connection holds exclusively: the broker refuses to let the listing
+    /// read it (405 RESOURCE_LOCKED), and the answer is 502 with the broker's reply.
+    @Test func aQueueTheBrokerRefusesIsABadGatewayNamingTheRefusal() async throws {
+        let locked = uniqueName("com.example.locked")
+        try await AdminHarness.with { harness in
+            let holder = try await AMQPConnection.connect(
+                configuration: AMQPConfiguration(urlStrings: [try TestBroker.require().amqpURL], connectionName: "admin-test-holder"),
+                logger: AdminHarness.logger)
+            _ = try await holder.declareQueue(QueueDeclaration(name: TopologyNames.deadQueue(locked), arguments: [:], exclusive: true))
+            try await harness.admin.makeApplication().test(.router) { client in
+                let listing = try await client.execute(uri: "/api/dead?bundle=\(locked)", method: .get, headers: Self.bearer)
+                #expect(listing.status == .badGateway)
+                let error = try AdminRouteTests.json(listing)["error"] as? String ?? ""
+                #expect(error.hasPrefix("the broker refused") && error.contains("405"), "\(error)")
+            }
+            await holder.close()
+        }
+    }
+}
