@@ -58,11 +58,12 @@ struct AdminFleetRoutes: Sendable {
         }
         for kind in JobQueueKind.allCases {
             router.post("/\(kind.rawValue)/:jobID/purge") { _, context -> Response in
-                let jobID = try AdminRoutes.jobID(context)
-                guard let queues = routes.queues else { return AdminRoutes.error(.serviceUnavailable, "queue access is not configured") }
-                let report = try await queues.purge(kind, .jobIDs([jobID]))
-                routes.logger.info("job purged from the admin page", metadata: ["job.id": "\(jobID)", "operations.purged": "\(report.purged)"])
-                return Response(status: .seeOther, headers: [.location: "/"])
+                try await routes.withQueues { queues in
+                    let jobID = try AdminRoutes.jobID(context)
+                    let report = try await queues.purge(kind, .jobIDs([jobID]))
+                    routes.logger.info("job purged from the admin page", metadata: ["job.id": "\(jobID)", "operations.purged": "\(report.purged)"])
+                    return Response(status: .seeOther, headers: [.location: "/"])
+                }
             }
             router.get("/\(kind.rawValue)/confirm") { request, _ -> Response in
                 try await routes.withQueues { queues in

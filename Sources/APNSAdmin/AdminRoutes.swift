@@ -86,11 +86,12 @@ struct AdminRoutes: Sendable {
             }
             // The page's requeue buttons: a plain form POST, then back to the page.
             router.post("/\(kind.rawValue)/:jobID/requeue") { _, context -> Response in
-                let jobID = try Self.jobID(context)
-                guard let queues = self.queues else { return Self.error(.serviceUnavailable, "queue access is not configured") }
-                let report = try await queues.requeue(kind, .jobIDs([jobID]))
-                self.logger.info("job requeued from the admin page", metadata: ["job.id": "\(jobID)", "operations.moved": "\(report.moved)"])
-                return Response(status: .seeOther, headers: [.location: "/"])
+                try await self.withQueues { queues in
+                    let jobID = try Self.jobID(context)
+                    let report = try await queues.requeue(kind, .jobIDs([jobID]))
+                    self.logger.info("job requeued from the admin page", metadata: ["job.id": "\(jobID)", "operations.moved": "\(report.moved)"])
+                    return Response(status: .seeOther, headers: [.location: "/"])
+                }
             }
         }
         router.get("/") { request, _ -> Response in await self.page(request) }

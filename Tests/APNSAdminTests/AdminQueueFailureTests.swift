@@ -1,5 +1,6 @@
 import AMQPClient
 import APNSAdmin
+import APNSConfig
 import APNSOperations
 import APNSTopologyNames
 import Foundation
@@ -52,6 +53,34 @@ struct AdminQueueFailureTests {
                 #expect(listing.status == .badGateway)
                 let error = try AdminRouteTests.json(listing)["error"] as? String ?? ""
                 #expect(error.hasPrefix("the broker refused") && error.contains("405"), "\(error)")
+            }
+            await holder.close()
+        }
+    }
+
+    /// The page's buttons for one job (requeue, purge) answer a failure as the API does. Were:
+    /// the error thrown out of the route, a bare 500 that named nothing, for a broker down too.
+    @Test func thePagesJobButtonsAnswerAFailureAsTheAPIDoes() async throws {
+        let locked = uniqueName("com.example.locked")
+        try await AdminHarness.with { harness in
+            let holder = try await AMQPConnection.connect(
+                configuration: AMQPConfiguration(urlStrings: [try TestBroker.require().amqpURL], connectionName: "admin-test-holder"),
+                logger: AdminHarness.logger)
+            _ = try await holder.declareQueue(QueueDeclaration(name: TopologyNames.deadQueue(locked), arguments: [:], exclusive: true))
+            let queues = QueueInspector(
+                amqp: try AMQPConfiguration(urlStrings: [try TestBroker.require().amqpURL], connectionName: "admin-test-queues"),
+                bundleIDs: [locked], retryDelays: [AdminHarness.retryDelay], logger: AdminHarness.logger, deliveryWait: .seconds(10),
+                handBackWait: .seconds(30))
+            let admin = try AdminService(
+                settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: AdminHarness.token),
+                worker: harness.worker, queues: queues, registry: TestMetrics.registry, logger: AdminHarness.logger)
+            try await admin.makeApplication().test(.router) { client in
+                for action in ["requeue", "purge"] {
+                    let answer = try await client.execute(uri: "/dead/some-job/\(action)", method: .post, headers: Self.bearer)
+                    #expect(answer.status == .badGateway, "\(action)")
+                    let error = try AdminRouteTests.json(answer)["error"] as? String ?? ""
+                    #expect(error.hasPrefix("the broker refused") && error.contains("405"), "\(action): \(error)")
+                }
             }
             await holder.close()
         }
