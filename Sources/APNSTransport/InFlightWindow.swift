@@ -62,8 +62,8 @@ package struct InFlightWindow: Sendable, Hashable {
     }
 
     /// A send ended; `rtt`: nanoseconds from the request's write on a stream to its answer. The
-    /// wait for a stream or a connection before it is in flight (Little's law counts it) but is
-    /// not the path's delay: counted, a drain's first answers (after a connection's set-up and
+    /// wait for a stream or a connection before the write is in flight too (Little's law counts
+    /// it) but is not the path's delay: counted, a drain's first answers (after a connection's set-up and
     /// the one stream Apple allows until then) set the least round trip, and with it the period,
     /// to several round trips, and the window grew that much later. `answered`: APNs answered
     /// (a failure's duration is a deadline or a dead connection, no round trip). Returns the new
