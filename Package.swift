@@ -309,7 +309,7 @@ let package = Package(
         // in-memory broker behind the client's seams (`InMemoryBroker`).
         .target(
             name: "TestSupport",
-            dependencies: ["AMQPClient"],
+            dependencies: ["AMQPClient", .product(name: "Logging", package: "swift-log")],
             path: "Tests/TestSupport",
             swiftSettings: strictSettings
         ),

@@ -42,17 +42,29 @@ struct AdminQueueFailureTests {
     /// A dead queue another connection holds exclusively: the broker refuses to let the listing
     /// read it (405 RESOURCE_LOCKED), and the answer is 502 with the broker's reply.
     @Test func aQueueTheBrokerRefusesIsABadGatewayNamingTheRefusal() async throws {
+        try await Self.withLockedDeadQueue { harness, locked in
+            try await harness.admin.makeApplication().test(.router) { client in
+                let listing = try await client.execute(uri: "/api/dead?bundle=\(locked)", method: .get, headers: Self.bearer)
+                #expect(listing.status == .badGateway)
+                let error = try AdminRouteTests.json(listing)["error"] as? String ?? ""
+                #expect(error.hasPrefix("the broker refused") && error.contains("405"), "\(error)")
+            }
+        }
+    }
+
+    /// Runs `body` with a bundle whose dead queue another connection holds exclusively.
+    static func withLockedDeadQueue(_ body: (AdminHarness, String) async throws -> Void) async throws {
         let locked = uniqueName("com.example.locked")
         try await AdminHarness.with { harness in
             let holder = try await AMQPConnection.connect(
                 configuration: AMQPConfiguration(urlStrings: [try TestBroker.require().amqpURL], connectionName: "admin-test-holder"),
                 logger: AdminHarness.logger)
             _ = try await holder.declareQueue(QueueDeclaration(name: TopologyNames.deadQueue(locked), arguments: [:], exclusive: true))
-            try await harness.admin.makeApplication().test(.router) { client in
-                let listing = try await client.execute(uri: "/api/dead?bundle=\(locked)", method: .get, headers: Self.bearer)
-                #expect(listing.status == .badGateway)
-                let error = try AdminRouteTests.json(listing)["error"] as? String ?? ""
-                #expect(error.hasPrefix("the broker refused") && error.contains("405"), "\(error)")
+            do {
+                try await body(harness, locked)
+            } catch {
+                await holder.close()
+                throw error
             }
             await holder.close()
         }
@@ -61,12 +73,7 @@ struct AdminQueueFailureTests {
     /// The page's buttons for one job (requeue, purge) answer a failure as the API does. Were:
     /// the error thrown out of the route, a bare 500 that named nothing, for a broker down too.
     @Test func thePagesJobButtonsAnswerAFailureAsTheAPIDoes() async throws {
-        let locked = uniqueName("com.example.locked")
-        try await AdminHarness.with { harness in
-            let holder = try await AMQPConnection.connect(
-                configuration: AMQPConfiguration(urlStrings: [try TestBroker.require().amqpURL], connectionName: "admin-test-holder"),
-                logger: AdminHarness.logger)
-            _ = try await holder.declareQueue(QueueDeclaration(name: TopologyNames.deadQueue(locked), arguments: [:], exclusive: true))
+        try await Self.withLockedDeadQueue { harness, locked in
             let queues = QueueInspector(
                 amqp: try AMQPConfiguration(urlStrings: [try TestBroker.require().amqpURL], connectionName: "admin-test-queues"),
                 bundleIDs: [locked], retryDelays: [AdminHarness.retryDelay], logger: AdminHarness.logger, deliveryWait: .seconds(10),
@@ -82,7 +89,6 @@ struct AdminQueueFailureTests {
                     #expect(error.hasPrefix("the broker refused") && error.contains("405"), "\(action): \(error)")
                 }
             }
-            await holder.close()
         }
     }
 }

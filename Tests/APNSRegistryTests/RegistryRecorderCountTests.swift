@@ -27,7 +27,7 @@ struct RegistryRecorderCountTests {
     /// batch was merged back, and no count of any bundle was written again.
     @Test func aCountPostgreSQLRefusesIsDroppedAloneWithOneErrorLine() async throws {
         let settings = try await TestPostgres.freshDatabase()
-        let log = RecorderLog()
+        let log = CapturedLog(label: "recorder-test")
         try await TestPostgres.withStore(settings) { store in
             try await store.migrate()
             let recorder = RegistryRecorder(store: store, flushInterval: .seconds(3600), logger: log.logger)
@@ -50,7 +50,7 @@ struct RegistryRecorderCountTests {
     /// PostgreSQL would refuse too (nothing is known of it yet), and nothing is logged as dropped.
     @Test func anUnavailableRegistryKeepsEveryCount() async throws {
         let settings = RegistrySettings(url: try PostgresURL(parsing: "postgres://apns:apns@127.0.0.1:\(try freePort())/nothing?sslmode=disable"))
-        let log = RecorderLog()
+        let log = CapturedLog(label: "recorder-test")
         try await TestPostgres.withStore(settings) { store in
             let recorder = RegistryRecorder(store: store, flushInterval: .seconds(3600), logger: log.logger)
             Self.countsRecorded(in: recorder)
@@ -58,40 +58,5 @@ struct RegistryRecorderCountTests {
             #expect(recorder.pending.countKeys == 4)
         }
         #expect(log.entries.allSatisfy { $0.level < .error }, "\(log.entries.map(\.message))")
-    }
-}
-
-/// A logger whose lines the test reads back.
-final class RecorderLog: Sendable {
-    struct Entry: Sendable {
-        var level: Logger.Level
-        var message: String
-        var metadata: [String: String]
-    }
-
-    private let lines = Mutex<[Entry]>([])
-
-    var entries: [Entry] { lines.withLock { $0 } }
-
-    var logger: Logger {
-        var logger = Logger(label: "recorder-test") { _ in Handler(log: self) }
-        logger.logLevel = .debug
-        return logger
-    }
-
-    struct Handler: LogHandler {
-        let log: RecorderLog
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .debug
-
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            let all = metadata.merging(event.metadata ?? [:]) { $1 }
-            log.lines.withLock { $0.append(Entry(level: event.level, message: event.message.description, metadata: all.mapValues(\.description))) }
-        }
     }
 }

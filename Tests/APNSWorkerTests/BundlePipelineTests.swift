@@ -302,7 +302,7 @@ import Testing
     /// and level are its `JobEnd.logLine`. The stages before sending write no line of their own
     /// for a job they settle unsent (a malformed job once had a warning and no end line).
     @Test func everySettledJobWritesOneEndLineInTheWordsOfItsCount() async throws {
-        let log = CapturedLog()
+        let log = CapturedLog(label: "pipeline-test")
         let rig = Rig(answer: ScriptedTransport.unregistered, rollout: RolloutRule(deny: ["old-server"]), logger: log.logger)
         try await rig.running { _ in
             rig.enqueueJob()
@@ -378,44 +378,9 @@ import Testing
     }
 }
 
-/// A logger whose lines the test reads back (level, message, metadata as text).
-final class CapturedLog: Sendable {
-    struct Entry: Sendable {
-        var level: Logger.Level
-        var message: String
-        var metadata: [String: String]
-    }
-
-    private let lines = Mutex<[Entry]>([])
-
-    var entries: [Entry] { lines.withLock { $0 } }
-
+extension CapturedLog {
     /// The end lines: those with `job.end`, and the end it names.
     var ends: [(end: JobEnd, entry: Entry)] {
         entries.compactMap { entry in entry.metadata["job.end"].flatMap { JobEnd(label: $0) }.map { ($0, entry) } }
-    }
-
-    var logger: Logger {
-        var logger = Logger(label: "pipeline-test") { _ in Handler(log: self) }
-        logger.logLevel = .debug
-        return logger
-    }
-
-    struct Handler: LogHandler {
-        let log: CapturedLog
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .debug
-
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            let all = metadata.merging(event.metadata ?? [:]) { $1 }
-            log.lines.withLock {
-                $0.append(Entry(level: event.level, message: event.message.description, metadata: all.mapValues(\.description)))
-            }
-        }
     }
 }
