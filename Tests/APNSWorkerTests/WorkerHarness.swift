@@ -187,11 +187,12 @@ final class WorkerHarness: Sendable {
         self.feedbackQueue = feedbackQueue
     }
 
-    /// Starts `apns-worker run` on this harness's configuration; its log goes to `name.log`.
-    func startWorker(_ name: String = "worker") throws -> ChildProcess {
+    /// Starts `apns-worker run` on this harness's configuration; its log goes to `name.log`
+    /// (`logLevel` debug: every job's end line too).
+    func startWorker(_ name: String = "worker", logLevel: String = "info") throws -> ChildProcess {
         try ChildProcess(
             workerExecutable, ["run", "--config", configPath], logPath: "\(directory)/\(name).log",
-            environment: ["APNS_WORKER_LOG_LEVEL": "info"])
+            environment: ["APNS_WORKER_LOG_LEVEL": logLevel])
     }
 
     func shutdown() async {
