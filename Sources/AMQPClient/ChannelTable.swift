@@ -1,13 +1,20 @@
 /// The channels of one connection, as a value with no IO: which are open and in which
 /// generation, and which numbers consumers get. Every channel opened, across reconnects, gets a
 /// new generation; a delivery tag is honoured only while its channel's generation is still open
-/// (`AMQPDeliveryTag`). Channel 1 carries RPCs, 2 publishes (confirm mode), 3 and up one
-/// consumer each, numbers reused once freed, the longest freed first, and never before every
-/// frame read up to the close has been handled (`frameQueueDrained`).
+/// (`AMQPDeliveryTag`). Channel 1 carries RPCs, 2 publishes (confirm mode), 3 `basic.get`, 4 and
+/// up one consumer each, numbers reused once freed, the longest freed first, and never before
+/// every frame read up to the close has been handled (`frameQueueDrained`).
+///
+/// `basic.get` has a channel of its own because a channel that closes hands every delivery
+/// not yet acked on it back to the queue: on the control channel, any RPC the broker refuses (a
+/// passive declare of a fleet pause marker that does not exist is one, every heartbeat) closed it
+/// between a held bundle's probe and its ack, and the probe's job came back beside the copy the
+/// probe had already published (a duplicate, seen in CI, `KeyScopeHoldEndToEndTests`).
 struct ChannelTable: Equatable {
     static let control: UInt16 = 1
     static let publish: UInt16 = 2
-    static let firstConsumer: UInt16 = 3
+    static let get: UInt16 = 3
+    static let firstConsumer: UInt16 = 4
 
     /// Channel number → generation of the channels open now.
     private(set) var generations: [UInt16: UInt64] = [:]

@@ -1,5 +1,6 @@
-// The owner thread's RPCs on the control channel: topology declarations, deletes, purges,
-// basic.get, and turning an RPC reply into success, a channel error or a connection failure.
+// The owner thread's RPCs on the control channel (topology declarations, deletes, purges) and
+// basic.get on its own (`ChannelTable.get`), and turning an RPC reply into success, a channel
+// error or a connection failure.
 import CRabbitMQ
 import CRabbitMQShim
 import Foundation
@@ -107,7 +108,8 @@ extension ConnectionDriver {
 
     func get(_ queue: String) throws -> AMQPDelivery? {
         guard let state = conn else { throw AMQPError(.notConnected, "not connected to the broker") }
-        let channel = ChannelTable.control
+        let channel = ChannelTable.get
+        defer { if conn != nil { amqp_maybe_release_buffers_on_channel(state, channel) } }
         let reply = amqp_basic_get(state, channel, arena.bytes(queue), 0)
         arena.reset()
         try check(reply, channel: channel, reopen: true, context: "basic.get on queue '\(queue)'", queue: queue)

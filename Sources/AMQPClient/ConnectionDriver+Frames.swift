@@ -211,8 +211,8 @@ extension ConnectionDriver {
         if channel == ChannelTable.publish {
             failInFlightPublishes(AMQPError(.channelClosed, "the broker closed the publishing channel", replyCode: replyCode, replyText: replyText))
             try openPublishChannel()
-        } else if channel == ChannelTable.control {
-            try openChannel(ChannelTable.control)
+        } else if channel == ChannelTable.control || channel == ChannelTable.get {
+            try openChannel(channel)
         } else if isStreamChannel(channel) {
             streamChannelClosed(channel, why: "the broker closed the channel: \(replyCode) \(replyText)")
         } else if let (id, consumer) = consumers.channelClosed(channel) {

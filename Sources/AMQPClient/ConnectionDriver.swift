@@ -264,6 +264,7 @@ final class ConnectionDriver: @unchecked Sendable {
         channels.newConnection()
         logger[metadataKey: "amqp.url"] = "\(url)"
         try openChannel(ChannelTable.control)
+        try openChannel(ChannelTable.get)
         try openPublishChannel()
     }
 

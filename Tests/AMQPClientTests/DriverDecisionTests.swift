@@ -101,15 +101,15 @@ import Testing
     /// last one reused, and only after the frames read before the close have been handled.
     @Test func theNumberFreedLongestAgoIsReusedFirst() {
         var table = ChannelTable()
-        for expected: UInt16 in [3, 4, 5, 6] { #expect(table.allocateConsumerChannel() == expected) }
-        table.releaseConsumerChannel(5)
-        table.releaseConsumerChannel(3)
+        for expected: UInt16 in [4, 5, 6, 7] { #expect(table.allocateConsumerChannel() == expected) }
         table.releaseConsumerChannel(6)
+        table.releaseConsumerChannel(4)
+        table.releaseConsumerChannel(7)
         table.frameQueueDrained()
-        #expect(table.allocateConsumerChannel() == 5)
-        #expect(table.allocateConsumerChannel() == 3)
         #expect(table.allocateConsumerChannel() == 6)
+        #expect(table.allocateConsumerChannel() == 4)
         #expect(table.allocateConsumerChannel() == 7)
+        #expect(table.allocateConsumerChannel() == 8)
     }
 
     /// A quorum queue sends deliveries after `basic.cancel-ok`, and librabbitmq queues those it
@@ -118,31 +118,34 @@ import Testing
     /// would be taken for (ReconsumeBrokerTests under load: jobs worked twice).
     @Test func aClosedNumberWaitsForTheFrameQueueToDrainBeforeItIsReused() {
         var table = ChannelTable()
-        #expect(table.allocateConsumerChannel() == 3)
         #expect(table.allocateConsumerChannel() == 4)
-        table.releaseConsumerChannel(3)
         #expect(table.allocateConsumerChannel() == 5)
-        table.frameQueueDrained()
-        #expect(table.allocateConsumerChannel() == 3)
+        table.releaseConsumerChannel(4)
         #expect(table.allocateConsumerChannel() == 6)
+        table.frameQueueDrained()
+        #expect(table.allocateConsumerChannel() == 4)
+        #expect(table.allocateConsumerChannel() == 7)
     }
 
-    @Test func consumerChannelsStartAtThreeAndFreedNumbersAreReused() {
+    @Test func consumerChannelsStartAfterTheFixedOnesAndFreedNumbersAreReused() {
         var table = ChannelTable()
-        #expect(table.allocateConsumerChannel() == 3)
+        #expect(Set([ChannelTable.control, ChannelTable.publish, ChannelTable.get]).count == 3)
+        #expect([ChannelTable.control, ChannelTable.publish, ChannelTable.get].allSatisfy { $0 < ChannelTable.firstConsumer })
         #expect(table.allocateConsumerChannel() == 4)
         #expect(table.allocateConsumerChannel() == 5)
-        table.releaseConsumerChannel(4)
-        table.releaseConsumerChannel(4)
-        table.releaseConsumerChannel(ChannelTable.publish)
-        table.frameQueueDrained()
-        #expect(table.allocateConsumerChannel() == 4)
         #expect(table.allocateConsumerChannel() == 6)
-        table.releaseConsumerChannel(6)
+        table.releaseConsumerChannel(5)
+        table.releaseConsumerChannel(5)
+        table.releaseConsumerChannel(ChannelTable.publish)
+        table.releaseConsumerChannel(ChannelTable.get)
+        table.frameQueueDrained()
+        #expect(table.allocateConsumerChannel() == 5)
+        #expect(table.allocateConsumerChannel() == 7)
+        table.releaseConsumerChannel(7)
         table.newConnection()
         table.frameQueueDrained()
-        #expect(table.allocateConsumerChannel() == 3)
         #expect(table.allocateConsumerChannel() == 4)
+        #expect(table.allocateConsumerChannel() == 5)
     }
 }
 

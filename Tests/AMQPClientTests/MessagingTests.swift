@@ -83,6 +83,29 @@ struct MessagingTests {
 
     /// A publisher's sentinel timestamp (UInt64.max seconds) decodes to a date past UInt64's
     /// range; passing such a message on (a requeue, a dead letter) must not trap.
+    /// A message taken with `basic.get` (a held bundle's probe) stays taken while an RPC the
+    /// broker refuses goes by: a channel that closes hands its unacked deliveries back to the
+    /// queue, and the ack after it finds its channel gone. Was: both on the control channel, so a
+    /// passive declare of a queue that does not exist (a fleet pause check, every heartbeat)
+    /// brought the probe's job back beside the copy it had published: sent twice (CI).
+    @Test func aMessageTakenWithGetStaysTakenWhenAnRPCIsRefused() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queue = uniqueName("get-beside-rpc")
+            try await connection.declareQueue(classicQueue(queue))
+            try await connection.publish(message("probe", to: queue))
+            let taken = try #require(try await connection.get(queue: queue))
+            await #expect(throws: AMQPError.self) { try await connection.inspectQueue(uniqueName("no-such-queue")) }
+            #expect(connection.ackNow(taken) == .settled)
+            try await eventually(.seconds(30), "the ack applied") {
+                let info = try await connection.inspectQueue(queue)
+                return info.messageCount == 0
+            }
+            #expect(try await connection.get(queue: queue) == nil, "the message did not come back")
+            try await connection.deleteQueue(queue)
+        }
+    }
+
     @Test func anOutOfRangeTimestampSurvivesBeingPassedOn() async throws {
         let broker = try TestBroker.require()
         try await withConnection(configuration(broker)) { connection in
