@@ -126,13 +126,13 @@ struct ReconsumeBrokerTests {
                     step += 1
                 }
                 // Every job worked exactly once; none ready, none unacked; one consumer left,
-                // on one channel beside the control and publish channels.
+                // on one channel beside the control, publish and get channels.
                 let settled = await Self.eventually(.seconds(180)) {
                     guard work.seenCount == total, shell.inFlight == 0 else { return false }
                     let counts = try await Self.queueCounts(queue, broker)
                     let info = try await connection.inspectQueue(queue)
                     let channels = try await Self.connectionChannelCount(of: name, broker)
-                    return counts.ready == 0 && counts.unacked == 0 && info.messageCount == 0 && info.consumerCount == 1 && channels == 3
+                    return counts.ready == 0 && counts.unacked == 0 && info.messageCount == 0 && info.consumerCount == 1 && channels == 4
                 }
                 if !settled {
                     let seen = work.seen.withLock { $0 }
