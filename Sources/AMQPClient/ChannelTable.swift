@@ -55,7 +55,7 @@ struct ChannelTable: Equatable {
     }
 
     /// A consumer's channel number may be used again once the frames read so far are handled
-    /// (ignored for the control and publish channels).
+    /// (ignored for the fixed channels: control, publish and get).
     mutating func releaseConsumerChannel(_ channel: UInt16) {
         guard channel >= Self.firstConsumer, !freeConsumerChannels.contains(channel), !closedUntilDrained.contains(channel) else { return }
         closedUntilDrained.append(channel)
