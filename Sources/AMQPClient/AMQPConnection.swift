@@ -225,8 +225,8 @@ public final class AMQPConnection: Sendable {
     /// `basic.get`: takes the next message of a queue without a consumer, or nil when it is
     /// empty. The message stays unacked until `ack`/`nack`/`reject` (or the connection closes,
     /// which requeues it).
-    public func get(queue: String) async throws -> AMQPDelivery? {
-        guard case .delivery(let delivery) = try await rpc(.get(queue)) else { throw unexpectedReply() }
+    public func get(queue: String, maxBodySize: Int) async throws -> AMQPDelivery? {
+        guard case .delivery(let delivery) = try await rpc(.get(queue, maxBodySize: maxBodySize)) else { throw unexpectedReply() }
         return delivery
     }
 
@@ -428,7 +428,7 @@ enum RPCRequest: Sendable {
     case deleteExchange(String, ifUnused: Bool)
     case purgeQueue(String)
     case inspectQueue(String)
-    case get(String)
+    case get(String, maxBodySize: Int)
 }
 
 enum RPCResult: Sendable {

@@ -46,8 +46,8 @@ extension ConnectionDriver {
             try check(amqp_get_rpc_reply(state), channel: channel, reopen: true, context: "inspecting queue '\(name)'", queue: name)
             guard let ok else { throw AMQPError(.library, "queue.declare-ok missing") }
             return .queueInfo(AMQPQueueInfo(name: name, messageCount: ok.pointee.message_count, consumerCount: ok.pointee.consumer_count))
-        case .get(let queue):
-            return .delivery(try get(queue))
+        case .get(let queue, let maxBodySize):
+            return .delivery(try get(queue, maxBodySize: maxBodySize))
         }
     }
 
@@ -106,7 +106,12 @@ extension ConnectionDriver {
         amqp_maybe_release_buffers_on_channel(state, ChannelTable.control)
     }
 
-    func get(_ queue: String) throws -> AMQPDelivery? {
+    /// `basic.get`, its message put together frame by frame as a consumer's is (`ContentAssembler`,
+    /// `assembleHeader`): a body over `maxBodySize` is read and not kept (it used to be read whole
+    /// into memory, whatever its size, by `amqp_read_message`: one large message in a held bundle's
+    /// queue, and its probe took that much memory), properties keep the bounds and the received
+    /// header table's bytes of a consumer's delivery.
+    func get(_ queue: String, maxBodySize: Int) throws -> AMQPDelivery? {
         guard let state = conn else { throw AMQPError(.notConnected, "not connected to the broker") }
         let channel = ChannelTable.get
         defer { if conn != nil { amqp_maybe_release_buffers_on_channel(state, channel) } }
@@ -116,20 +121,42 @@ extension ConnectionDriver {
         guard reply.reply.id == AMQPMethod.basicGetOk, let decoded = reply.reply.decoded else { return nil }
         let ok = decoded.assumingMemoryBound(to: amqp_basic_get_ok_t.self).pointee
         let deliveryTag = ok.delivery_tag
-        let redelivered = ok.redelivered != 0
-        let exchange = FieldDecoder.string(ok.exchange)
-        let routingKey = FieldDecoder.string(ok.routing_key)
-        var message = amqp_message_t()
-        let read = amqp_read_message(state, channel, &message, 0)
-        guard read.reply_type == AMQP_RESPONSE_NORMAL else {
-            throw ConnectionFailure(error: AMQPError(.connectionLost, "reading the message of basic.get failed", libraryStatus: Self.statusString(read.library_error)))
+        assembler.begin(
+            .delivery(tag: deliveryTag, redelivered: ok.redelivered != 0, consumerTag: ""), exchange: FieldDecoder.string(ok.exchange),
+            routingKey: FieldDecoder.string(ok.routing_key), bodyLimit: maxBodySize, on: channel)
+        // librabbitmq waits for one channel's frames only in private functions: every frame is
+        // read here, and those of other channels are handled as the read loop would have, in
+        // the order they came.
+        var assembled: ContentAssembler.Message?
+        while assembled == nil, assembler.isAssembling(on: channel) {
+            guard let state = conn else { throw ConnectionFailure(error: AMQPError(.connectionLost, "the connection closed during basic.get")) }
+            var frame = amqp_frame_t()
+            let status = amqp_simple_wait_frame(state, &frame)
+            guard status == AMQP_STATUS_OK.rawValue else {
+                assembler.discard(channel: channel)
+                throw ConnectionFailure(error: AMQPError(.connectionLost, "reading the message of basic.get failed", libraryStatus: Self.statusString(status)))
+            }
+            switch (frame.channel == channel, Int32(frame.frame_type)) {
+            case (true, AMQP_FRAME_HEADER):
+                let header = frame.payload.properties
+                assembled = assembleHeader(on: channel, bodySize: header.body_size, decoded: header.decoded, raw: header.raw)
+            case (true, AMQP_FRAME_BODY):
+                let fragment = frame.payload.body_fragment
+                assembled = assembler.body(
+                    on: channel, fragment.len > 0 ? UnsafeRawBufferPointer(start: fragment.bytes, count: fragment.len) : UnsafeRawBufferPointer(start: nil, count: 0))
+            case (true, _):
+                // A method on the get channel mid-message (its close): the message goes back to
+                // the queue with the channel.
+                assembler.discard(channel: channel)
+                try handleFrame(&frame)
+            default:
+                try handleFrame(&frame)
+                if let state = conn { amqp_maybe_release_buffers_on_channel(state, frame.channel) }
+            }
         }
-        defer { amqp_destroy_message(&message) }
-        guard let generation = channels.generation(of: channel) else { return nil }
+        guard let assembled, let generation = channels.generation(of: channel) else { return nil }
         return AMQPDelivery(
-            message: AMQPDeliveredMessage(
-                exchange: exchange, routingKey: routingKey, redelivered: redelivered,
-                body: FieldDecoder.bytes(message.body), properties: FieldDecoder.properties(message.properties)),
+            message: Self.deliveredMessage(assembled, redelivered: ok.redelivered != 0),
             tag: AMQPDeliveryTag(channel: channel, generation: generation, value: deliveryTag), consumerTag: nil)
     }
 

@@ -15,31 +15,7 @@ extension ConnectionDriver {
             try handleMethod(frame.payload.method, channel: channel)
         case AMQP_FRAME_HEADER:
             let header = frame.payload.properties
-            // Properties are never split over frames: the broker sends them as large as its own
-            // frame_max allows (128 KiB by default). Over the contract's 16 KiB the message is
-            // malformed, and its header table is not copied out of librabbitmq's page.
-            let propertiesSize = header.raw.len
-            // A header table nested too deep is malformed too (librabbitmq has decoded it, on a
-            // stack sized for that, `AMQPConnection.ownerThreadStackSize`; Swift never recurses
-            // through more than `AMQPProperties.maximumHeaderDepth` levels).
-            let keepHeaders = propertiesSize <= AMQPProperties.maximumEncodedSize
-            let tooDeep = keepHeaders && header.decoded.map {
-                FieldDecoder.headersNestTooDeep($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee)
-            } ?? false
-            let message = assembler.header(
-                on: channel, bodySize: header.body_size, oversizedPropertiesSize: keepHeaders ? nil : propertiesSize,
-                headersNestedTooDeep: tooDeep
-            ) {
-                header.decoded.map {
-                    FieldDecoder.properties(
-                        $0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee, keepHeaders: keepHeaders && !tooDeep,
-                        encoded: UnsafeRawBufferPointer(start: header.raw.bytes, count: header.raw.len)
-                    ) {
-                        repeatedStrings.shortString($0, .contentType, channel: channel)
-                    }
-                }
-            }
-            if let message {
+            if let message = assembleHeader(on: channel, bodySize: header.body_size, decoded: header.decoded, raw: header.raw) {
                 complete(message, channel: channel)
             } else {
                 try beginOversizedCopy(on: channel)
@@ -54,6 +30,46 @@ extension ConnectionDriver {
         default:
             break
         }
+    }
+
+    /// A header frame for the message assembled on `channel`: the finished message when it has no
+    /// body. Properties are never split over frames: the broker sends them as large as its own
+    /// frame_max allows (128 KiB by default). Over the contract's 16 KiB the message is malformed,
+    /// and its header table is not copied out of librabbitmq's page. A header table nested too
+    /// deep is malformed too (librabbitmq has decoded it, on a stack sized for that,
+    /// `AMQPConnection.ownerThreadStackSize`; Swift never recurses through more than
+    /// `AMQPProperties.maximumHeaderDepth` levels).
+    func assembleHeader(
+        on channel: amqp_channel_t, bodySize: UInt64, decoded: UnsafeMutableRawPointer?, raw: amqp_bytes_t
+    ) -> ContentAssembler.Message? {
+        let propertiesSize = raw.len
+        let keepHeaders = propertiesSize <= AMQPProperties.maximumEncodedSize
+        let tooDeep = keepHeaders && decoded.map {
+            FieldDecoder.headersNestTooDeep($0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee)
+        } ?? false
+        return assembler.header(
+            on: channel, bodySize: bodySize, oversizedPropertiesSize: keepHeaders ? nil : propertiesSize, headersNestedTooDeep: tooDeep
+        ) {
+            decoded.map {
+                FieldDecoder.properties(
+                    $0.assumingMemoryBound(to: amqp_basic_properties_t.self).pointee, keepHeaders: keepHeaders && !tooDeep,
+                    encoded: UnsafeRawBufferPointer(start: raw.bytes, count: raw.len)
+                ) {
+                    repeatedStrings.shortString($0, .contentType, channel: channel)
+                }
+            }
+        }
+    }
+
+    /// A finished assembly as the message a consumer or `basic.get` hands out.
+    static func deliveredMessage(_ assembly: ContentAssembler.Message, redelivered: Bool) -> AMQPDeliveredMessage {
+        var message = AMQPDeliveredMessage(
+            exchange: assembly.exchange, routingKey: assembly.routingKey, redelivered: redelivered,
+            body: assembly.body, properties: assembly.properties, oversizedBodySize: assembly.oversized ? assembly.bodySize : nil,
+            oversizedPropertiesSize: assembly.oversizedPropertiesSize)
+        if assembly.oversizedCopied { message.oversizedBodyDeadLettered = true }
+        if assembly.headersNestedTooDeep { message.headersNestedTooDeep = true }
+        return message
     }
 
     func handleMethod(_ method: amqp_method_t, channel: amqp_channel_t) throws(ConnectionFailure) {
@@ -160,12 +176,7 @@ extension ConnectionDriver {
             let route = self.route(consumerTag, on: channel, entry: found)
             guard route != .drop, let generation = channels.generation(of: channel) else { return }
             let consumer = route == .consumer ? found : nil
-            var message = AMQPDeliveredMessage(
-                exchange: assembly.exchange, routingKey: assembly.routingKey, redelivered: redelivered,
-                body: assembly.body, properties: assembly.properties, oversizedBodySize: assembly.oversized ? assembly.bodySize : nil,
-                oversizedPropertiesSize: assembly.oversizedPropertiesSize)
-            if assembly.oversizedCopied { message.oversizedBodyDeadLettered = true }
-            if assembly.headersNestedTooDeep { message.headersNestedTooDeep = true }
+            let message = Self.deliveredMessage(assembly, redelivered: redelivered)
             // Not for the channel's consumer (a tag it replaced, `retire`, or none of ours), or its
             // sequence has ended: back like one after a cancel.
             let accepted = consumer?.request.buffer.push(AMQPDelivery(

@@ -40,8 +40,16 @@ public protocol MessageConsuming: DeliverySettling {
 
 /// Takes one message at a time (`basic.get`) and settles it.
 public protocol MessageFetching: DeliverySettling {
-    /// The next message of `queue`, or nil when it is empty; unacked until settled.
-    func get(queue: String) async throws -> AMQPDelivery?
+    /// The next message of `queue`, or nil when it is empty; unacked until settled. A body over
+    /// `maxBodySize` is not kept: the delivery comes empty with `oversizedBodySize` set.
+    func get(queue: String, maxBodySize: Int) async throws -> AMQPDelivery?
+}
+
+extension MessageFetching {
+    /// The next message of `queue` with its whole body, or nil when it is empty.
+    public func get(queue: String) async throws -> AMQPDelivery? {
+        try await get(queue: queue, maxBodySize: .max)
+    }
 }
 
 /// Publishes with publisher confirms.

@@ -206,7 +206,7 @@ extension BundlePipeline: ConsumerWork {
 
     /// A held bundle's probe: one job taken with `basic.get`, composed like any other.
     package func probe() async throws -> ConsumerProbe {
-        guard let delivery = try await broker.get(queue: queue) else { return .nothing }
+        guard let delivery = try await broker.get(queue: queue, maxBodySize: maxBodySize) else { return .nothing }
         return .found(delivery)
     }
 

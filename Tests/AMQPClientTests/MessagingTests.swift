@@ -106,6 +106,54 @@ struct MessagingTests {
         }
     }
 
+    /// `basic.get` keeps a body within its limit and not one over it (it read any body whole: one
+    /// large message in a held bundle's queue, and its probe took that much memory), and keeps
+    /// the header table's bytes as a consumer's delivery does; a consumer on the same connection
+    /// gets every message of its own meanwhile (the get reads their frames and hands them on).
+    @Test func getKeepsABodyWithinItsLimitAndNotOneOverIt() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queue = uniqueName("get-limit")
+            let busy = uniqueName("get-beside-consumer")
+            try await connection.declareQueue(classicQueue(queue))
+            try await connection.declareQueue(classicQueue(busy))
+            let large = 300 * 1024
+            let headers: AMQPProperties = AMQPProperties(contentType: "application/json", headers: ["x-k": .string("v")], deliveryMode: 2)
+            for n in 0..<20 {
+                try await connection.publish(
+                    AMQPOutboundMessage(exchange: "", routingKey: queue, body: [UInt8](repeating: 0x78, count: large), properties: headers))
+                try await connection.publish(message("small \(n)", to: queue, properties: headers))
+            }
+            let total = 2_000
+            for n in 0..<total { try await connection.publish(message("busy \(n)", to: busy)) }
+            let consumer = try await connection.consume(queue: busy, prefetch: 50)
+            let received = Task {
+                var count = 0
+                for try await delivery in consumer {
+                    connection.ackNow(delivery)
+                    count += 1
+                    if count == total { break }
+                }
+                return count
+            }
+            for n in 0..<20 {
+                let big = try #require(try await connection.get(queue: queue, maxBodySize: 64 * 1024))
+                #expect(big.message.body.isEmpty && big.message.oversizedBodySize == UInt64(large))
+                #expect(big.message.properties.receivedHeaderTable != nil && big.message.properties.headers?["x-k"] == .string("v"))
+                #expect(connection.ackNow(big) == .settled)
+                let small = try #require(try await connection.get(queue: queue, maxBodySize: 64 * 1024))
+                #expect(small.text == "small \(n)" && small.message.oversizedBodySize == nil)
+                #expect(small.message.properties.receivedHeaderTable != nil)
+                #expect(connection.ackNow(small) == .settled)
+            }
+            #expect(try await connection.get(queue: queue) == nil)
+            #expect(try await received.value == total, "every message of the consumer's queue reached it")
+            await consumer.cancel()
+            try await connection.deleteQueue(queue)
+            try await connection.deleteQueue(busy)
+        }
+    }
+
     @Test func anOutOfRangeTimestampSurvivesBeingPassedOn() async throws {
         let broker = try TestBroker.require()
         try await withConnection(configuration(broker)) { connection in

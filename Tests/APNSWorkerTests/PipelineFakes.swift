@@ -100,7 +100,7 @@ final class FakeBroker: MessageBroker {
         consumer?.finish()
     }
 
-    func get(queue: String) async throws -> AMQPDelivery? {
+    func get(queue: String, maxBodySize: Int) async throws -> AMQPDelivery? {
         state.withLock { state in
             state.gets += 1
             return state.ready.isEmpty ? nil : state.ready.removeFirst()

@@ -18,8 +18,8 @@ extension InMemoryBroker {
             try broker.consume(queue: queue, prefetch: prefetch, maxBodySize: limit, cutsBodies: true, session: id)
         }
 
-        public func get(queue: String) async throws -> AMQPDelivery? {
-            try broker.get(queue: queue, session: id)
+        public func get(queue: String, maxBodySize: Int) async throws -> AMQPDelivery? {
+            try broker.get(queue: queue, maxBodySize: maxBodySize, session: id)
         }
 
         @discardableResult

@@ -217,12 +217,12 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
         deliveries?.finish()
     }
 
-    public func get(queue: String) async throws -> AMQPDelivery? {
-        try get(queue: queue, session: nil)
+    public func get(queue: String, maxBodySize: Int) async throws -> AMQPDelivery? {
+        try get(queue: queue, maxBodySize: maxBodySize, session: nil)
     }
 
-    func get(queue: String, session: Int?) throws -> AMQPDelivery? {
-        try store.withLock { state in
+    func get(queue: String, maxBodySize: Int = .max, session: Int?) throws -> AMQPDelivery? {
+        var delivery = try store.withLock { state -> AMQPDelivery? in
             guard state.queues[queue] != nil else {
                 throw AMQPError(.channelClosed, "no queue '\(queue)'", replyCode: 404, replyText: "NOT_FOUND", queue: queue)
             }
@@ -230,6 +230,12 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
             let message = state.queues[queue]!.ready.removeFirst()
             return Self.handOut(&state, message, queue: queue, consumer: nil, session: session)
         }
+        // As the client does: a body over the limit is not kept.
+        if let message = delivery?.message, message.body.count > maxBodySize {
+            delivery?.message.oversizedBodySize = UInt64(message.body.count)
+            delivery?.message.body = []
+        }
+        return delivery
     }
 
     @discardableResult
