@@ -151,8 +151,10 @@ extension ConnectionDriver {
                 try handleFrame(&frame)
             default:
                 try handleFrame(&frame)
-                if let state = conn { amqp_maybe_release_buffers_on_channel(state, frame.channel) }
             }
+            // Each frame's page is given back once it is handled, as the read loop does: kept to
+            // the end, a large body's frames would all be held at once in librabbitmq's pool.
+            if let state = conn { amqp_maybe_release_buffers_on_channel(state, frame.channel) }
         }
         guard let assembled, let generation = channels.generation(of: channel) else { return nil }
         return AMQPDelivery(
