@@ -121,8 +121,9 @@ extension ConnectionDriver {
         guard reply.reply.id == AMQPMethod.basicGetOk, let decoded = reply.reply.decoded else { return nil }
         let ok = decoded.assumingMemoryBound(to: amqp_basic_get_ok_t.self).pointee
         let deliveryTag = ok.delivery_tag
+        let redelivered = ok.redelivered != 0
         assembler.begin(
-            .delivery(tag: deliveryTag, redelivered: ok.redelivered != 0, consumerTag: ""), exchange: FieldDecoder.string(ok.exchange),
+            .delivery(tag: deliveryTag, redelivered: redelivered, consumerTag: ""), exchange: FieldDecoder.string(ok.exchange),
             routingKey: FieldDecoder.string(ok.routing_key), bodyLimit: maxBodySize, on: channel)
         // librabbitmq waits for one channel's frames only in private functions: every frame is
         // read here, and those of other channels are handled as the read loop would have, in
@@ -141,9 +142,7 @@ extension ConnectionDriver {
                 let header = frame.payload.properties
                 assembled = assembleHeader(on: channel, bodySize: header.body_size, decoded: header.decoded, raw: header.raw)
             case (true, AMQP_FRAME_BODY):
-                let fragment = frame.payload.body_fragment
-                assembled = assembler.body(
-                    on: channel, fragment.len > 0 ? UnsafeRawBufferPointer(start: fragment.bytes, count: fragment.len) : UnsafeRawBufferPointer(start: nil, count: 0))
+                assembled = assembler.body(on: channel, Self.bytes(of: frame.payload.body_fragment))
             case (true, _):
                 // A method on the get channel mid-message (its close): the message goes back to
                 // the queue with the channel.
@@ -158,7 +157,7 @@ extension ConnectionDriver {
         }
         guard let assembled, let generation = channels.generation(of: channel) else { return nil }
         return AMQPDelivery(
-            message: Self.deliveredMessage(assembled, redelivered: ok.redelivered != 0),
+            message: Self.deliveredMessage(assembled, redelivered: redelivered),
             tag: AMQPDeliveryTag(channel: channel, generation: generation, value: deliveryTag), consumerTag: nil)
     }
 

@@ -22,7 +22,7 @@ extension ConnectionDriver {
             }
         case AMQP_FRAME_BODY:
             let fragment = frame.payload.body_fragment
-            let bytes = fragment.len > 0 ? UnsafeRawBufferPointer(start: fragment.bytes, count: fragment.len) : UnsafeRawBufferPointer(start: nil, count: 0)
+            let bytes = Self.bytes(of: fragment)
             if !oversizedStreaming.isEmpty { try copyOversizedBody(bytes, on: channel) }
             if let message = assembler.body(on: channel, bytes) {
                 complete(message, channel: channel)
@@ -59,6 +59,12 @@ extension ConnectionDriver {
                 }
             }
         }
+    }
+
+    /// A body frame's bytes in librabbitmq's page, read in place (an empty frame may carry no
+    /// pointer).
+    static func bytes(of fragment: amqp_bytes_t) -> UnsafeRawBufferPointer {
+        fragment.len > 0 ? UnsafeRawBufferPointer(start: fragment.bytes, count: fragment.len) : UnsafeRawBufferPointer(start: nil, count: 0)
     }
 
     /// A finished assembly as the message a consumer or `basic.get` hands out.
