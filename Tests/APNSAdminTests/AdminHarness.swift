@@ -156,7 +156,7 @@ final class AdminHarness: Sendable {
     func publish(_ body: String, id: String) async throws {
         var properties = AMQPProperties.persistentJSON
         properties.messageID = id
-        try await publisher.publish(
+        try await publisher.publishAgainAfterNacks(
             AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: bundle, body: Array(body.utf8), properties: properties))
     }
 

@@ -185,7 +185,7 @@ final class RegistryHarness: Sendable {
     func publish(_ exchange: String, _ body: String, messageID: String? = nil) async throws {
         var properties = AMQPProperties.persistentJSON
         properties.messageID = messageID
-        try await connection.publish(AMQPOutboundMessage(exchange: exchange, routingKey: "", body: Array(body.utf8), properties: properties))
+        try await connection.publishAgainAfterNacks(AMQPOutboundMessage(exchange: exchange, routingKey: "", body: Array(body.utf8), properties: properties))
     }
 
     // MARK: - Looking

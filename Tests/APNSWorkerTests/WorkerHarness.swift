@@ -224,7 +224,7 @@ final class WorkerHarness: Sendable {
         properties.messageID = messageID
         properties.headers = headers
         properties.appID = "sync-server-test"
-        try await connection.publish(
+        try await connection.publishAgainAfterNacks(
             AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: routingKey ?? bundle, body: body, properties: properties))
     }
 
