@@ -21,7 +21,7 @@ struct AdminPagingTests {
             for index in 0..<150 {
                 var properties = AMQPProperties.persistentJSON
                 properties.headers = [JobHeaders.reason: .string(index % 2 == 0 ? "BadDeviceToken" : "Unregistered")]
-                try await harness.publisher.publish(AMQPOutboundMessage(
+                try await harness.publisher.publishAgainAfterNacks(AMQPOutboundMessage(
                     exchange: "", routingKey: dead, body: Array(#"{"id":"page-\#(index)","payload":{}}"#.utf8), properties: properties))
             }
             try await harness.admin.makeApplication().test(.router) { client in

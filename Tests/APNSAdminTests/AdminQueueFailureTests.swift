@@ -24,7 +24,7 @@ struct AdminQueueFailureTests {
         let dead = TopologyNames.deadQueue(orphan)
         try await AdminHarness.with { harness in
             _ = try await harness.publisher.declareQueue(QueueDeclaration(name: dead, arguments: [:]))
-            try await harness.publisher.publish(AMQPOutboundMessage(
+            try await harness.publisher.publishAgainAfterNacks(AMQPOutboundMessage(
                 exchange: "", routingKey: dead, body: Array(#"{"id":"orphan-1","payload":{}}"#.utf8), properties: .persistentJSON))
             try await harness.admin.makeApplication().test(.router) { client in
                 let requeue = try await client.execute(uri: "/api/dead/requeue?bundle=\(orphan)", method: .post, headers: Self.bearer)

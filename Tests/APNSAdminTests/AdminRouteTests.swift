@@ -237,7 +237,7 @@ struct AdminRouteTests {
                 properties.timestamp = published
                 properties.headers = [JobHeaders.reason: .string("BadDeviceToken"), JobHeaders.failedAt: .string(value)]
                 let body = #"{"token":"\#(AdminHarness.token(index))","payload":{"aps":{"alert":"x"}},"id":"forged-\#(index)"}"#
-                try await harness.publisher.publish(
+                try await harness.publisher.publishAgainAfterNacks(
                     AMQPOutboundMessage(exchange: "", routingKey: TopologyNames.deadQueue(harness.bundle), body: Array(body.utf8), properties: properties))
             }
             try await harness.admin.makeApplication().test(.router) { client in

@@ -82,7 +82,7 @@ struct TestBundle {
                 properties.messageID = id
                 properties.timestamp = Date()
                 properties.headers = [JobHeaders.attempt: .int32(Int32(attempt))]
-                try await connection.publish(AMQPOutboundMessage(exchange: "", routingKey: retry(index), body: jobBody(id), properties: properties))
+                try await connection.publishAgainAfterNacks(AMQPOutboundMessage(exchange: "", routingKey: retry(index), body: jobBody(id), properties: properties))
             }
         }
     }

@@ -144,7 +144,7 @@ struct QueueInspectorTests {
         let set = properties.setHeaderTable(bytes: table)
         #expect(set)
         try await bundle.withConnection { connection in
-            try await connection.publish(AMQPOutboundMessage(exchange: "", routingKey: bundle.dead, body: jobBody("job-raw"), properties: properties))
+            try await connection.publishAgainAfterNacks(AMQPOutboundMessage(exchange: "", routingKey: bundle.dead, body: jobBody("job-raw"), properties: properties))
         }
 
         let report = try await bundle.inspector().requeue(.dead, .jobIDs(["job-raw"]))

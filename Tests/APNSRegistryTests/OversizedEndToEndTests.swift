@@ -126,7 +126,7 @@ struct OversizedEndToEndTests {
     private func publishJob(_ harness: RegistryHarness, _ bundle: String, body: [UInt8], messageID: String? = nil) async throws {
         var properties = AMQPProperties.persistentJSON
         properties.messageID = messageID
-        try await harness.connection.publish(
+        try await harness.connection.publishAgainAfterNacks(
             AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: bundle, body: body, properties: properties))
     }
 }

@@ -285,7 +285,7 @@ struct RegistryEndToEndTests {
         for token in tokens {
             var properties = AMQPProperties.persistentJSON
             properties.messageID = UUID().uuidString
-            try await harness.connection.publish(
+            try await harness.connection.publishAgainAfterNacks(
                 AMQPOutboundMessage(
                     exchange: TopologyNames.jobsExchange, routingKey: bundle,
                     body: Array(#"{"token":"\#(token)","payload":{"aps":{"alert":"hi"}}}"#.utf8), properties: properties))

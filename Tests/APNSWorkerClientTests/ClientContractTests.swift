@@ -236,7 +236,7 @@ struct ClientBrokerTests {
             configuration: try AMQPConfiguration(urlStrings: [broker.amqpURL], connectionName: "client-test-feedback"), logger: Self.logger
         ) { publisher in
             for body in [Self.feedbackBody(bundle: bundle, token: first), garbage, Self.feedbackBody(bundle: bundle, token: second)] {
-                try await publisher.publish(AMQPOutboundMessage(
+                try await publisher.publishAgainAfterNacks(AMQPOutboundMessage(
                     exchange: TopologyNames.feedbackExchange, routingKey: bundle, body: body, properties: .persistentJSON))
             }
             let one = try await Self.nextEvent(events)

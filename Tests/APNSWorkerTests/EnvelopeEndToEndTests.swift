@@ -77,11 +77,11 @@ struct EnvelopeEndToEndTests {
             h.simulator.script(token: retryToken, .failFirst(1, status: 503, reason: .serviceUnavailable))
             let id = UUID()
             let good = Array(#"{"token":"\#(retryToken)","payload":{"aps":{"alert":"Hi"}},"id":"\#(id.uuidString)"}"#.utf8)
-            try await h.connection.publish(
+            try await h.connection.publishAgainAfterNacks(
                 AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: h.bundle, body: good, properties: properties))
             retried[name] = id
             let malformed = Array(#"{"token":"\#(WorkerHarness.token(600 + index))","payload":{},"case":\#(index)}"#.utf8)
-            try await h.connection.publish(
+            try await h.connection.publishAgainAfterNacks(
                 AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: h.bundle, body: malformed, properties: properties))
             deadBodies[name] = (malformed, properties)
         }
@@ -91,7 +91,7 @@ struct EnvelopeEndToEndTests {
             properties.headers = headers
             properties.messageID = "oversized-\(index)"
             let body = Array(#"{"token":"\#(WorkerHarness.token(700 + index))","payload":{"aps":{"alert":"Hi"}}}"#.utf8)
-            try await h.connection.publish(
+            try await h.connection.publishAgainAfterNacks(
                 AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: h.bundle, body: body, properties: properties))
             var expected = properties
             expected.headers = nil
@@ -107,7 +107,7 @@ struct EnvelopeEndToEndTests {
             properties.headers = ["trace": .string("big-\(index)")]
             let head = Array(#"{"token":"\#(WorkerHarness.token(750 + index))","payload":{"aps":{"alert":"big"}},"padding":""#.utf8)
             let body = head + [UInt8](repeating: UInt8(ascii: "x"), count: size - head.count - 2) + Array(#""}"#.utf8)
-            try await h.connection.publish(
+            try await h.connection.publishAgainAfterNacks(
                 AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: h.bundle, body: body, properties: properties))
             deadBodies["body of \(size) bytes"] = (body, properties)
         }
@@ -177,7 +177,7 @@ struct EnvelopeEndToEndTests {
         properties.userID = "someone-else"
         let body = Array(#"{"token":"\#(WorkerHarness.token(800))","payload":{"aps":{"alert":"Hi"}}}"#.utf8)
         await #expect(throws: AMQPError.self) {
-            try await h.connection.publish(
+            try await h.connection.publishAgainAfterNacks(
                 AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: h.bundle, body: body, properties: properties))
         }
         var after: UUID?

@@ -37,7 +37,7 @@ struct NestedHeaderEndToEndTests {
         properties.headers = headers
         properties.messageID = "nested-\(depth)"
         let body = Array(#"{"token":"\#(WorkerHarness.token(900))","payload":{"aps":{"alert":"nested"}}}"#.utf8)
-        try await h.connection.publish(
+        try await h.connection.publishAgainAfterNacks(
             AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: h.bundle, body: body, properties: properties))
         ordinary += try await h.publishMany(10)
 
