@@ -132,4 +132,61 @@ struct GetPathTests {
             try await connection.deleteQueue(queue)
         }
     }
+
+    /// While gets wait for their messages, the frames of other channels read meanwhile are
+    /// handled once and in order: on 4 KiB frames (every message in several frames, the gets'
+    /// and the consumer's interleaved on the socket), a consumer on the same connection gets
+    /// every message of its queue once, in order, none redelivered (a channel closed under it,
+    /// or an ack sent twice, would close its channel and bring them back), while gets take
+    /// their messages whole, the control channel is closed and opened again by refused RPCs,
+    /// and publishes are confirmed.
+    @Test func otherChannelsFramesAreHandledOnceAndInOrderWhileGetsWait() async throws {
+        let broker = try TestBroker.require()
+        var small = try configuration(broker)
+        small.frameMax = 4_096
+        try await withConnection(small) { connection in
+            let busy = uniqueName("get-beside-consumer")
+            let fetched = uniqueName("get-fetched")
+            let confirmed = uniqueName("get-confirmed")
+            for queue in [busy, fetched, confirmed] {
+                try await connection.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("classic")]))
+            }
+            let total = 1_000, gets = 100
+            let padding = String(repeating: ".", count: 6_000)
+            for n in 0..<total { try await connection.publish(message("\(n) \(padding)", to: busy)) }
+            for n in 0..<gets { try await connection.publish(message("get \(n) \(padding)", to: fetched)) }
+            let consumer = try await connection.consume(queue: busy, prefetch: 50)
+            let received = Task {
+                var texts: [String] = []
+                var redelivered = 0
+                for try await delivery in consumer {
+                    texts.append(String(delivery.text.prefix { $0 != " " }))
+                    if delivery.message.redelivered { redelivered += 1 }
+                    connection.ackNow(delivery)
+                    if texts.count == total { break }
+                }
+                return (texts, redelivered)
+            }
+            for n in 0..<gets {
+                let got = try #require(try await connection.get(queue: fetched))
+                #expect(got.text == "get \(n) \(padding)")
+                #expect(connection.ackNow(got) == .settled)
+                if n % 10 == 0 {
+                    await #expect(throws: AMQPError.self) { try await connection.inspectQueue(uniqueName("no-such-queue")) }
+                    try await connection.publish(message("confirmed \(n)", to: confirmed))
+                }
+            }
+            let (texts, redelivered) = try await withTimeout(.seconds(120), "every message of the consumer's queue") { try await received.value }
+            #expect(texts == (0..<total).map { "\($0)" })
+            #expect(redelivered == 0)
+            // Ready and unacked (the management API's count lags: waited for).
+            try await eventually(.seconds(60), "every ack applied") {
+                (try? await broker.object("/queues/%2f/\(busy)"))?["messages"] as? Int == 0
+            }
+            await consumer.cancel()
+            #expect(try await connection.get(queue: fetched) == nil)
+            #expect(try await connection.inspectQueue(confirmed).messageCount == UInt32(gets / 10))
+            for queue in [busy, fetched, confirmed] { try await connection.deleteQueue(queue) }
+        }
+    }
 }
