@@ -42,10 +42,7 @@ extension ConnectionDriver {
             try check(amqp_get_rpc_reply(state), channel: channel, reopen: true, context: "purging queue '\(name)'", queue: name)
             return .count(ok?.pointee.message_count ?? 0)
         case .inspectQueue(let name):
-            let ok = amqp_queue_declare(state, channel, arena.bytes(name), 1, 0, 0, 0, amqp_table_t(num_entries: 0, entries: nil))
-            try check(amqp_get_rpc_reply(state), channel: channel, reopen: true, context: "inspecting queue '\(name)'", queue: name)
-            guard let ok else { throw AMQPError(.library, "queue.declare-ok missing") }
-            return .queueInfo(AMQPQueueInfo(name: name, messageCount: ok.pointee.message_count, consumerCount: ok.pointee.consumer_count))
+            return .queueInfo(try inspect(name, context: "inspecting queue '\(name)'"))
         case .get(let queue, let maxBodySize):
             return .delivery(try get(queue, maxBodySize: maxBodySize))
         }
@@ -94,6 +91,19 @@ extension ConnectionDriver {
         return info
     }
 
+    /// Passive declare on the control channel: the counts of an existing queue, else the
+    /// broker's refusal (404, 405 locked) as a channel error, the control channel opened again.
+    func inspect(_ name: String, context: @autoclosure () -> String) throws -> AMQPQueueInfo {
+        guard let state = conn else { throw AMQPError(.notConnected, "not connected to the broker") }
+        defer { arena.reset() }
+        let ok = amqp_queue_declare(state, ChannelTable.control, arena.bytes(name), 1, 0, 0, 0, amqp_table_t(num_entries: 0, entries: nil))
+        try check(amqp_get_rpc_reply(state), channel: ChannelTable.control, reopen: true, context: context(), queue: name)
+        guard let ok else { throw AMQPError(.library, "queue.declare-ok missing") }
+        let info = AMQPQueueInfo(name: name, messageCount: ok.pointee.message_count, consumerCount: ok.pointee.consumer_count)
+        amqp_maybe_release_buffers_on_channel(state, ChannelTable.control)
+        return info
+    }
+
     func bind(_ binding: BindingDeclaration) throws {
         guard let state = conn else { throw AMQPError(.notConnected, "not connected to the broker") }
         defer { arena.reset() }
@@ -111,8 +121,15 @@ extension ConnectionDriver {
     /// into memory, whatever its size, by `amqp_read_message`: one large message in a held bundle's
     /// queue, and its probe took that much memory), properties keep the bounds and the received
     /// header table's bytes of a consumer's delivery.
+    ///
+    /// The queue is looked up first, on the control channel: a get the broker refuses (no such
+    /// queue, locked) closes the get channel, and a closing channel hands back every delivery
+    /// not yet acked on it: another held bundle's probe out at that moment would come back
+    /// beside the copy that probe publishes (sent twice, as the control channel did before it
+    /// had `ChannelTable.get`). A refused look-up takes nothing with it.
     func get(_ queue: String, maxBodySize: Int) throws -> AMQPDelivery? {
         guard let state = conn else { throw AMQPError(.notConnected, "not connected to the broker") }
+        _ = try inspect(queue, context: "basic.get on queue '\(queue)'")
         let channel = ChannelTable.get
         defer { if conn != nil { amqp_maybe_release_buffers_on_channel(state, channel) } }
         let reply = amqp_basic_get(state, channel, arena.bytes(queue), 0)

@@ -331,7 +331,19 @@ final class ConnectionDriver: @unchecked Sendable {
                 schedule.noCommands()
             } else {
                 let askedAt = schedule.commandsTaken(now: Self.monotonicNanoseconds())
-                for command in commands { try handle(command, askedAt: askedAt) }
+                var untried = commands[...]
+                while let command = untried.popFirst() {
+                    do throws(ConnectionFailure) {
+                        try handle(command, askedAt: askedAt)
+                    } catch {
+                        // The commands taken with it and not tried yet go back to the front of the
+                        // queue, answered as if queued a moment later (while disconnected, or on the
+                        // next connection). Were: dropped with this batch, and their callers (an RPC
+                        // behind a basic.get that lost the connection) waited forever.
+                        putBack(untried)
+                        throw error
+                    }
+                }
             }
             try flushAcks()
             if stopRequested { continue }
@@ -371,6 +383,12 @@ final class ConnectionDriver: @unchecked Sendable {
             defer { state.commands.removeAll(keepingCapacity: true) }
             return state.commands
         }
+    }
+
+    /// Commands taken from the queue but not handled go back before any queued since, in order.
+    func putBack(_ untried: ArraySlice<Command>) {
+        guard !untried.isEmpty else { return }
+        connection.shared.withLock { $0.commands.insert(contentsOf: untried, at: 0) }
     }
 
     /// Sleeps as `plan` says until the socket (-1: none) is readable or a command wakes the

@@ -106,6 +106,38 @@ struct MessagingTests {
         }
     }
 
+    /// The same with the refusal on the get channel itself: a get of a queue that does not exist
+    /// (a held bundle's probe, its queue deleted) while another get's message is out (another
+    /// held bundle's probe, a key-scope hold holds several). Was: the 404 closed the get channel,
+    /// the message came back to its queue and its ack was `.stale`.
+    @Test func aMessageTakenWithGetStaysTakenWhenAnotherGetIsRefused() async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queue = uniqueName("get-beside-get")
+            try await connection.declareQueue(classicQueue(queue))
+            try await connection.publish(message("probe", to: queue))
+            let taken = try #require(try await connection.get(queue: queue))
+            let missing = uniqueName("no-such-queue")
+            do {
+                _ = try await connection.get(queue: missing)
+                Issue.record("a get of a queue that does not exist succeeded")
+            } catch let error as AMQPError {
+                #expect(error.code == .channelClosed && error.replyCode == 404 && error.queue == missing)
+            }
+            #expect(connection.ackNow(taken) == .settled)
+            try await eventually(.seconds(30), "the ack applied") {
+                let info = try await connection.inspectQueue(queue)
+                return info.messageCount == 0
+            }
+            #expect(try await connection.get(queue: queue) == nil, "the message did not come back")
+            try await connection.publish(message("next", to: queue))
+            let next = try #require(try await connection.get(queue: queue), "the get channel still takes messages")
+            #expect(next.text == "next" && !next.message.redelivered)
+            #expect(connection.ackNow(next) == .settled)
+            try await connection.deleteQueue(queue)
+        }
+    }
+
     /// `basic.get` keeps a body within its limit and not one over it (it read any body whole: one
     /// large message in a held bundle's queue, and its probe took that much memory), and keeps
     /// the header table's bytes as a consumer's delivery does; a consumer on the same connection
