@@ -89,20 +89,8 @@ struct MessagingTests {
     /// passive declare of a queue that does not exist (a fleet pause check, every heartbeat)
     /// brought the probe's job back beside the copy it had published: sent twice (CI).
     @Test func aMessageTakenWithGetStaysTakenWhenAnRPCIsRefused() async throws {
-        let broker = try TestBroker.require()
-        try await withConnection(configuration(broker)) { connection in
-            let queue = uniqueName("get-beside-rpc")
-            try await connection.declareQueue(classicQueue(queue))
-            try await connection.publish(message("probe", to: queue))
-            let taken = try #require(try await connection.get(queue: queue))
+        try await takenWithGetStaysTaken(named: "get-beside-rpc") { connection in
             await #expect(throws: AMQPError.self) { try await connection.inspectQueue(uniqueName("no-such-queue")) }
-            #expect(connection.ackNow(taken) == .settled)
-            try await eventually(.seconds(30), "the ack applied") {
-                let info = try await connection.inspectQueue(queue)
-                return info.messageCount == 0
-            }
-            #expect(try await connection.get(queue: queue) == nil, "the message did not come back")
-            try await connection.deleteQueue(queue)
         }
     }
 
@@ -111,12 +99,7 @@ struct MessagingTests {
     /// held bundle's probe, a key-scope hold holds several). Was: the 404 closed the get channel,
     /// the message came back to its queue and its ack was `.stale`.
     @Test func aMessageTakenWithGetStaysTakenWhenAnotherGetIsRefused() async throws {
-        let broker = try TestBroker.require()
-        try await withConnection(configuration(broker)) { connection in
-            let queue = uniqueName("get-beside-get")
-            try await connection.declareQueue(classicQueue(queue))
-            try await connection.publish(message("probe", to: queue))
-            let taken = try #require(try await connection.get(queue: queue))
+        try await takenWithGetStaysTaken(named: "get-beside-get") { connection in
             let missing = uniqueName("no-such-queue")
             do {
                 _ = try await connection.get(queue: missing)
@@ -124,6 +107,19 @@ struct MessagingTests {
             } catch let error as AMQPError {
                 #expect(error.code == .channelClosed && error.replyCode == 404 && error.queue == missing)
             }
+        }
+    }
+
+    /// Takes a message with `basic.get`, runs `refusal` (something the broker refuses), then acks
+    /// it: the ack applies, the message does not come back, and the get channel takes the next.
+    private func takenWithGetStaysTaken(named name: String, _ refusal: (AMQPConnection) async throws -> Void) async throws {
+        let broker = try TestBroker.require()
+        try await withConnection(configuration(broker)) { connection in
+            let queue = uniqueName(name)
+            try await connection.declareQueue(classicQueue(queue))
+            try await connection.publish(message("probe", to: queue))
+            let taken = try #require(try await connection.get(queue: queue))
+            try await refusal(connection)
             #expect(connection.ackNow(taken) == .settled)
             try await eventually(.seconds(30), "the ack applied") {
                 let info = try await connection.inspectQueue(queue)
