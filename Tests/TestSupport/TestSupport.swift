@@ -317,9 +317,11 @@ public final class ChildProcess: Sendable {
     public var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 }
 
-/// Polls `condition` until it holds or `timeout` passes; throws with `what` on time-out.
+/// Polls `condition` until it holds or `timeout` passes; throws with `what` on time-out. The
+/// default deadline is long because it costs a passing test nothing, and on CI's loaded two cores
+/// a worker process can take half a minute to start and take its first job.
 public func waitUntil(
-    _ what: @autoclosure () -> String, timeout: Duration = .seconds(30), every interval: Duration = .milliseconds(100),
+    _ what: @autoclosure () -> String, timeout: Duration = .seconds(60), every interval: Duration = .milliseconds(100),
     _ condition: () async throws -> Bool
 ) async throws {
     let deadline = ContinuousClock.now.advanced(by: timeout)
