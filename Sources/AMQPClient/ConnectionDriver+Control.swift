@@ -78,30 +78,28 @@ extension ConnectionDriver {
         }
     }
 
-    private func declare(_ queue: QueueDeclaration, passive: Bool) throws -> AMQPQueueInfo {
+    /// `queue.declare` on the control channel; `passive` only looks the queue up (its flags and
+    /// arguments are not sent). A refusal (404, 405 locked, 406) is a channel error named by
+    /// `context`, the control channel opened again.
+    private func declare(_ queue: QueueDeclaration, passive: Bool, context: String? = nil) throws -> AMQPQueueInfo {
         guard let state = conn else { throw AMQPError(.notConnected, "not connected to the broker") }
         defer { arena.reset() }
         // passive, durable, exclusive, auto-delete: an exclusive queue is neither durable nor kept.
         let ok = amqp_queue_declare(
             state, ChannelTable.control, arena.bytes(queue.name), passive ? 1 : 0, queue.exclusive ? 0 : 1, queue.exclusive ? 1 : 0,
             queue.exclusive ? 1 : 0, passive ? amqp_table_t(num_entries: 0, entries: nil) : arena.table(queue.arguments))
-        try check(amqp_get_rpc_reply(state), channel: ChannelTable.control, reopen: true, context: "declaring queue '\(queue.name)'", queue: queue.name)
-        let info = AMQPQueueInfo(name: queue.name, messageCount: ok?.pointee.message_count ?? 0, consumerCount: ok?.pointee.consumer_count ?? 0)
+        try check(
+            amqp_get_rpc_reply(state), channel: ChannelTable.control, reopen: true, context: context ?? "declaring queue '\(queue.name)'",
+            queue: queue.name)
+        guard let ok else { throw AMQPError(.library, "queue.declare-ok missing") }
+        let info = AMQPQueueInfo(name: queue.name, messageCount: ok.pointee.message_count, consumerCount: ok.pointee.consumer_count)
         amqp_maybe_release_buffers_on_channel(state, ChannelTable.control)
         return info
     }
 
-    /// Passive declare on the control channel: the counts of an existing queue, else the
-    /// broker's refusal (404, 405 locked) as a channel error, the control channel opened again.
-    func inspect(_ name: String, context: @autoclosure () -> String) throws -> AMQPQueueInfo {
-        guard let state = conn else { throw AMQPError(.notConnected, "not connected to the broker") }
-        defer { arena.reset() }
-        let ok = amqp_queue_declare(state, ChannelTable.control, arena.bytes(name), 1, 0, 0, 0, amqp_table_t(num_entries: 0, entries: nil))
-        try check(amqp_get_rpc_reply(state), channel: ChannelTable.control, reopen: true, context: context(), queue: name)
-        guard let ok else { throw AMQPError(.library, "queue.declare-ok missing") }
-        let info = AMQPQueueInfo(name: name, messageCount: ok.pointee.message_count, consumerCount: ok.pointee.consumer_count)
-        amqp_maybe_release_buffers_on_channel(state, ChannelTable.control)
-        return info
+    /// A passive declare: the counts of an existing queue, else the broker's refusal.
+    func inspect(_ name: String, context: String) throws -> AMQPQueueInfo {
+        try declare(QueueDeclaration(name: name), passive: true, context: context)
     }
 
     func bind(_ binding: BindingDeclaration) throws {

@@ -177,7 +177,7 @@ struct EnvelopeEndToEndTests {
         properties.userID = "someone-else"
         let body = Array(#"{"token":"\#(WorkerHarness.token(800))","payload":{"aps":{"alert":"Hi"}}}"#.utf8)
         await #expect(throws: AMQPError.self) {
-            try await h.connection.publishAgainAfterNacks(
+            try await h.connection.publish(
                 AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: h.bundle, body: body, properties: properties))
         }
         var after: UUID?

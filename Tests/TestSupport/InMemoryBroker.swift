@@ -222,20 +222,14 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
     }
 
     func get(queue: String, maxBodySize: Int = .max, session: Int?) throws -> AMQPDelivery? {
-        var delivery = try store.withLock { state -> AMQPDelivery? in
+        try store.withLock { state in
             guard state.queues[queue] != nil else {
                 throw AMQPError(.channelClosed, "no queue '\(queue)'", replyCode: 404, replyText: "NOT_FOUND", queue: queue)
             }
             guard !state.queues[queue]!.ready.isEmpty else { return nil }
             let message = state.queues[queue]!.ready.removeFirst()
-            return Self.handOut(&state, message, queue: queue, consumer: nil, session: session)
+            return Self.handOut(&state, message, queue: queue, consumer: nil, session: session, maxBodySize: maxBodySize)
         }
-        // As the client does: a body over the limit is not kept.
-        if let message = delivery?.message, message.body.count > maxBodySize {
-            delivery?.message.oversizedBodySize = UInt64(message.body.count)
-            delivery?.message.body = []
-        }
-        return delivery
     }
 
     @discardableResult
@@ -352,19 +346,26 @@ public final class InMemoryBroker: MessageConsuming, MessageFetching, ConfirmedP
                 guard state.consumers[id]!.unacked < state.consumers[id]!.prefetch, state.queues[queue]?.ready.isEmpty == false else { continue }
                 let message = state.queues[queue]!.ready.removeFirst()
                 state.consumers[id]!.unacked += 1
-                let delivery = handOut(&state, message, queue: queue, consumer: id, session: state.consumers[id]!.session)
+                let taker = state.consumers[id]!
+                let delivery = handOut(
+                    &state, message, queue: queue, consumer: id, session: taker.session, maxBodySize: taker.maxBodySize, cutsBodies: taker.cutsBodies)
                 state.consumers[id]!.deliveries.push(delivery)
                 progressed = true
             }
         }
     }
 
-    static func handOut(_ state: inout State, _ message: AMQPDeliveredMessage, queue: String, consumer: Int?, session: Int?) -> AMQPDelivery {
+    /// A body over `maxBodySize` is handed out empty, as the client does (cut to the limit with
+    /// `cutsBodies`), with its size in `oversizedBodySize`.
+    static func handOut(
+        _ state: inout State, _ message: AMQPDeliveredMessage, queue: String, consumer: Int?, session: Int?, maxBodySize: Int,
+        cutsBodies: Bool = false
+    ) -> AMQPDelivery {
         state.nextTag += 1
         state.unacked[state.nextTag] = Unacked(queue: queue, message: message, consumer: consumer, session: session)
         var handed = message
-        if let consumer, let limit = state.consumers[consumer]?.maxBodySize, message.body.count > limit {
-            handed.body = state.consumers[consumer]!.cutsBodies ? Array(message.body.prefix(limit)) : []
+        if message.body.count > maxBodySize {
+            handed.body = cutsBodies ? Array(message.body.prefix(maxBodySize)) : []
             handed.oversizedBodySize = UInt64(message.body.count)
         }
         return AMQPDelivery(
