@@ -30,7 +30,7 @@ struct FrameSizeTests {
                 #expect(frameMax[defaults.connectionName] == 131_072)
 
                 let queue = uniqueName("frames")
-                try await connection.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("classic")]))
+                try await connection.declareQueue(classicQueue(queue))
                 let body = (0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
                 try await connection.publish(AMQPOutboundMessage(exchange: "", routingKey: queue, body: body, properties: .persistentJSON, mandatory: true))
                 let consumer = try await connection.consume(queue: queue, prefetch: 1)
@@ -57,7 +57,7 @@ struct FrameSizeTests {
         try await withConnection(publisher) { publishing in
             try await withConnection(consumer) { connection in
                 let queue = uniqueName("big-headers")
-                try await connection.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("classic")]))
+                try await connection.declareQueue(classicQueue(queue))
                 for (index, size) in sizes.enumerated() {
                     var properties = AMQPProperties.persistentJSON
                     properties.messageID = "m\(index)"

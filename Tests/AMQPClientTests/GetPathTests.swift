@@ -28,7 +28,7 @@ struct GetPathTests {
         let broker = try TestBroker.require()
         try await withConnection(configuration(broker)) { publishing in
             let queue = uniqueName("get-loses-connection")
-            try await publishing.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("classic")]))
+            try await publishing.declareQueue(classicQueue(queue))
             var wide = AMQPProperties.persistentJSON
             wide.headers = ["filler": .bytes([UInt8](repeating: 0xAB, count: 8 * 1024))]
             try await publishing.publish(
@@ -75,7 +75,7 @@ struct GetPathTests {
         let name = uniqueName("get-stale")
         try await withConnection(configuration(broker, name: name)) { connection in
             let queue = uniqueName("get-stale")
-            try await connection.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("classic")]))
+            try await connection.declareQueue(classicQueue(queue))
             try await connection.publish(message("probe", to: queue))
             let taken = try #require(try await connection.get(queue: queue))
             try await eventually(.seconds(15), "connection listed by the management API") {
@@ -110,7 +110,7 @@ struct GetPathTests {
         let sizes = [limit, limit + 1, 0, 50 * limit]
         try await withConnection(small) { connection in
             let queue = uniqueName("get-edges")
-            try await connection.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("classic")]))
+            try await connection.declareQueue(classicQueue(queue))
             for (index, size) in sizes.enumerated() {
                 try await connection.publish(AMQPOutboundMessage(
                     exchange: "", routingKey: queue, body: [UInt8](repeating: UInt8(index + 1), count: size), properties: .persistentJSON))
@@ -149,7 +149,7 @@ struct GetPathTests {
             let fetched = uniqueName("get-fetched")
             let confirmed = uniqueName("get-confirmed")
             for queue in [busy, fetched, confirmed] {
-                try await connection.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("classic")]))
+                try await connection.declareQueue(classicQueue(queue))
             }
             let total = 1_000, gets = 100
             let padding = String(repeating: ".", count: 6_000)

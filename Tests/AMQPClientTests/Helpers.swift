@@ -90,3 +90,8 @@ extension BrokerCoordinates {
         guard result.status == 0 else { throw TestSupportError("DELETE connection failed: \(result.stderr)") }
     }
 }
+
+/// A classic queue named `name`, its type named outright (a vhost can set another default).
+func classicQueue(_ name: String) -> QueueDeclaration {
+    QueueDeclaration(name: name, arguments: ["x-queue-type": .string("classic")])
+}

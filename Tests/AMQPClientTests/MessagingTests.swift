@@ -7,10 +7,6 @@ import Foundation
 import Testing
 import TestSupport
 
-private func classicQueue(_ name: String) -> QueueDeclaration {
-    QueueDeclaration(name: name, arguments: ["x-queue-type": .string("classic")])
-}
-
 @Suite(.enabled(if: TestBroker.isAvailable))
 struct MessagingTests {
     @Test func publishConsumeAckNackReject() async throws {

@@ -16,7 +16,7 @@ struct OversizedCopyTests {
         try await withConnection(try configuration(broker, name: uniqueName("oversized-copy"))) { connection in
             let queue = uniqueName("oversized"), dead = uniqueName("oversized.dead")
             for name in [queue, dead] {
-                try await connection.declareQueue(QueueDeclaration(name: name, arguments: ["x-queue-type": .string("classic")]))
+                try await connection.declareQueue(classicQueue(name))
             }
             let limit = 64 * 1024
             let bodies: [[UInt8]] = [

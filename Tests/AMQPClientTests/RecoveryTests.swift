@@ -27,7 +27,7 @@ struct RecoveryTests {
             #expect(connection.state == .connected)
             #expect(connection.connectionCount == 1, "no reconnect happened")
             let queue = uniqueName("heartbeat")
-            try await connection.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("classic")]))
+            try await connection.declareQueue(classicQueue(queue))
             try await connection.publish(message("alive", to: queue))
             try await connection.deleteQueue(queue)
         }
@@ -40,7 +40,7 @@ struct RecoveryTests {
             let queue = uniqueName("stale")
             let plan = TopologyPlan(bundleIDs: [], retryDelays: [], queueType: .quorum)
             try await connection.declare(plan)
-            try await connection.declareQueue(QueueDeclaration(name: queue, arguments: ["x-queue-type": .string("classic")]))
+            try await connection.declareQueue(classicQueue(queue))
             try await connection.publish(message("first", to: queue))
             let consumer = try await connection.consume(queue: queue, prefetch: 10)
             var iterator = consumer.makeAsyncIterator()

@@ -145,7 +145,7 @@ struct TopologyTests {
             #expect(error.code == .channelClosed && error.replyCode == 404)
         }
         let name = uniqueName("purge")
-        try await connection.declareQueue(QueueDeclaration(name: name, arguments: ["x-queue-type": .string("classic")]))
+        try await connection.declareQueue(classicQueue(name))
         for i in 0..<3 { try await connection.publish(message("m\(i)", to: name)) }
         #expect(try await connection.purgeQueue(name) == 3)
         #expect(try await connection.deleteQueue(name) == 0)
