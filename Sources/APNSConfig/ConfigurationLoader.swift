@@ -202,6 +202,7 @@ public enum ConfigurationLoader {
             amqp.prefetch = try settings.parse(setting, "amqp", "prefetch") { v throws(ValueProblem) in
                 try ValueSyntax.int(v, in: 1...65535)
             }
+            amqp.prefetchWritten = true
         }
         if let setting = settings.string("amqp", "maxInFlight") {
             amqp.maxInFlight = try settings.parse(setting, "amqp", "maxInFlight") { v throws(ValueProblem) in

@@ -4,12 +4,13 @@
 /// RabbitMQ's prefetch is per consumer (its channel-wide "global" qos is gone in 4.x), so the only
 /// bound across bundles is the one the worker computes: every bundle gets the same static share of
 /// the budget. A bundle's consumer starts at that share, at most `[amqp] prefetch`, never less than
-/// a floor that keeps a bundle's two HTTP/2 connections busy; its window (issue 38) then grows with
-/// the round trip up to the whole share (`ceiling`), not capped by `prefetch`, written or not: a
-/// written `prefetch = 500` (the contract's example, the perf kit's) capping the window left it
-/// where a 50 ms round trip allows 10,000 jobs/s (issue 38). When the bundles
-/// need more than the budget to get the floor each, the floor wins (a bundle that cannot take jobs
-/// would starve) and `floorWarning` says by how much.
+/// a floor that keeps a bundle's two HTTP/2 connections busy. With `prefetch` unwritten, its window
+/// then grows with the round trip up to the whole share (`ceiling`): the default 500 is only where
+/// it starts, since a window capped there drains about 10,000 jobs/s at a 50 ms round trip. A
+/// written `prefetch` is a bound (contract §3: the most unacked jobs per bundle and instance, and so
+/// the most a crash or a lost queue leader can send twice): the window never grows past it
+/// (`prefetchBoundsWindow`). When the bundles need more than the budget to get the floor each, the
+/// floor wins (a bundle that cannot take jobs would starve) and `floorWarning` says by how much.
 public struct InFlightBudget: Sendable, Hashable {
     /// The default `[amqp] maxInFlight`: one bundle's window may hold 2,000 jobs (40,000 jobs/s at
     /// a 50 ms round trip, above what the worker's CPU drains at 0 ms; 20,000 at 100 ms), four
@@ -28,11 +29,14 @@ public struct InFlightBudget: Sendable, Hashable {
     public var prefetch: Int
     /// The least one bundle's consumer takes (itself capped by `prefetch`).
     public var floor: Int
-    public init(maxInFlight: Int, prefetch: Int, floor: Int = defaultFloor) {
+    /// `prefetch` was written: no window grows past what its consumer starts with.
+    public var prefetchBoundsWindow: Bool
+    public init(maxInFlight: Int, prefetch: Int, floor: Int = defaultFloor, prefetchBoundsWindow: Bool = false) {
         precondition(maxInFlight >= 1 && prefetch >= 1 && floor >= 1, "budget, prefetch and floor are at least 1")
         self.maxInFlight = maxInFlight
         self.prefetch = prefetch
         self.floor = floor
+        self.prefetchBoundsWindow = prefetchBoundsWindow
     }
 
     /// What `bundles` consumers each get.
@@ -63,8 +67,16 @@ public struct InFlightBudget: Sendable, Hashable {
         let floor = min(self.floor, prefetch)
         let even = maxInFlight / count
         let perBundle = min(prefetch, max(floor, even))
-        let ceiling = max(perBundle, min(Int(UInt16.max), even))
+        let ceiling = prefetchBoundsWindow ? perBundle : max(perBundle, min(Int(UInt16.max), even))
         return Share(perBundle: perBundle, total: perBundle * count, floorBinds: even < floor, ceiling: ceiling)
+    }
+
+    /// One bundle's bounds, its consumer starting at `start` (its pool's part of `share`, at most
+    /// `share.perBundle`). Under a written `prefetch` the window stays at `start`: growing would
+    /// re-consume, and while a re-consume's old and new consumers both hold deliveries the
+    /// broker's unacked count for the bundle is their sum, over the bound.
+    public func bounds(start: Int, share: Share) -> BundleInFlightBounds {
+        BundleInFlightBounds(floor: start, ceiling: prefetchBoundsWindow ? start : share.ceiling)
     }
 
     /// The start-up warning when the floor binds, with the figures; nil when the budget holds.

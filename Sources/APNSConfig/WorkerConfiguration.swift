@@ -33,10 +33,13 @@ public struct WorkerConfiguration: Sendable, Hashable {
 public struct AMQPSettings: Sendable, Hashable {
     /// `url`, repeatable: a failover list tried in order (`amqp://` or `amqps://`). Required.
     public var urls: [String]
-    /// `prefetch`: unacknowledged jobs a bundle's consumer starts with (1 to 65535), written or
-    /// not: its in-flight window (issue 38) grows from there to the bundle's share of
-    /// `maxInFlight`, which is the cap. Default 500.
+    /// `prefetch`: unacknowledged jobs a bundle's consumer starts with (1 to 65535). Written
+    /// (`prefetchWritten`), it is also the most this instance ever holds unacked for one bundle
+    /// (contract §3): the window stays there. Unwritten, the in-flight window grows from the
+    /// default 500 to the bundle's share of `maxInFlight` with Apple's round trip.
     public var prefetch: Int
+    /// Whether the file or the environment wrote `prefetch` (a bound, not only a start).
+    public var prefetchWritten: Bool
     /// `maxInFlight`: unacknowledged jobs across all of this instance's bundles (1 to 1,000,000),
     /// shared evenly between their consumers (`InFlightBudget`). Default 2000.
     public var maxInFlight: Int
@@ -53,10 +56,12 @@ public struct AMQPSettings: Sendable, Hashable {
 
     public init(
         urls: [String], prefetch: Int = defaultPrefetch, maxInFlight: Int = defaultMaxInFlight,
-        heartbeat: Duration = defaultHeartbeat, queueType: QueueType = .quorum, caFile: String? = nil
+        heartbeat: Duration = defaultHeartbeat, queueType: QueueType = .quorum, caFile: String? = nil,
+        prefetchWritten: Bool = false
     ) {
         self.urls = urls
         self.prefetch = prefetch
+        self.prefetchWritten = prefetchWritten
         self.maxInFlight = maxInFlight
         self.heartbeat = heartbeat
         self.queueType = queueType
@@ -65,7 +70,7 @@ public struct AMQPSettings: Sendable, Hashable {
 
     /// The budget `maxInFlight` and `prefetch` make: each bundle consumer's share.
     public var inFlightBudget: InFlightBudget {
-        InFlightBudget(maxInFlight: maxInFlight, prefetch: prefetch)
+        InFlightBudget(maxInFlight: maxInFlight, prefetch: prefetch, prefetchBoundsWindow: prefetchWritten)
     }
 
     /// The URLs with their passwords replaced by `***`, for logs and summaries.

@@ -92,10 +92,11 @@ struct RunCommand: AsyncParsableCommand {
         // instance-wide bound is each bundle's consumer asking for its share; worked out again
         // for the running bundles when a change adds or removes some.
         let inFlightBounds: WorkerService<AMQPConnection>.BoundsMaker = { bundle, configuration in
-            let share = configuration.amqp.inFlightBudget.share(bundles: configuration.bundles.count)
+            let budget = configuration.amqp.inFlightBudget
+            let share = budget.share(bundles: configuration.bundles.count)
             // Bundles sharing a pool split its streams, so no job waits for one past its deadline.
             let poolPrefetch = poolPrefetches.prefetch(of: bundle, in: configuration, share: share.perBundle, logger: logger)
-            return BundleInFlightBounds(floor: poolPrefetch, ceiling: share.ceiling)
+            return budget.bounds(start: poolPrefetch, share: share)
         }
         let makePipeline: WorkerService<AMQPConnection>.PipelineMaker = { bundle, configuration, transport in
             let bounds = inFlightBounds(bundle, configuration)

@@ -44,6 +44,29 @@ import Testing
             InFlightBudget(maxInFlight: 1000, prefetch: 10).share(bundles: 50) == .init(perBundle: 10, total: 500, floorBinds: false, ceiling: 20))
     }
 
+    /// A written prefetch is a bound (contract §3): no window grows past where its consumer
+    /// starts, whatever the budget, the prefetch and the bundles; unwritten, the window may grow
+    /// to the share of the budget.
+    @Test func aWrittenPrefetchIsTheMostEveryWindowHolds() {
+        for maxInFlight in [1, 32, 100, 2000, 1_000_000] {
+            for prefetch in [1, 20, 500, 65_535] {
+                let written = InFlightBudget(maxInFlight: maxInFlight, prefetch: prefetch, prefetchBoundsWindow: true)
+                for bundles in [1, 2, 7, 62, 500] {
+                    let share = written.share(bundles: bundles)
+                    #expect(share.ceiling == share.perBundle && share.ceiling <= prefetch)
+                    for start in [1, share.perBundle / 2, share.perBundle] where start >= 1 {
+                        let bounds = written.bounds(start: start, share: share)
+                        #expect(bounds.ceiling == start && bounds.limit(forWindowShare: 65_535) == start)
+                    }
+                }
+            }
+        }
+        let unwritten = InFlightBudget(maxInFlight: 2000, prefetch: 20)
+        let share = unwritten.share(bundles: 1)
+        #expect(share == .init(perBundle: 20, total: 20, floorBinds: false, ceiling: 2000))
+        #expect(unwritten.bounds(start: 20, share: share) == BundleInFlightBounds(floor: 20, ceiling: 2000))
+    }
+
     /// Whole shares that never add up to more than the budget while the floor does not bind.
     @Test func sharesAreWholeAndSumWithinTheBudget() {
         for maxInFlight in [1, 31, 32, 33, 100, 999, 2000, 65_535, 1_000_000] {

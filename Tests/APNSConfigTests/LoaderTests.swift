@@ -120,7 +120,7 @@ struct LoaderTests {
             configuration.amqp
                 == AMQPSettings(
                     urls: ["amqp://a:pw@rabbit-1:5672/%2f", "amqps://a:pw@rabbit-2:5671/prod"], prefetch: 50,
-                    heartbeat: .seconds(60), queueType: .classic, caFile: base + "/certs/rabbit-ca.pem"))
+                    heartbeat: .seconds(60), queueType: .classic, caFile: base + "/certs/rabbit-ca.pem", prefetchWritten: true))
         #expect(configuration.amqp.maskedURLs == ["amqp://a:***@rabbit-1:5672/%2f", "amqps://a:***@rabbit-2:5671/prod"])
         #expect(configuration.retry == RetrySettings(delays: [.milliseconds(250), .seconds(2), .seconds(5400)], maxAttempts: 10))
         #expect(configuration.admin == AdminSettings(
@@ -215,6 +215,20 @@ struct LoaderTests {
         #expect(configuration.retry == RetrySettings(delays: [.seconds(1), .seconds(2)], maxAttempts: 3))
         #expect(configuration.admin == AdminSettings(listen: ListenAddress(host: "0.0.0.0", port: 9000), token: "token-from-the-environment"))
         #expect(configuration.worker.shutdownDeadline == .seconds(5))
+    }
+
+    /// Written in the file or the environment, `prefetch` bounds each bundle's window; unwritten,
+    /// the default 500 is only where the window starts.
+    @Test func aWrittenPrefetchIsKnownAsABound() throws {
+        let directory = try TempDirectory()
+        let unwritten = try loadConfig(minimalConfig, in: directory).amqp
+        #expect(unwritten.prefetch == 500 && !unwritten.prefetchWritten && !unwritten.inFlightBudget.prefetchBoundsWindow)
+        let text = minimalConfig.replacingOccurrences(
+            of: "url = amqp://guest:guest@127.0.0.1:5672/%2f", with: "url = amqp://guest:guest@127.0.0.1:5672/%2f\nprefetch = 50")
+        let written = try loadConfig(text, in: directory).amqp
+        #expect(written.prefetch == 50 && written.prefetchWritten && written.inFlightBudget.prefetchBoundsWindow)
+        let fromEnvironment = try loadConfig(minimalConfig, in: directory, environment: ["APNS_WORKER_AMQP_PREFETCH": "64"]).amqp
+        #expect(fromEnvironment.prefetch == 64 && fromEnvironment.prefetchWritten)
     }
 
     @Test func maxInFlightFromTheFileSetsEachBundlesShareAndTheSummaryShowsIt() throws {

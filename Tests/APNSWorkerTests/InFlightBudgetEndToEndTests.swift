@@ -75,6 +75,35 @@ struct InFlightBudgetEndToEndTests {
         await h.shutdown()
     }
 
+    /// A written `prefetch` is the most a bundle holds unacked on an instance (contract §3), also
+    /// when Apple's round trip would grow the window: 50 ms a request keeps 20 jobs in flight well
+    /// under what the bundle could drain, and without the bound the consumer re-consumed with a
+    /// larger prefetch (its share of `maxInFlight`, 2,000). The sum of the prefetches of every
+    /// consumer on the queue, read from the broker all through the drain, never passes 20.
+    @Test func aWrittenPrefetchBoundsTheConsumerWhileTheRoundTripWouldGrowTheWindow() async throws {
+        var options = WorkerHarness.Options()
+        options.prefetch = 20
+        let broker = try TestBroker.require()
+        let h = try await WorkerHarness.start(broker: broker, options: options)
+        h.simulator.setFaults(SimulatorFaults(latency: .milliseconds(50)))
+        let ids = Set(try await h.publishMany(1500).map { $0.uuidString.lowercased() })
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        var most = 0
+        try await waitUntil("all 1500 delivered", timeout: .seconds(180)) {
+            let consumers = try await broker.managementJSON("/consumers") as? [[String: Any]] ?? []
+            let prefetches = consumers.filter { ($0["queue"] as? [String: Any])?["name"] as? String == h.workQueue }
+                .map { ($0["prefetch_count"] as? NSNumber)?.intValue ?? 0 }
+            most = max(most, prefetches.reduce(0, +))
+            return ids.isSubset(of: h.acceptedIDs().distinct)
+        }
+        #expect(most == 20, "the consumers on \(h.workQueue) held up to \(most) unacked jobs")
+        worker.signal(SIGTERM)
+        #expect(await worker.waitForExit(timeout: .seconds(30)) == 0)
+        #expect(try await h.messageCount(h.deadQueue) == 0)
+        await h.shutdown()
+    }
+
     /// `prefetch_count` of the consumer on each of `queues`, from the management API, once it
     /// lists one on every queue.
     static func consumerPrefetches(_ broker: BrokerCoordinates, queues: Set<String>) async throws -> [String: Int] {

@@ -31,9 +31,8 @@ final class WorkerHarness: Sendable {
     struct Options {
         var retryDelays = "300ms, 600ms"
         var maxAttempts = 3
-        /// Where each bundle's in-flight window starts (`[amqp] prefetch`); it grows to the
-        /// bundle's share of `maxInFlight` (issue 38), so a test that bounds what is in flight
-        /// (duplicates after a kill) sets `maxInFlight`.
+        /// `[amqp] prefetch`, written: the most unacked jobs each bundle's consumer holds (with
+        /// `maxInFlight` shared between the bundles, at most its share); the window stays there.
         var prefetch = 100
         /// `[amqp] maxInFlight`; nil: the product's default.
         var maxInFlight: Int?
