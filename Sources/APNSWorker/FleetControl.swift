@@ -87,8 +87,8 @@ public enum FleetControl {
     /// The heartbeats a listener is sent before it acks one: what waits to be read (in the
     /// consumer's buffer, each with its copy being decoded) is at most this many bodies of at
     /// most `FleetMessage.maxBodyBytes`, 1 MiB, however many are published; the view keeps at
-    /// most `FleetView.maxBytes` (16 MiB). At 100, a flood of 1,000 forged 64 KiB heartbeats
-    /// grew a worker's resident memory by 72 MiB (docs/benchmarks.md, "Forged heartbeats").
+    /// most `FleetView.maxBytes` (16 MiB). It was 100: 6.25 MiB of bodies waiting under a flood
+    /// of forged heartbeats (docs/benchmarks.md, "Forged heartbeats: the listener's window").
     /// An honest fleet of 1,000 instances sends 200 a second at the default interval; each is
     /// decoded and acked in microseconds, far within this window.
     public static let listenerPrefetch: UInt16 = 16

@@ -12,8 +12,8 @@ import TestSupport
 /// many heartbeats are published. One of the serialized fleet suites.
 extension FleetEndToEndTests {
     /// The bound is the prefetch the broker holds the listener to: at most 16 heartbeats of at
-    /// most 64 KiB are sent before one is acked, 1 MiB (it was 100: 6.4 MiB, and a flood of
-    /// forged heartbeats grew a worker by 72 MiB; docs/benchmarks.md, "Forged heartbeats").
+    /// most 64 KiB are sent before one is acked, 1 MiB (it was 100: 6.25 MiB; docs/benchmarks.md,
+    /// "Forged heartbeats: the listener's window").
     @Test func theListenerIsSentAtMostOneMiBOfHeartbeatsAtOnce() async throws {
         #expect(Int(FleetControl.listenerPrefetch) * FleetMessage.maxBodyBytes <= 1 << 20)
         let h = try await Self.harness()
