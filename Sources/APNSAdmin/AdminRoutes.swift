@@ -212,9 +212,14 @@ struct AdminRoutes: Sendable {
 
     /// Why a listing is not the queues' whole content, or nil when it is.
     static func unreadable(_ listing: JobListing, _ queues: QueueInspector) -> String? {
-        guard listing.unread > 0 else { return nil }
-        return "\(listing.unread) of the messages the queues hold did not arrive within \(queues.deliveryWait) "
-            + "(another reader, such as another admin server or the CLI, holds them while it lists); reload the page"
+        if listing.unread > 0 {
+            return "\(listing.unread) of the messages the queues hold did not arrive within \(queues.deliveryWait) "
+                + "(another reader, such as another admin server or the CLI, holds them while it lists); reload the page"
+        }
+        if listing.heldElsewhere {
+            return "another reader (another admin server or the CLI) holds messages of these queues while it lists them; reload the page"
+        }
+        return nil
     }
 
     static func html(_ html: String) -> Response {
@@ -304,6 +309,7 @@ struct JobList: Codable {
     /// Messages the queues held that did not arrive in time (`JobListing.unread`): the page is
     /// not their whole content.
     var unread: Int
+    var heldElsewhere: Bool
     var jobs: [QueuedJob]
 
     init(kind: String, limit: Int, listing: JobListing) {
@@ -315,6 +321,7 @@ struct JobList: Codable {
         scanned = listing.scanned
         scanLimited = listing.scanLimited
         unread = listing.unread
+        heldElsewhere = listing.heldElsewhere
         jobs = listing.jobs
     }
 }

@@ -189,6 +189,7 @@ public final class QueueInspector: Sendable {
                     }
                     readyBefore[queue] = count.ready
                     listing.unread += count.missing
+                    listing.heldElsewhere = listing.heldElsewhere || count.heldElsewhere
                     if listing.more { break }
                     if let scanLimit = request.scanLimit, listing.scanned >= scanLimit,
                         let depth = readyBefore[queue], listing.scanned - scannedBefore < min(depth, Self.maximumMessagesPerQueue)
@@ -430,10 +431,13 @@ public final class QueueInspector: Sendable {
     func scan(
         _ connection: any BrokerSession, _ queue: String, cap: Int?, cutBodies: Bool, _ visit: (AMQPDelivery, Int) throws -> Bool
     ) async throws -> ScanCount {
-        guard let info = try await inspect(connection, queue) else { return ScanCount(ready: 0, missing: 0) }
+        guard let info = try await inspect(connection, queue) else { return ScanCount(ready: 0, missing: 0, heldElsewhere: false) }
+        // Nobody consumes dead and retry queues but operators' reads: a consumer there is another
+        // listing (another admin server, the CLI), holding messages the depth does not count.
+        let heldElsewhere = info.consumerCount > 0
         var want = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
         if let cap { want = min(want, max(0, cap)) }
-        guard want > 0 else { return ScanCount(ready: Int(info.messageCount), missing: 0) }
+        guard want > 0 else { return ScanCount(ready: Int(info.messageCount), missing: 0, heldElsewhere: heldElsewhere) }
         let nextDelivery = try await consume(connection, queue, prefetch: UInt16(want), cutBodies: cutBodies)
         var seen = 0
         var stopped = false
@@ -450,14 +454,16 @@ public final class QueueInspector: Sendable {
                 "fewer messages than the queue reported",
                 metadata: ["amqp.queue": "\(queue)", "operations.expected": "\(want)", "operations.taken": "\(seen)"])
         }
-        return ScanCount(ready: Int(info.messageCount), missing: missing)
+        return ScanCount(ready: Int(info.messageCount), missing: missing, heldElsewhere: heldElsewhere)
     }
 
-    /// What `scan` found: the messages ready before it, and how many of those it wanted did not
-    /// arrive within `deliveryWait` (another reader holds them, or they expired).
+    /// What `scan` found: the messages ready before it, how many of those it wanted did not
+    /// arrive within `deliveryWait` (another reader holds them, or they expired), and whether
+    /// another reader consumed the queue when it started.
     struct ScanCount {
         var ready: Int
         var missing: Int
+        var heldElsewhere: Bool
     }
 
     /// Waits (at most `handBackWait`) until every queue has at least `ready` messages ready again. The
