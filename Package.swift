@@ -72,7 +72,11 @@ let package = Package(
             providers: [.apt(["librabbitmq-dev"])]
         ),
         // C shims for the parts of librabbitmq Swift cannot call (variadic functions, macros).
-        .target(name: "CRabbitMQShim", dependencies: ["CRabbitMQ"]),
+        // Links OpenSSL (librabbitmq's own TLS library) to hand it CA certificates read once.
+        .target(
+            name: "CRabbitMQShim", dependencies: ["CRabbitMQ"],
+            linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]
+        ),
         // `amqp-c-loop`: the plain-C librabbitmq baseline that `apns-worker-bench amqp` runs beside AMQPClient.
         .executableTarget(name: "AMQPCLoop", dependencies: ["CRabbitMQ"]),
 
@@ -108,11 +112,14 @@ let package = Package(
         // A seeded random number generator for the simulator, the benchmarks and randomized tests
         // (a leaf: the standard library only).
         .target(name: "SeededRandom", swiftSettings: strictSettings),
+        // The one reader of AMQP URLs: the AMQP client's and the configuration check's (a leaf:
+        // the standard library only).
+        .target(name: "AMQPURLSyntax", swiftSettings: strictSettings),
         // The configuration file format and the typed configuration of the worker.
         .target(
             name: "APNSConfig",
             dependencies: [
-                "APNSModel", "APNSChannelManagement", "APNSTopologyNames",
+                "APNSModel", "APNSChannelManagement", "APNSTopologyNames", "AMQPURLSyntax",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -128,7 +135,7 @@ let package = Package(
         .target(
             name: "AMQPClient",
             dependencies: [
-                "CRabbitMQ", "CRabbitMQShim", "CancellableWait",
+                "CRabbitMQ", "CRabbitMQShim", "CancellableWait", "AMQPURLSyntax",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings

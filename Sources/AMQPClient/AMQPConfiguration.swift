@@ -1,5 +1,6 @@
 // Connection settings of AMQPClient: the failover list of broker URLs (parsed and
 // percent-decoded here, without IO), TLS, heartbeats and the reconnect backoff policy.
+import AMQPURLSyntax
 import Foundation
 
 /// One broker address from an `amqp://` or `amqps://` URL (RabbitMQ's URI spec):
@@ -22,65 +23,18 @@ public struct AMQPURL: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Parses `amqp://user:pass@host:5672/%2f`, the scheme in any case. No path means the
-    /// default vhost `/`; `/%2f` is `/` too; `/name` is `name`.
+    /// default vhost `/`; `/%2f` is `/` too; `/name` is `name`. Read by `AMQPURLParts`, which the
+    /// configuration's check reads `[amqp] url` with too.
     public init(string: String) throws(AMQPError) {
-        func invalid(_ why: String) -> AMQPError {
-            AMQPError(.invalidURL, "invalid AMQP URL '\(Self.redacting(string))': \(why)")
+        let parts: AMQPURLParts
+        do {
+            parts = try AMQPURLParts(parsing: string)
+        } catch {
+            throw AMQPError(.invalidURL, "invalid AMQP URL '\(Self.redacting(string))': \(error)")
         }
-        // A scheme is case-insensitive (RFC 3986 §3.1): `AMQPS://h` is `amqps://h`, as the
-        // configuration's check and its plaintext warning read it (they lower-case the URL).
-        func hasScheme(_ prefix: String) -> Bool { string.prefix(prefix.count).lowercased() == prefix }
-        let tls: Bool
-        var rest: Substring
-        if hasScheme("amqp://") {
-            tls = false
-            rest = string.dropFirst("amqp://".count)
-        } else if hasScheme("amqps://") {
-            tls = true
-            rest = string.dropFirst("amqps://".count)
-        } else {
-            throw invalid("the scheme must be amqp:// or amqps://")
-        }
-        var vhost = "/"
-        if let slash = rest.firstIndex(of: "/") {
-            let path = rest[rest.index(after: slash)...]
-            guard !path.contains("/") else { throw invalid("the vhost must be one path segment (write / as %2f)") }
-            guard let decoded = Self.percentDecoded(path) else { throw invalid("bad percent-encoding in the vhost") }
-            vhost = decoded
-            rest = rest[..<slash]
-        }
-        var user = "guest", password = "guest"
-        if let at = rest.lastIndex(of: "@") {
-            let userInfo = rest[..<at]
-            rest = rest[rest.index(after: at)...]
-            let parts = userInfo.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
-            guard let u = Self.percentDecoded(parts[0]) else { throw invalid("bad percent-encoding in the user") }
-            user = u
-            if parts.count == 2 {
-                guard let p = Self.percentDecoded(parts[1]) else { throw invalid("bad percent-encoding in the password") }
-                password = p
-            }
-        }
-        var host: Substring
-        var portText: Substring?
-        if rest.hasPrefix("[") {
-            guard let close = rest.firstIndex(of: "]") else { throw invalid("unterminated IPv6 address") }
-            host = rest[rest.index(after: rest.startIndex)..<close]
-            let after = rest[rest.index(after: close)...]
-            if after.hasPrefix(":") { portText = after.dropFirst() } else if !after.isEmpty { throw invalid("junk after the IPv6 address") }
-        } else if let colon = rest.lastIndex(of: ":") {
-            host = rest[..<colon]
-            portText = rest[rest.index(after: colon)...]
-        } else {
-            host = rest
-        }
-        guard let decodedHost = Self.percentDecoded(host) else { throw invalid("bad percent-encoding in the host") }
-        var port: Int?
-        if let portText {
-            guard let p = Int(portText), (1...65535).contains(p) else { throw invalid("the port must be 1…65535") }
-            port = p
-        }
-        self.init(tls: tls, host: decodedHost.isEmpty ? "localhost" : decodedHost, port: port, user: user, password: password, vhost: vhost)
+        self.init(
+            tls: parts.tls, host: parts.host.isEmpty ? "localhost" : parts.host, port: parts.port, user: parts.user ?? "guest",
+            password: parts.password ?? "guest", vhost: parts.vhost)
     }
 
     /// The URL without the password, for logs and errors.
@@ -93,30 +47,6 @@ public struct AMQPURL: Sendable, Hashable, CustomStringConvertible {
     }
 
     private static let unreserved: Set<UInt8> = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~".utf8)
-
-    static func percentDecoded(_ text: Substring) -> String? {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(text.utf8.count)
-        var iterator = text.utf8.makeIterator()
-        while let byte = iterator.next() {
-            if byte == UInt8(ascii: "%") {
-                guard let high = iterator.next().flatMap(hexValue), let low = iterator.next().flatMap(hexValue) else { return nil }
-                bytes.append(high << 4 | low)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        return String(validating: bytes, as: UTF8.self)
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
-    }
 
     /// `amqp://user:secret@host` → `amqp://user:***@host`, for messages about unparsable URLs.
     /// Any text: an `@` before the `://` (`u:p@amqp://h`, found by Fuzz:FuzzPeerHost) trapped.
@@ -157,8 +87,14 @@ public struct AMQPBackoff: Sendable, Hashable {
 
 /// TLS settings for `amqps://` URLs.
 public struct AMQPTLSConfiguration: Sendable, Hashable {
-    /// PEM file of the certificate authorities to trust; nil = the system's bundle.
+    /// PEM file of the certificate authorities to trust; nil = the system's bundle. Read at every
+    /// connect unless `caCertificates` holds its bytes (`readingCertificates`).
     public var caFile: String?
+    /// The PEM bytes of `caFile` (or of the system's bundle), read once: every connect of every
+    /// connection trusts these, and `caFile` only names them in errors. librabbitmq reads a CA
+    /// file at each connect, so without them a file truncated on disk took effect at the next
+    /// broker restart, and the reconnects failed until the worker's own restart.
+    public var caCertificates: [UInt8]?
     /// Check the broker's certificate chain and host name (keep on outside tests).
     public var verifyPeer: Bool
     /// Client certificate and key (PEM) for brokers that require mutual TLS.
@@ -173,7 +109,18 @@ public struct AMQPTLSConfiguration: Sendable, Hashable {
     }
 
     /// Debian's bundle of the system's trusted roots.
-    static let systemBundle = "/etc/ssl/certs/ca-certificates.crt"
+    public static let systemBundle = "/etc/ssl/certs/ca-certificates.crt"
+
+    /// These settings with `caCertificates` read now by `read` from `caFile`, or from the
+    /// system's bundle when there is one: what a connection trusts from then on, whatever
+    /// becomes of the file.
+    public func readingCertificates(_ read: (String) throws -> [UInt8]) rethrows -> AMQPTLSConfiguration {
+        var settings = self
+        if let path = caFile ?? (FileManager.default.fileExists(atPath: Self.systemBundle) ? Self.systemBundle : nil) {
+            settings.caCertificates = try read(path)
+        }
+        return settings
+    }
 }
 
 /// Everything an `AMQPConnection` needs.
@@ -222,6 +169,13 @@ public struct AMQPConfiguration: Sendable, Hashable {
         self.connectTimeout = connectTimeout
         self.rpcTimeout = rpcTimeout
         self.pollInterval = pollInterval
+    }
+
+    /// The same settings under another connection name (the admin's sessions beside the worker's).
+    public func named(_ connectionName: String) -> AMQPConfiguration {
+        var configuration = self
+        configuration.connectionName = connectionName
+        return configuration
     }
 
     /// Parses each URL string (the `[amqp] url` lines of the configuration file).

@@ -210,7 +210,12 @@ final class ConnectionDriver: @unchecked Sendable {
             guard let socket else { throw fail("cannot create a TLS socket") }
             let tls = configuration.tls
             let caFile = tls.caFile ?? (FileManager.default.fileExists(atPath: AMQPTLSConfiguration.systemBundle) ? AMQPTLSConfiguration.systemBundle : nil)
-            if let caFile {
+            if let pem = tls.caCertificates {
+                let status = pem.withUnsafeBytes { crabbitmq_ssl_socket_set_cacert_pem(socket, $0.baseAddress, $0.count) }
+                guard status == AMQP_STATUS_OK.rawValue else {
+                    throw fail("no CA certificate in the PEM read from \(caFile ?? "the CA file")", status: status)
+                }
+            } else if let caFile {
                 let status = amqp_ssl_socket_set_cacert(socket, caFile)
                 guard status == AMQP_STATUS_OK.rawValue else { throw fail("cannot load CA file \(caFile)", status: status) }
             }

@@ -182,6 +182,7 @@ struct AdminRoutes: Sendable {
         var (depths, queueError) = await queueDepths()
         var deadJobs: [QueuedJob] = []
         var retryJobs: [QueuedJob] = []
+        var unreadable: (dead: String?, retry: String?) = (nil, nil)
         let (selection, deadOffset) = AdminQuery.pageView(QueryOptions.pairs(request.uri.queryParameters))
         let deadFilter = QueryOptions.filter(selection)
         if let queues, queueError == nil {
@@ -193,17 +194,32 @@ struct AdminRoutes: Sendable {
                 ])
                 retryJobs = lists[0].jobs
                 deadJobs = lists[1].jobs
+                unreadable = (Self.unreadable(lists[1], queues), Self.unreadable(lists[0], queues))
             } catch {
                 queueError = "\(error)"
                 depths = nil
             }
         }
+        if let queueError { unreadable = (queueError, queueError) }
         let html = StatusPage(
             status: status, fleet: fleet?.report(), fleetView: fleet?.snapshot(), instanceID: fleet?.identity.instanceID,
             depths: depths, retryDelays: queues?.retryDelays ?? [], queueError: queueError, deadJobs: deadJobs, retryJobs: retryJobs,
-            deadFilter: deadFilter, deadOffset: deadOffset, limit: Self.pageJobLimit
+            deadFilter: deadFilter, deadOffset: deadOffset, limit: Self.pageJobLimit,
+            deadUnreadable: unreadable.dead, retryUnreadable: unreadable.retry
         ).render()
         return Self.html(html)
+    }
+
+    /// Why a listing is not the queues' whole content, or nil when it is.
+    static func unreadable(_ listing: JobListing, _ queues: QueueInspector) -> String? {
+        if listing.unread > 0 {
+            return "\(listing.unread) of the messages the queues hold did not arrive within \(queues.deliveryWait) "
+                + "(another reader, such as another admin server or the CLI, holds them while it lists); reload the page"
+        }
+        if listing.heldElsewhere {
+            return "another reader (another admin server or the CLI) holds messages of these queues while it lists them; reload the page"
+        }
+        return nil
     }
 
     static func html(_ html: String) -> Response {
@@ -290,6 +306,10 @@ struct JobList: Codable {
     /// Messages read to answer; `scanLimited`: the read stopped at its bound before the end.
     var scanned: Int
     var scanLimited: Bool
+    /// Messages the queues held that did not arrive in time (`JobListing.unread`): the page is
+    /// not their whole content.
+    var unread: Int
+    var heldElsewhere: Bool
     var jobs: [QueuedJob]
 
     init(kind: String, limit: Int, listing: JobListing) {
@@ -300,6 +320,8 @@ struct JobList: Codable {
         next = listing.more ? listing.offset + listing.jobs.count : nil
         scanned = listing.scanned
         scanLimited = listing.scanLimited
+        unread = listing.unread
+        heldElsewhere = listing.heldElsewhere
         jobs = listing.jobs
     }
 }

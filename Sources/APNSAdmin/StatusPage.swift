@@ -27,6 +27,10 @@ struct StatusPage {
     var deadOffset = 0
     let limit: Int
     var now = Date()
+    /// Why the dead (retry) jobs could not be read, or not all of them: the page says so, and
+    /// never "No dead jobs." for a listing that could not be read.
+    var deadUnreadable: String? = nil
+    var retryUnreadable: String? = nil
 
     func render() -> String {
         Templates.library.render(context, withTemplate: "status") ?? ""
@@ -84,6 +88,11 @@ struct StatusPage {
             context["configuration"] = shown
         }
         if let queueError { context["queueError"] = queueError }
+        for (kind, why, shown) in [("dead", deadUnreadable, shownDead.count), ("retry", retryUnreadable, shownRetry.count)] {
+            guard let why else { continue }
+            context["\(kind)Unreadable"] = why
+            context["\(kind)PartlyUnreadable"] = shown > 0
+        }
         if fleet == nil { context["fleetMissing"] = true }
         return context
     }

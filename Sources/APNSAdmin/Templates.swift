@@ -96,8 +96,9 @@ enum Templates {
         <td>{{#requeuePath}}<form class="inline" method="post" action="{{requeuePath}}"><button type="submit">Requeue now</button></form>
         <form class="inline" method="post" action="{{purgePath}}"><button type="submit">Purge</button></form>{{/requeuePath}}</td></tr>
         {{/retryJobs}}
-        {{^retryJobs}}<tr><td colspan="9">No retry jobs.</td></tr>{{/retryJobs}}
+        {{^retryJobs}}<tr><td colspan="9" id="retry-jobs-none">{{#retryUnreadable}}Retry jobs could not be read: {{retryUnreadable}}{{/retryUnreadable}}{{^retryUnreadable}}No retry jobs.{{/retryUnreadable}}</td></tr>{{/retryJobs}}
         </table>
+        {{#retryPartlyUnreadable}}<p class="notice" id="retry-unreadable">Not every retry job could be read: {{retryUnreadable}}</p>{{/retryPartlyUnreadable}}
         {{#retryJobsTruncated}}<p>Showing the first {{retryJobsShown}} retry jobs; use the JSON API for all.</p>{{/retryJobsTruncated}}
         <h2>Dead jobs</h2>
         <form method="get" action="/" id="dead-filter">Bundle <select name="bundle"><option value="">every bundle</option>
@@ -113,8 +114,9 @@ enum Templates {
         <td>{{#requeuePath}}<form method="post" action="{{requeuePath}}"><button type="submit">Requeue</button></form>
         <form method="post" action="{{purgePath}}"><button type="submit">Purge</button></form>{{/requeuePath}}</td></tr>
         {{/deadJobs}}
-        {{^deadJobs}}<tr><td colspan="10">No dead jobs.</td></tr>{{/deadJobs}}
+        {{^deadJobs}}<tr><td colspan="10" id="dead-jobs-none">{{#deadUnreadable}}Dead jobs could not be read: {{deadUnreadable}}{{/deadUnreadable}}{{^deadUnreadable}}No dead jobs.{{/deadUnreadable}}</td></tr>{{/deadJobs}}
         </table>
+        {{#deadPartlyUnreadable}}<p class="notice" id="dead-unreadable">Not every dead job could be read: {{deadUnreadable}}</p>{{/deadPartlyUnreadable}}
         {{#deadPaged}}<p id="dead-pages">Dead jobs {{deadFirst}} to {{deadLast}}{{#deadJobsTruncated}}; <a href="{{deadNextPath}}">next page</a>{{/deadJobsTruncated}} · <a href="/">first page</a></p>{{/deadPaged}}
         </body>
         </html>

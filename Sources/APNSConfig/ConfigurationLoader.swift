@@ -1,3 +1,4 @@
+import AMQPURLSyntax
 import APNSModel
 import APNSTopologyNames
 import Configuration
@@ -234,30 +235,31 @@ public enum ConfigurationLoader {
         return amqp
     }
 
-    /// An `amqp://` or `amqps://` URL with a host of its own, read by `AMQPURLHost` as the AMQP
-    /// client and the plaintext warning (`PeerSecurity.host(of:)`) read it. Refused here, at load,
-    /// with the file, line and key: no host (the client would connect to localhost: `amqp://u:p@/`,
-    /// `amqp://rabbit?@/`, `amqp://[]`), a host starting with `:` (an IPv6 address outside
-    /// brackets), and what the client refuses only when it connects (bad percent-encoding in the
-    /// host, a `[` without its `]`).
+    /// An `amqp://` or `amqps://` URL the AMQP client accepts, with a host of its own: read by
+    /// `AMQPURLParts`, the client's own reader (and the plaintext warning's,
+    /// `PeerSecurity.host(of:)`). Refused here, at load, with the file, line and key: what the
+    /// client refuses only when it connects (a port that is empty or beyond 65535, two vhost
+    /// segments, bad percent-encoding, a `[` without its `]`), no host (the client would connect
+    /// to localhost: `amqp://u:p@/`, `amqp://rabbit?@/`, `amqp://[]`), and a host starting with `:`
+    /// or holding whitespace (no name a resolver finds: an IPv6 address outside brackets, a typo).
     static func checkAMQPURL(_ url: String) throws(ValueProblem) {
-        let lower = url.lowercased()
         let quoted = ValueSyntax.quoted(AMQPSettings.maskingPassword(url))
-        guard lower.hasPrefix("amqp://") || lower.hasPrefix("amqps://") else {
+        let parts: AMQPURLParts
+        do {
+            parts = try AMQPURLParts(parsing: url)
+        } catch .scheme {
             throw ValueProblem("\(quoted) is not an AMQP URL (amqp://user:password@host:5672/vhost or amqps://…)")
-        }
-        switch AMQPURLHost(reading: url) {
-        case .name(let host) where host.hasPrefix(":"):
-            throw ValueProblem("\(quoted) has no host (an IPv6 address goes in brackets: amqp://[::1]:5672/)")
-        case .name, .bracketed:
-            guard !url.contains(where: \.isWhitespace) else { throw ValueProblem("\(quoted) has no host") }
-        case .empty, .notAURL:
-            throw ValueProblem("\(quoted) has no host")
-        case .unterminatedBracket:
+        } catch .unterminatedBracket {
             throw ValueProblem("\(quoted) has no host: its IPv6 address has no closing ] (amqp://[::1]:5672/)")
-        case .badPercentEncoding:
+        } catch .hostEncoding {
             throw ValueProblem("\(quoted) has bad percent-encoding in its host (% must be followed by two hex digits, decoding to UTF-8)")
+        } catch {
+            throw ValueProblem("\(quoted) is refused by the AMQP client: \(error)")
         }
+        if !parts.hostInBrackets, parts.host.hasPrefix(":") {
+            throw ValueProblem("\(quoted) has no host (an IPv6 address goes in brackets: amqp://[::1]:5672/)")
+        }
+        guard !parts.host.isEmpty, !url.contains(where: \.isWhitespace) else { throw ValueProblem("\(quoted) has no host") }
     }
 
     static func readRetry(_ settings: LayeredSettings) throws(ConfigurationError) -> RetrySettings {

@@ -1,3 +1,4 @@
+import AMQPURLSyntax
 import Foundation
 
 /// Connections of a configuration that an attacker on the network between the worker and a
@@ -32,13 +33,13 @@ public enum PeerSecurity {
         return warnings
     }
 
-    /// The host of an AMQP URL as the AMQP client reads it (`AMQPURLHost`, which the loader's
+    /// The host of an AMQP URL as the AMQP client reads it (`AMQPURLParts`, which the loader's
     /// check of `[amqp] url` reads it with too), so that the warning is about the host the worker
-    /// connects to. Nil if empty (the client's `localhost`) or a URL the client refuses (bad
-    /// percent-encoding, a `[` without its `]`). Public for the fuzz target `FuzzPeerHost`, which
-    /// holds it to the client's reading.
+    /// connects to. Nil if empty (the client's `localhost`) or a URL the client refuses. Public
+    /// for the fuzz target `FuzzPeerHost`, which holds it to the client's reading.
     public static func host(of url: String) -> String? {
-        AMQPURLHost(reading: url).host
+        guard let host = (try? AMQPURLParts(parsing: url))?.host, !host.isEmpty else { return nil }
+        return host
     }
 
     static func isLoopback(_ host: String) -> Bool {

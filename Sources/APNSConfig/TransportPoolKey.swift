@@ -59,26 +59,18 @@ public struct TransportPoolKey: Sendable, Hashable, CustomStringConvertible {
     /// The most of a credential or CA file that is read: PEM keys and certificates are a few
     /// KiB, a CA bundle a few hundred; a path that names something larger (a device, a log) is a
     /// mistake, not something to read whole.
-    public static let fileLimit = 1 << 20
+    public static let fileLimit = BoundedFile.credentialLimit
 
-    /// The key of `bundle`'s pool for `environment`, reading the files it names.
+    /// The key of `bundle`'s pool for `environment`, reading the files it names (regular files
+    /// only, at most `fileLimit` bytes: `BoundedFile`).
     /// - Throws: `TransportPoolKey.UnreadableFile` naming the bundle and the file.
     public static func reading(bundle: BundleConfiguration, environment: APNSEnvironment) throws -> TransportPoolKey {
         try TransportPoolKey(bundle: bundle, environment: environment) { path in
-            guard let handle = FileHandle(forReadingAtPath: path) else {
-                throw UnreadableFile(bundleID: bundle.bundleID, path: path, reason: "no such file, or not readable")
-            }
-            defer { try? handle.close() }
-            let bytes: Data
             do {
-                bytes = try handle.read(upToCount: fileLimit + 1) ?? Data()
+                return Array(try BoundedFile.read(path, limit: fileLimit))
             } catch {
-                throw UnreadableFile(bundleID: bundle.bundleID, path: path, reason: "\(error)")
+                throw UnreadableFile(bundleID: bundle.bundleID, path: path, reason: "it \(error)")
             }
-            guard bytes.count <= fileLimit else {
-                throw UnreadableFile(bundleID: bundle.bundleID, path: path, reason: "larger than \(fileLimit) bytes: not a credential")
-            }
-            return Array(bytes)
         }
     }
 

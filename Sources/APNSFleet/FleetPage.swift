@@ -35,14 +35,14 @@ public struct FleetPage: Sendable, Hashable {
     /// The id to give as `after` for the next page; nil on the last one.
     public let next: String?
 
-    /// `live`: the view's live instances (any order). `ownPaused`: the bundles this instance has
-    /// paused, named on every page; the page adds those its instances report paused.
-    public init(live: [FleetInstance], ownPaused: [String], dropped: FleetDrops, request: Request, maxBytes: Int = FleetPage.maxBytes) {
+    /// `live`: the view's live instances (any order). `paused`: the bundles paused fleet-wide as
+    /// the broker keeps them (contract §5), named on every page; what instances report paused is
+    /// theirs to say in their own entries, never added to it (a heartbeat can be forged).
+    public init(live: [FleetInstance], paused: [String], dropped: FleetDrops, request: Request, maxBytes: Int = FleetPage.maxBytes) {
         let after = request.after
         let candidates = live.filter { after == nil || $0.id > after! }.sorted { $0.id < $1.id }
         var instances: [UInt8] = []
         var ids: [String] = []
-        var paused = Set(ownPaused)
         var next: String?
         for instance in candidates {
             if ids.count >= max(request.limit, 1) {
@@ -56,7 +56,6 @@ public struct FleetPage: Sendable, Hashable {
             }
             instances += ids.isEmpty ? encoded : Array(",\n".utf8) + encoded
             ids.append(instance.id)
-            for (bundleID, bundle) in instance.bundles where bundle.paused { paused.insert(bundleID) }
         }
         var body = Array(#"{"dropped":"#.utf8) + Self.json(dropped)
         body += Array(#","instances":[\#n"#.utf8) + instances + Array("\n]".utf8)

@@ -185,6 +185,13 @@ public struct JobListing: Sendable, Codable, Hashable {
     /// The scan limit stopped the listing before every message in scope was looked at: matches
     /// may exist beyond it (narrow the filter, e.g. by bundle).
     public var scanLimited = false
+    /// Messages the queues reported ready that did not arrive within the inspector's
+    /// `deliveryWait` (another reader holds them, or they expired): the listing is not the
+    /// queues' whole content, and a listing of nothing with `unread > 0` is not "no jobs".
+    public var unread = 0
+    /// Another reader consumed a queue in scope when this listing read it (another admin server
+    /// or the CLI listing it): the messages it holds are not ready, so neither counted nor listed.
+    public var heldElsewhere = false
 
     public init(offset: Int) {
         self.offset = offset

@@ -31,7 +31,7 @@ extension QueueInspector {
                         let ready = try await scan(connection, queue, cap: nil, cutBodies: false) { delivery, _ in
                             if pending.takeIfHandedBack(delivery.message, from: queue) { handedBack.append(delivery) }
                             return true
-                        }
+                        }.ready
                         var again = 0
                         for delivery in handedBack {
                             if await connection.ack(delivery) == .stale {

@@ -45,6 +45,8 @@ public final class QueueInspector: Sendable {
     /// connection instead of one each; listings and moves always take a connection of their
     /// own, because closing it is what hands the messages back in their order.
     let reads: PooledSession?
+    /// Operations that take messages run one at a time (`takingTurn`).
+    let turns = OperationTurns()
     let logger: Logger
     /// Whether `depths()` reads the device registry's dead queues too (`apns.registry.dead`,
     /// `apns.groups.dead`): set when the worker runs a `[registry]`, so that their depths reach
@@ -147,6 +149,10 @@ public final class QueueInspector: Sendable {
     /// and the ones the filter rejects are read and dropped (`scan`), so memory follows the
     /// page, not the queue.
     public func list(_ requests: [ListingRequest]) async throws -> [JobListing] {
+        try await takingTurn { try await listNow(requests) }
+    }
+
+    private func listNow(_ requests: [ListingRequest]) async throws -> [JobListing] {
         let now = Date()
         var readyBefore: [String: Int] = [:]
         let answers = try await withConnection("list") { connection in
@@ -168,7 +174,7 @@ public final class QueueInspector: Sendable {
                         cap = min(cap ?? .max, scanLimit - listing.scanned)
                     }
                     let scannedBefore = listing.scanned
-                    readyBefore[queue] = try await scan(connection, queue, cap: cap, cutBodies: true) { delivery, position in
+                    let count = try await scan(connection, queue, cap: cap, cutBodies: true) { delivery, position in
                         listing.scanned += 1
                         listing.scannedBytes += delivery.message.body.count
                         let job = JobInspection.queuedJob(delivery.message, queue: queue, bundleID: bundle, position: position)
@@ -181,6 +187,9 @@ public final class QueueInspector: Sendable {
                         if matched > request.offset { listing.jobs.append(job) }
                         return true
                     }
+                    readyBefore[queue] = count.ready
+                    listing.unread += count.missing
+                    listing.heldElsewhere = listing.heldElsewhere || count.heldElsewhere
                     if listing.more { break }
                     if let scanLimit = request.scanLimit, listing.scanned >= scanLimit,
                         let depth = readyBefore[queue], listing.scanned - scannedBefore < min(depth, Self.maximumMessagesPerQueue)
@@ -204,6 +213,12 @@ public final class QueueInspector: Sendable {
     public func forEachJob(
         _ kind: JobQueueKind, filter: JobFilter = JobFilter(), offset: Int = 0, limit: Int? = nil, _ body: (QueuedJob) -> Void
     ) async throws -> Int {
+        try await takingTurn { try await forEachJobNow(kind, filter: filter, offset: offset, limit: limit, body) }
+    }
+
+    private func forEachJobNow(
+        _ kind: JobQueueKind, filter: JobFilter, offset: Int, limit: Int?, _ body: (QueuedJob) -> Void
+    ) async throws -> Int {
         let now = Date()
         var readyBefore: [String: Int] = [:]
         let count = try await withConnection("list") { connection in
@@ -219,7 +234,7 @@ public final class QueueInspector: Sendable {
                     body(job)
                     given += 1
                     return limit.map { given < $0 } ?? true
-                }
+                }.ready
             }
             return given
         }
@@ -242,6 +257,10 @@ public final class QueueInspector: Sendable {
     /// The first job with this id in the queues of `kind` (of one bundle, or all), or nil; only
     /// the first `scanLimit` messages are looked at when it is given.
     public func show(_ kind: JobQueueKind, jobID: String, bundleID: String? = nil, scanLimit: Int? = nil) async throws -> QueuedJob? {
+        try await takingTurn { try await showNow(kind, jobID: jobID, bundleID: bundleID, scanLimit: scanLimit) }
+    }
+
+    private func showNow(_ kind: JobQueueKind, jobID: String, bundleID: String?, scanLimit: Int?) async throws -> QueuedJob? {
         var readyBefore: [String: Int] = [:]
         let job = try await withConnection("show") { connection -> QueuedJob? in
             var found: QueuedJob?
@@ -254,7 +273,7 @@ public final class QueueInspector: Sendable {
                     guard job.jobID == jobID else { return true }
                     found = job
                     return false
-                }
+                }.ready
                 if found != nil { break }
             }
             return found
@@ -300,7 +319,7 @@ public final class QueueInspector: Sendable {
     /// `progress` hears how far it has got as it goes (after each queue for whole queues).
     public func purge(_ kind: JobQueueKind, _ selection: JobSelection, progress: OperationProgressHandler? = nil) async throws -> PurgeReport {
         if case .all(let filter) = selection, filter.selectsWholeQueues {
-            let purged = try await withConnection("purge") { connection in
+            let purged = try await takingTurn { try await withConnection("purge") { connection in
                 let queues = scope(kind, bundleID: filter.bundleID).map(\.1)
                 let total = progress == nil ? 0 : try await readyMessages(connection, queues)
                 var purged = 0
@@ -310,7 +329,7 @@ public final class QueueInspector: Sendable {
                     progress?(OperationProgress(settled: purged, examined: purged, total: total))
                 }
                 return purged
-            }
+            } }
             logger.info("purged queues", metadata: ["operations.kind": "\(kind.rawValue)", "operations.purged": "\(purged)"])
             return PurgeReport(purged: purged, notFound: [])
         }
@@ -327,6 +346,13 @@ public final class QueueInspector: Sendable {
     /// acks it once that succeeded; the others are handed back unacked when the connection
     /// closes. By id, stops as soon as every id was found.
     private func settleSelected(
+        _ kind: JobQueueKind, _ selection: JobSelection, purpose: String, progress: OperationProgressHandler?,
+        beforeAck: @escaping @Sendable (any BrokerSession, AMQPDelivery, String) async throws -> Void
+    ) async throws -> (count: Int, notFound: [String]) {
+        try await takingTurn { try await settleSelectedNow(kind, selection, purpose: purpose, progress: progress, beforeAck: beforeAck) }
+    }
+
+    private func settleSelectedNow(
         _ kind: JobQueueKind, _ selection: JobSelection, purpose: String, progress: OperationProgressHandler?,
         beforeAck: @escaping @Sendable (any BrokerSession, AMQPDelivery, String) async throws -> Void
     ) async throws -> (count: Int, notFound: [String]) {
@@ -404,23 +430,40 @@ public final class QueueInspector: Sendable {
     /// `listedBodyBytes` as it arrives.
     func scan(
         _ connection: any BrokerSession, _ queue: String, cap: Int?, cutBodies: Bool, _ visit: (AMQPDelivery, Int) throws -> Bool
-    ) async throws -> Int {
-        guard let info = try await inspect(connection, queue) else { return 0 }
+    ) async throws -> ScanCount {
+        guard let info = try await inspect(connection, queue) else { return ScanCount(ready: 0, missing: 0, heldElsewhere: false) }
+        // Nobody consumes dead and retry queues but operators' reads: a consumer there is another
+        // listing (another admin server, the CLI), holding messages the depth does not count.
+        let heldElsewhere = info.consumerCount > 0
         var want = min(Int(info.messageCount), Self.maximumMessagesPerQueue)
         if let cap { want = min(want, max(0, cap)) }
-        guard want > 0 else { return Int(info.messageCount) }
+        guard want > 0 else { return ScanCount(ready: Int(info.messageCount), missing: 0, heldElsewhere: heldElsewhere) }
         let nextDelivery = try await consume(connection, queue, prefetch: UInt16(want), cutBodies: cutBodies)
         var seen = 0
+        var stopped = false
         while seen < want, let delivery = try await nextDelivery() {
             seen += 1
-            guard try visit(delivery, seen - 1) else { break }
+            guard try visit(delivery, seen - 1) else {
+                stopped = true
+                break
+            }
         }
-        if seen < want {
+        let missing = stopped ? 0 : want - seen
+        if missing > 0 {
             logger.debug(
                 "fewer messages than the queue reported",
                 metadata: ["amqp.queue": "\(queue)", "operations.expected": "\(want)", "operations.taken": "\(seen)"])
         }
-        return Int(info.messageCount)
+        return ScanCount(ready: Int(info.messageCount), missing: missing, heldElsewhere: heldElsewhere)
+    }
+
+    /// What `scan` found: the messages ready before it, how many of those it wanted did not
+    /// arrive within `deliveryWait` (another reader holds them, or they expired), and whether
+    /// another reader consumed the queue when it started.
+    struct ScanCount {
+        var ready: Int
+        var missing: Int
+        var heldElsewhere: Bool
     }
 
     /// Waits (at most `handBackWait`) until every queue has at least `ready` messages ready again. The
@@ -511,6 +554,19 @@ public final class QueueInspector: Sendable {
         let bundles = bundleID.map { [$0] } ?? bundleIDs
         return bundles.flatMap { bundle in
             JobInspection.queues(kind, bundleID: bundle, retryDelays: retryDelays).filter(AMQPShortString.fits).map { (bundle, $0) }
+        }
+    }
+
+    /// Runs an operation that takes messages when no other one of this inspector does (`OperationTurns`).
+    func takingTurn<Result: Sendable>(_ body: () async throws -> Result) async throws -> Result {
+        await turns.take()
+        do {
+            let result = try await body()
+            await turns.give()
+            return result
+        } catch {
+            await turns.give()
+            throw error
         }
     }
 

@@ -49,7 +49,7 @@ public enum FleetControl {
         let id = "cli-\(UUID().uuidString.prefix(8).lowercased())"
         try await broker.declare(FleetTopology.plan(instanceID: id, messageTTL: .seconds(60)))
         let consumer = try await broker.consume(
-            queue: TopologyNames.fleetQueue(instanceID: id), prefetch: 200, maxBodySize: FleetMessage.maxBodyBytes)
+            queue: TopologyNames.fleetQueue(instanceID: id), prefetch: listenerPrefetch, maxBodySize: FleetMessage.maxBodyBytes)
         var view = FleetView()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -83,6 +83,15 @@ public enum FleetControl {
         }
         return FleetReport(instances: live, paused: paused.sorted(), dropped: view.dropped)
     }
+
+    /// The heartbeats a listener is sent before it acks one: what waits to be read (in the
+    /// consumer's buffer, each with its copy being decoded) is at most this many bodies of at
+    /// most `FleetMessage.maxBodyBytes`, 1 MiB, however many are published; the view keeps at
+    /// most `FleetView.maxBytes` (16 MiB). It was 100: 6.25 MiB of bodies waiting under a flood
+    /// of forged heartbeats (docs/benchmarks.md, "Forged heartbeats: the listener's window").
+    /// An honest fleet of 1,000 instances sends 200 a second at the default interval; each is
+    /// decoded and acked in microseconds, far within this window.
+    public static let listenerPrefetch: UInt16 = 16
 
     /// At most this many pause markers are read for one report: each is a broker round trip.
     public static let maxPauseChecks = 1_000

@@ -98,6 +98,15 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
     private let pauseRequests = Mutex(Set<String>())
     /// Wakes `reconcileRequested` of the current `run()`.
     private let pauseRequestSignal = Mutex<AsyncStream<Void>.Continuation?>(nil)
+    /// What `GET /api/fleet` lists as paused: the state kept on the broker (contract §5), never
+    /// what heartbeats claim, which anyone on the vhost can forge. `ownMarkers`: this instance's
+    /// bundles whose marker was last read present (`reconcile`); `othersMarkers`: the bundles
+    /// other live instances report paused whose marker the last beat found (`applyStoredPauses`).
+    private let pausedOnBroker = Mutex((ownMarkers: Set<String>(), othersMarkers: Set<String>()))
+    /// The most markers of bundles this instance does not run that one beat reads (those live
+    /// instances report paused): a forged claim of a million paused bundles costs this many
+    /// passive declares an interval, and the rest are not listed.
+    static var maxClaimedPauseChecks: Int { 100 }
 
     public init(broker: Broker, worker: any FleetMember, identity: Identity, interval: Duration, logger: Logger) {
         self.broker = broker
@@ -110,25 +119,49 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         self.logger = logger
     }
 
-    /// Reads every bundle's pause marker and pauses or resumes the bundle to match.
+    /// Reads every bundle's pause marker and pauses or resumes the bundle to match; then reads
+    /// the markers of the bundles other live instances report paused, for the fleet's list.
     public func applyStoredPauses() async throws {
-        for bundleID in Set(worker.bundleIDs).sorted() { try await reconcile(bundleID) }
+        let configured = Set(worker.bundleIDs)
+        for bundleID in configured.sorted() { try await reconcile(bundleID) }
+        var found = Set<String>()
+        for bundleID in Self.claimedPauses(view.withLock { $0.live(now: Date()) }, excluding: configured)
+        where try await FleetControl.isPaused(bundleID, on: broker) {
+            found.insert(bundleID)
+        }
+        pausedOnBroker.withLock { $0.othersMarkers = found }
+    }
+
+    /// The bundles `live` instances report paused that are not `configured` here and could name
+    /// a marker, at most `maxClaimedPauseChecks` of them, by name.
+    static func claimedPauses(_ live: [FleetInstance], excluding configured: Set<String>) -> [String] {
+        var claimed = Set<String>()
+        for instance in live {
+            for (bundleID, bundle) in instance.bundles where bundle.paused && !configured.contains(bundleID) && FleetTopology.isPausable(bundleID) {
+                claimed.insert(bundleID)
+            }
+        }
+        return Array(claimed.sorted().prefix(maxClaimedPauseChecks))
+    }
+
+    /// The bundles paused fleet-wide as the broker keeps them (their markers, as last read).
+    func pausedBundles() -> [String] {
+        let configured = Set(worker.bundleIDs)
+        let (own, others) = pausedOnBroker.withLock { ($0.ownMarkers, $0.othersMarkers) }
+        return own.intersection(configured).union(others.subtracting(configured)).sorted()
     }
 
     /// What `GET /api/fleet` answers and the page shows.
     public func report(now: Date) -> FleetReport {
         let instances = view.withLock { $0.live(now: now) }
-        var paused = Set(worker.status().bundles.filter(\.paused).map(\.bundleID))
-        for instance in instances { paused.formUnion(instance.bundles.filter(\.value.paused).keys) }
-        return FleetReport(instances: instances, paused: paused.sorted(), dropped: view.withLock(\.dropped))
+        return FleetReport(instances: instances, paused: pausedBundles(), dropped: view.withLock(\.dropped))
     }
 
     /// One page of `GET /api/fleet` (`FleetPage`): the live instances are copied out of the
     /// view (each shares its bundles' storage), the JSON is made outside the lock.
     public func page(_ request: FleetPage.Request, now: Date) -> FleetPage {
         let (instances, dropped) = view.withLock { ($0.live(now: now), $0.dropped) }
-        let ownPaused = worker.status().bundles.filter(\.paused).map(\.bundleID)
-        return FleetPage(live: instances, ownPaused: ownPaused, dropped: dropped, request: request)
+        return FleetPage(live: instances, paused: pausedBundles(), dropped: dropped, request: request)
     }
 
     /// The graph's points, fleet-wide: made under the lock (a fixed number of buckets), so the
@@ -153,7 +186,7 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         let queue = TopologyNames.fleetQueue(instanceID: identity.instanceID)
         // Remembered by the connection: declared again, and the consumer restored, after a reconnect.
         try await broker.declare(FleetTopology.plan(instanceID: identity.instanceID, messageTTL: interval * 3))
-        let consumer = try await broker.consume(queue: queue, prefetch: 100, maxBodySize: FleetMessage.maxBodyBytes)
+        let consumer = try await broker.consume(queue: queue, prefetch: FleetControl.listenerPrefetch, maxBodySize: FleetMessage.maxBodyBytes)
         logger.info("fleet: announcing this instance", metadata: ["amqp.queue": "\(queue)", "fleet.interval": "\(interval)"])
         // Graceful shutdown and cancellation end it alike: cancelling the consumer is what ends
         // the listener's sequence, and the beats end with it. The cancel awaits the broker, so
@@ -288,6 +321,11 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
             guard ticket > checks.applied[bundleID, default: 0] else { return false }
             checks.applied[bundleID] = ticket
             return true
+        }
+        if apply {
+            pausedOnBroker.withLock { markers in
+                if paused { markers.ownMarkers.insert(bundleID) } else { markers.ownMarkers.remove(bundleID) }
+            }
         }
         guard apply, worker.setPaused(bundleID, paused) else { return }
         if paused {

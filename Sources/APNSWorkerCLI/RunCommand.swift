@@ -37,6 +37,19 @@ struct RunCommand: AsyncParsableCommand {
         var amqp = try AMQPConfiguration(urlStrings: configuration.amqp.urls, connectionName: "apns-worker run")
         amqp.heartbeat = configuration.amqp.heartbeat
         if let caFile = configuration.amqp.caFile { amqp.tls.caFile = caFile }
+        // `[amqp] caFile` is restart-only: its certificates are read here, once, and every
+        // connection of this process (the worker's, the admin's) trusts these bytes, whatever
+        // becomes of the file (librabbitmq would read it again at every reconnect).
+        if amqp.urls.contains(where: \.tls) {
+            amqp.tls = try amqp.tls.readingCertificates { path in
+                do {
+                    return Array(try BoundedFile.read(path, limit: BoundedFile.credentialLimit))
+                } catch {
+                    FileHandle.standardError.write(Data("[amqp] caFile: the CA certificates \(path) \(error)\n".utf8))
+                    throw ExitCode.failure
+                }
+            }
+        }
 
         // The registry's schema is migrated before anything starts: a database that cannot be
         // reached is one line naming the file, line and key.
@@ -131,7 +144,9 @@ struct RunCommand: AsyncParsableCommand {
         let admin = try AdminService(
             settings: configuration.admin,
             worker: registry.map { registry in RegistryAwareStatus(base: worker, registryHeld: { registry.isHeld }) as any WorkerStatusProviding } ?? worker,
-            queues: try QueueInspector(configuration: configuration, connectionName: "apns-worker admin", logger: logger, pooledReads: true),
+            queues: QueueInspector(
+                amqp: amqp.named("apns-worker admin"), bundleIDs: configuration.bundles.map(\.bundleID),
+                retryDelays: configuration.retry.delays, logger: logger, pooledReads: true, registryQueues: configuration.registry != nil),
             registry: metricsRegistry, logger: logger, registryStore: registry?.store, fleet: fleet,
             channels: channels)
         services.insert(admin, at: 0)

@@ -1,6 +1,12 @@
 #include "CRabbitMQShim.h"
 
+#include <amqp_ssl_socket.h>
 #include <errno.h>
+#include <limits.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <poll.h>
 #include <stdint.h>
 #include <sys/eventfd.h>
@@ -58,4 +64,30 @@ int crabbitmq_wait_readable(int sockfd, int wakefd, int timeout_ms) {
     if (socket_index >= 0 && fds[socket_index].revents != 0) result |= 1;
     if (fds[wake_index].revents != 0) result |= 2;
     return result;
+}
+
+int crabbitmq_ssl_socket_set_cacert_pem(amqp_socket_t *socket, const void *pem, size_t length) {
+    SSL_CTX *context = amqp_ssl_socket_get_context(socket);
+    if (context == NULL || length > INT_MAX) {
+        return AMQP_STATUS_SSL_ERROR;
+    }
+    X509_STORE *store = SSL_CTX_get_cert_store(context);
+    BIO *bio = BIO_new_mem_buf(pem, (int)length);
+    if (store == NULL || bio == NULL) {
+        BIO_free(bio);
+        return AMQP_STATUS_SSL_ERROR;
+    }
+    int added = 0;
+    X509 *certificate;
+    while ((certificate = PEM_read_bio_X509(bio, NULL, NULL, NULL)) != NULL) {
+        if (X509_STORE_add_cert(store, certificate) == 1) {
+            added += 1;
+        }
+        X509_free(certificate);
+    }
+    // The loop ends on "no start line" at the end of the bytes: not an error to leave for the
+    // next TLS call on this thread to report.
+    ERR_clear_error();
+    BIO_free(bio);
+    return added > 0 ? AMQP_STATUS_OK : AMQP_STATUS_SSL_ERROR;
 }

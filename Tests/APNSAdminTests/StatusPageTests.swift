@@ -36,6 +36,20 @@ struct StatusPageTests {
             limit: 100, now: now)
     }
 
+    /// A listing that could not be read (the broker refused, or its messages did not arrive:
+    /// another reader held them) says why; "No dead jobs." is only for a listing read whole.
+    @Test func aListingThatCouldNotBeReadSaysSoNeverNone() {
+        var page = Self.page([Self.instance("a", delivered: 10)])
+        #expect(page.render().contains("No dead jobs.") && page.render().contains("No retry jobs."))
+        page.deadUnreadable = "broker: connection refused"
+        page.retryUnreadable = "3 of the messages the queues hold did not arrive"
+        let html = page.render()
+        #expect(!html.contains("No dead jobs.") && !html.contains("No retry jobs."))
+        #expect(html.contains("Dead jobs could not be read: broker: connection refused"))
+        #expect(html.contains("Retry jobs could not be read: 3 of the messages the queues hold did not arrive"))
+        #expect(!html.contains("dead-unreadable"), "nothing shown, so nothing partly shown")
+    }
+
     @Test func theBundleRowAddsUpTheFleet() {
         let page = Self.page([Self.instance("a", delivered: 10), Self.instance("bb", delivered: 32), Self.instance("ccc", delivered: 58)])
         let row = page.bundleRow(Self.bundle)

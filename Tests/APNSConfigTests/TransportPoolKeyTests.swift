@@ -1,5 +1,6 @@
 import APNSConfig
 import APNSModel
+import Foundation
 import Testing
 
 /// Which bundles share a connection pool (issue 39): the key's rules, on file contents given
@@ -77,14 +78,19 @@ import Testing
         #expect(!key.description.contains(digest), "only a prefix of the digest is shown")
     }
 
-    /// A path naming something endless is read up to the limit, then refused.
+    /// A file larger than the limit is read up to it, then refused; a path naming something
+    /// endless (a device) is not read at all.
     @Test func aFileLargerThanTheLimitIsRefusedNotReadWhole() throws {
-        let bundle = Self.token("com.a", file: "/dev/zero")
-        do {
-            _ = try TransportPoolKey.reading(bundle: bundle, environment: .production)
-            Issue.record("/dev/zero was read as a key")
-        } catch {
-            #expect("\(error)" == "[apns \"com.a\"] cannot read /dev/zero: larger than \(TransportPoolKey.fileLimit) bytes: not a credential")
+        let directory = try TempDirectory()
+        let large = try directory.write("large.p8", Data())
+        #expect(truncate(large, off_t(TransportPoolKey.fileLimit + 1)) == 0)
+        for (path, why) in [(large, "is larger than \(TransportPoolKey.fileLimit / 1024) KiB"), ("/dev/zero", "is a device, not a regular file")] {
+            do {
+                _ = try TransportPoolKey.reading(bundle: Self.token("com.a", file: path), environment: .production)
+                Issue.record("\(path) was read as a key")
+            } catch {
+                #expect("\(error)" == "[apns \"com.a\"] cannot read \(path): it \(why)")
+            }
         }
     }
 

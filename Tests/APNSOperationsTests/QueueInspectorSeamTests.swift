@@ -267,3 +267,19 @@ import TestSupport
         #expect(broker.openSessionCount == 0)
     }
 }
+
+extension QueueInspectorSeamTests {
+    /// Messages another reader holds (another admin server's or the CLI's listing) are not
+    /// ready: the depth does not count them and a listing cannot see them. The listing says so
+    /// (`heldElsewhere`), so that the page says they could not be read instead of "none".
+    @Test func aListingBesideAnotherReaderSaysTheQueueIsHeldElsewhere() async throws {
+        let (broker, inspector) = try await Self.make()
+        Self.seedDead(broker, (0..<5).map { "held-\($0)" })
+        let other = try await broker.consume(queue: Self.dead, prefetch: 10)
+        var iterator = other.makeAsyncIterator()
+        for _ in 0..<5 { _ = try await iterator.next() }
+        let listing = try await inspector.list([ListingRequest(kind: .dead, filter: JobFilter(bundleID: Self.bundle), limit: 100)])[0]
+        #expect(listing.jobs.isEmpty && listing.heldElsewhere)
+        await other.cancel()
+    }
+}

@@ -79,6 +79,52 @@ struct AMQPSEndToEndTests {
         await h.shutdown()
     }
 
+    /// `[amqp] caFile` is restart-only: its certificates are read once, at start-up. librabbitmq
+    /// read the file at every connect, so a file truncated while the worker ran (a rotation gone
+    /// wrong) took effect at the next broker blip, and the worker reconnected in a loop, delivering
+    /// nothing, until its restart.
+    @Test func aCAFileTruncatedWhileRunningTakesNoEffectAtTheNextReconnect() async throws {
+        let tls = try #require(TestBroker.tls)
+        let broker = try TestBroker.require()
+        let h = try await WorkerHarness.start(broker: broker, options: Self.options(host: "localhost", caFile: "broker-ca.pem"))
+        let caFile = h.directory + "/broker-ca.pem"
+        try FileManager.default.copyItem(atPath: tls.caFile, toPath: caFile)
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        let before = try await h.publishMany(20)
+        try await waitUntil("20 delivered over amqps", timeout: .seconds(90)) { h.acceptedIDs().distinct.count == 20 }
+
+        try Data().write(to: URL(fileURLWithPath: caFile))
+        // The broker closes the worker's TLS connections, as a restart or failover would (the
+        // management API lists a new connection a moment late).
+        var closed: Set<String> = []
+        try await waitUntil("the worker's TLS connection listed") {
+            closed = try await Self.tlsConnectionNames(broker, port: tls.port)
+            return !closed.isEmpty
+        }
+        for name in closed {
+            let encoded = name.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? name
+            let result = try await runProcess(
+                "/usr/bin/curl", ["-fsS", "-u", "guest:guest", "-X", "DELETE", broker.managementURL + "/api/connections/" + encoded])
+            #expect(result.status == 0, "\(result.stderr)")
+        }
+        try await waitUntil("the worker connected again over amqps", timeout: .seconds(90)) {
+            !(try await Self.tlsConnectionNames(broker, port: tls.port)).subtracting(closed).isEmpty
+        }
+        let after = try await h.publishMany(20)
+        try await waitUntil("20 more delivered after the reconnect", timeout: .seconds(90)) { h.acceptedIDs().distinct.count == 40 }
+        #expect(h.acceptedIDs().distinct == Set((before + after).map { $0.uuidString.lowercased() }))
+        #expect(!worker.log.contains("cannot load CA file"), "\(worker.log.suffix(2000))")
+        #expect(worker.isRunning)
+        await h.shutdown()
+    }
+
+    /// The names of the broker's connections on its amqps port.
+    static func tlsConnectionNames(_ broker: BrokerCoordinates, port: Int) async throws -> Set<String> {
+        let connections = try await broker.managementJSON("/connections") as? [[String: Any]] ?? []
+        return Set(connections.filter { ($0["ssl"] as? Bool) == true && ($0["port"] as? Int) == port }.compactMap { $0["name"] as? String })
+    }
+
     static func errorLines(_ log: String) -> String {
         log.split(separator: "\n").filter { $0.lowercased().contains("error") }.suffix(3).joined(separator: " | ")
     }

@@ -330,6 +330,41 @@ struct ReloadEndToEndTests {
         await h.shutdown()
     }
 
+    /// A FIFO named by the configuration (no writer: opening it blocks) blocked the reloader for
+    /// ever, on the poll or the read of the next change. It is refused, with the start-up line,
+    /// and the next change is applied.
+    @Test func aFIFONamedAtASIGHUPIsRefusedAndTheReloaderGoesOn() async throws {
+        var options = WorkerHarness.Options()
+        options.extraBundles = 1
+        let h = try await WorkerHarness.start(broker: try TestBroker.require(), options: options)
+        let (a, b) = (h.bundles[0], h.bundles[1])
+        let config = Config(h: h)
+        try config.write([(a, config.tokenSection())])
+        let worker = try h.startWorker()
+        defer { worker.kill9() }
+        let idsA = try await Self.publish(h, 10, to: a, from: 0)
+        try await waitUntil("A's jobs") { Self.acceptances(h, bundle: a).count == 10 }
+
+        #expect(mkfifo(h.directory + "/credentials/fifo.p8", 0o600) == 0)
+        let fifoSection = config.tokenSection().replacingOccurrences(
+            of: "tokenKeyFile = credentials/AuthKey_KEY1234567.p8", with: "tokenKeyFile = credentials/fifo.p8")
+        try config.write([(a, config.tokenSection()), (b, fifoSection)])
+        worker.signal(SIGHUP)
+        try await waitUntil("the refusal, naming file, line and key") {
+            worker.log.contains("tokenKeyFile: ") && worker.log.contains("fifo.p8 is a FIFO (named pipe), not a regular file")
+        }
+
+        try config.write([(a, config.tokenSection()), (b, config.tokenSection())])
+        worker.signal(SIGHUP)
+        try await Self.waitForApplied(worker, count: 1, containing: "added [apns \"\(b)\"]")
+        let idsB = try await Self.publish(h, 10, to: b, from: 100)
+        try await waitUntil("B's jobs") { Self.acceptances(h, bundle: b).count == 10 }
+        #expect(Set(Self.acceptances(h, bundle: a).keys) == Set(idsA))
+        #expect(Set(Self.acceptances(h, bundle: b).keys) == Set(idsB))
+        #expect(worker.isRunning)
+        await h.shutdown()
+    }
+
     // MARK: - A restart-only change
 
     @Test func aRestartOnlyChangeIsReportedAndNotApplied() async throws {

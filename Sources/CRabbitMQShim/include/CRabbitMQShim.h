@@ -2,6 +2,7 @@
 #define CRABBITMQ_SHIM_H
 #include <amqp.h>
 #include <amqp_framing.h>
+#include <stddef.h>
 
 // Swift cannot call C variadic functions; these wrap librabbitmq's login calls.
 amqp_rpc_reply_t crabbitmq_login_with_properties(amqp_connection_state_t state,
@@ -26,4 +27,9 @@ void crabbitmq_wakeup_close(int wakefd);
 /// Returns a bit set: 1 = socket readable (or in error: librabbitmq reports the error),
 /// 2 = woken; 0 on timeout; -1 on a poll error other than EINTR.
 int crabbitmq_wait_readable(int sockfd, int wakefd, int timeout_ms);
+/// Trusts the PEM certificates in `pem` (`length` bytes) on a TLS socket, in place of
+/// amqp_ssl_socket_set_cacert, which opens and reads a file at every connect: a CA file changed
+/// on disk would take effect at the next reconnect. AMQP_STATUS_OK when at least one
+/// certificate was added, AMQP_STATUS_SSL_ERROR otherwise.
+int crabbitmq_ssl_socket_set_cacert_pem(amqp_socket_t *socket, const void *pem, size_t length);
 #endif
