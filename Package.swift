@@ -298,11 +298,13 @@ let package = Package(
             swiftSettings: strictSettings,
             linkerSettings: residentLinkerSettings
         ),
+        // The soak's pure parts: its schedule, the slope test of a resource, the ledger of job ends.
+        .target(name: "APNSSoak", swiftSettings: strictSettings),
         // Benchmarks for the README (release mode): pure codecs, AMQP, transport, end to end.
         .executableTarget(
             name: "APNSWorkerBench",
             dependencies: [
-                "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSProviderToken",
+                "APNSSoak", "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSProviderToken",
                 "APNSRegistryMessages", "APNSTopologyNames", "SeededRandom", "AMQPClient", "APNSTopology",
                 "APNSTransport", "APNSSimulator", "APNSConfig", "APNSRegistry",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -338,6 +340,7 @@ let package = Package(
             dependencies: ["APNSRegistryMessages", "SeededRandom", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictSettings
         ),
+        .testTarget(name: "APNSSoakTests", dependencies: ["APNSSoak"], swiftSettings: strictSettings),
         .testTarget(name: "CancellableWaitTests", dependencies: ["CancellableWait"], swiftSettings: strictSettings),
         .testTarget(
             name: "APNSWorkerClientTests",
