@@ -8,7 +8,7 @@ struct Bench: AsyncParsableCommand {
         abstract: "Benchmarks: pure codecs, the AMQP client, the APNs transports, the whole worker and its cost at scale.",
         subcommands: [
             PureBench.self, AMQPBench.self, TransportBench.self, BinaryBench.self, WorkerBench.self, ScaleBench.self, RegistryBench.self,
-            AttackBench.self, RoundTripBench.self,
+            AttackBench.self, RoundTripBench.self, SoakBench.self,
         ]
     )
 }
