@@ -20,6 +20,8 @@ set multiplot layout 3,2 title "apns-worker soak: $(head -n 1 "$dir/summary.txt"
 set xlabel "minutes"
 set key top left
 set grid
+set yrange [0:*]
+set offsets 0, 0, graph 0.1, 0
 judged(column) = (strcol(5) eq "1") ? column : NaN
 set title "broker channels (the worker's connections)"
 plot "$dir/samples.csv" skip 1 using (\$1/60):7 with lines title "all", '' skip 1 using (\$1/60):(judged(\$7)) with points pt 7 title "judged"

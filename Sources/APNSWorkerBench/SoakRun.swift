@@ -91,8 +91,8 @@ final class SoakRun: Sendable {
         }
     }
 
-    /// `rate` jobs a second, round-robin over the bundles: every 50th to a token APNs calls
-    /// `Unregistered` (a feedback event), every 100th not a job at all (its dead queue), the rest
+    /// `rate` jobs a second, round-robin over the bundles: one in 50 to a token APNs calls
+    /// `Unregistered` (a feedback event), one in 100 not a job at all (its dead queue), the rest
     /// good. A publisher that fell behind (the broker was down) catches up.
     private func publish() async {
         let interval = Duration.seconds(1) / max(rate, 1)
@@ -103,9 +103,11 @@ final class SoakRun: Sendable {
             if due > .now { try? await Task.sleep(until: due, clock: .continuous) }
             let id = UUID().uuidString.lowercased()
             let bundle = bundles[index % bundles.count]
-            if index % 100 == 37 {
+            // Shifted by one every hundred jobs, so that each bundle gets its share of both.
+            let shift = (index / 100) % bundles.count
+            if index % 100 == 37 + shift {
                 await publish(id: id, bundle: bundle, body: Array("soak \(index): not a job".utf8), expecting: .deadLetter)
-            } else if index % 50 == 49 {
+            } else if index % 50 == 45 + shift {
                 let token = "dead" + String(format: "%060x", index)
                 simulator.script(token: token, .unregistered(timestamp: Int64(Date().timeIntervalSince1970 * 1000)))
                 await publish(id: id, bundle: bundle, body: Self.job(id: id, token: token, index: index), expecting: .feedback)
