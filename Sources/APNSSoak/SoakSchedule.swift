@@ -3,8 +3,9 @@
 /// Pure: the bench carries the events out and asks this where a sample falls.
 ///
 /// A normal cycle holds the bundles on a refused key, refuses one topic, pauses a bundle, reloads
-/// the configuration and sends GOAWAYs and drops to APNs, then leaves the last part of the cycle
-/// quiet. Every `restartEvery`-th cycle restarts the broker while a key is refused (a held bundle
+/// the configuration twice (a bundle removed and a key rotated, then both back, so that every
+/// quiet part runs the same configuration) and sends GOAWAYs and drops to APNs, then leaves the
+/// last part of the cycle quiet. Every `restartEvery`-th cycle restarts the broker while a key is refused (a held bundle
 /// probing through an outage) and nothing else. Only the quiet part of normal cycles after the
 /// warm-up is judged: a sample taken mid-event measures the event (a held consumer, connections
 /// re-dialled), not what stays behind; and a broker restart closes every channel, so the channels
@@ -52,8 +53,8 @@ public struct SoakSchedule: Sendable, Hashable {
         (0.00, .refuseKey), (0.08, .allowKey),
         (0.12, .refuseTopic), (0.22, .allowTopic),
         (0.26, .pause), (0.36, .resume),
-        (0.40, .reload),
-        (0.46, .goaway), (0.52, .dropConnections), (0.58, .healAPNs),
+        (0.40, .reload), (0.46, .reload),
+        (0.50, .goaway), (0.55, .dropConnections), (0.60, .healAPNs),
     ]
     /// A restart cycle: the key refused across the outage, so that held bundles probe through it.
     public static let restartCycle: [(fraction: Double, action: SoakAction)] = [

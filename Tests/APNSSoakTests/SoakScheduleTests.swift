@@ -16,6 +16,11 @@ import Testing
             }
         }
         #expect(on.isEmpty)
+        // Reloads come in pairs: every quiet part runs the configuration the run started with.
+        let reloads = normal.filter { $0.action == .reload }.count
+        #expect(reloads == 2)
+        #expect(SoakSchedule.configuration(afterReloads: reloads).spareConfigured)
+        #expect(SoakSchedule.configuration(afterReloads: reloads).rotatedKeyIndex == 0)
     }
 
     @Test func everyThirdCycleRestartsTheBrokerWhileTheKeyIsRefused() {
