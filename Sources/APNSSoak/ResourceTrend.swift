@@ -59,7 +59,7 @@ public struct TrendVerdict: Sendable, Hashable {
 
     /// One line: the resource, its slope and growth, and the verdict.
     public var line: String {
-        let slope = slopePerHour.map { format($0) + "/h" } ?? "no slope (too few judged samples)"
+        let slope = slopePerHour.map { format($0) + "/h" } ?? "none (too few judged samples)"
         return "\(resource): slope \(slope), grew \(format(growth)) over \(samples) judged samples (tolerance \(format(tolerance.growth)): "
             + (isGrowing ? "GROWING)" : "flat)")
     }

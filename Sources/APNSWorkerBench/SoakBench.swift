@@ -11,9 +11,13 @@ import APNSSoak
 import APNSTopologyNames
 import ArgumentParser
 import Crypto
+import Dispatch
 import Foundation
 import Logging
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 struct SoakBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -73,7 +77,20 @@ struct SoakBench: AsyncParsableCommand {
             directory: NSTemporaryDirectory() + "apnsw-soak-broker-\(UUID().uuidString.prefix(8))", script: brokerScript)
         let result: (summary: [String], failures: [String])
         do {
-            result = try await soak(schedule: schedule, sampleEvery: sampling, drainTimeout: drainLimit, broker: broker, output: output)
+            // Ctrl-C or SIGTERM ends the run early, judged as far as it went, and still stops the
+            // worker and the node: an hour's run is often cut short, and must not leave them behind.
+            let soak = Task {
+                try await self.soak(schedule: schedule, sampleEvery: sampling, drainTimeout: drainLimit, broker: broker, output: output)
+            }
+            let interrupts = [SIGINT, SIGTERM].map { number in
+                signal(number, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: number)
+                source.setEventHandler { soak.cancel() }
+                source.resume()
+                return source
+            }
+            defer { interrupts.forEach { $0.cancel() } }
+            result = try await soak.value
         } catch {
             await broker.stop()
             try? FileManager.default.removeItem(atPath: broker.directory)
@@ -150,25 +167,34 @@ struct SoakBench: AsyncParsableCommand {
         var failures: [String] = []
         do {
             try await run.run()
+        } catch is CancellationError {
+            failures.append("interrupted \(Int(run.elapsed.timeInterval)) s into the run")
         } catch {
             failures.append("\(error)")
         }
+        if Task.isCancelled, failures.isEmpty { failures.append("interrupted \(Int(run.elapsed.timeInterval)) s into the run") }
 
         // The end: everything undone, the spare bundle configured again, and every job given its
         // time to reach its end.
         let drainStarted = ContinuousClock.now
         if failures.isEmpty {
             await run.undoEverything()
-            while !run.state.withLock({ $0.ledger }).allSeen(run.seen()), drainStarted.duration(to: .now) < drainTimeout, worker.isRunning {
-                try await Task.sleep(for: .seconds(2))
+            while !run.state.withLock({ $0.ledger }).allSeen(run.seen()), drainStarted.duration(to: .now) < drainTimeout, worker.isRunning,
+                !Task.isCancelled
+            {
+                try? await Task.sleep(for: .seconds(2))
             }
         }
         let drained = drainStarted.duration(to: .now)
-        let queues = await Self.workQueues(bundles, broker: broker)
-        let exitStatus = await worker.stop(grace: .seconds(60))
-        collectors.cancel()
-        await connection.close()
-        try? await setup.simulator.shutdown()
+        // In a task of its own: an interrupted run is cancelled, and its waits would not wait.
+        let (queues, exitStatus) = await Task {
+            let queues = await Self.workQueues(bundles, broker: broker)
+            let exitStatus = await worker.stop(grace: .seconds(60))
+            collectors.cancel()
+            await connection.close()
+            try? await setup.simulator.shutdown()
+            return (queues, exitStatus)
+        }.value
 
         let state = run.state.withLock { $0 }
         let verdict = state.ledger.verdict(run.seen(), windowPerRestart: prefetch * bundles.count, restarts: state.restarts)

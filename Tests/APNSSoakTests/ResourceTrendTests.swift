@@ -51,7 +51,7 @@ import Testing
         #expect(verdict.slopePerHour == nil)
         #expect(verdict.growth == 0)
         #expect(!verdict.isGrowing)
-        #expect(verdict.line.contains("no slope"))
+        #expect(verdict.line.contains("slope none"))
         #expect(ResourceTrend.pooledSlope([]) == nil)
     }
 
