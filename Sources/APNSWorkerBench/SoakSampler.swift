@@ -85,7 +85,7 @@ struct SoakSampler: Sendable {
                 tolerance: .count(slack: 2, "a consumer's channel re-opened a moment after the sample")),
             ResourceTrend.judge(
                 "broker connections", points { $0.brokerConnections.map(Double.init) },
-                tolerance: .count(slack: 1, "the admin's reads open a connection of their own when used")),
+                tolerance: .count(slack: 2, "the admin's reads open a connection of their own when first used")),
             ResourceTrend.judge(
                 "file descriptors", points { $0.fds.map(Double.init) },
                 tolerance: .count(slack: 4, "APNs connections re-dialled after a GOAWAY or a drop, a reload's file reads")),
