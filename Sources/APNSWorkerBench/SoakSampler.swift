@@ -56,7 +56,11 @@ struct SoakSampler: Sendable {
                 return (properties?["connection_name"] as? String).map(Self.workerConnectionNames.contains) ?? false
             }
             sample.brokerConnections = ours.count
-            sample.brokerChannels = ours.reduce(0) { $0 + (($1["channels"] as? Int) ?? 0) }
+            // A connection the management plugin has no statistics for yet (seconds after a
+            // reconnect) shows no channels, or 0, though it always has its control channel: not
+            // a count, so not a sample of it.
+            let channels = ours.map { $0["channels"] as? Int ?? 0 }
+            sample.brokerChannels = channels.contains(0) ? nil : channels.reduce(0, +)
         }
         sample.fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd"))?.count
         sample.threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task"))?.count
