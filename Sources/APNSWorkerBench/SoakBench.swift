@@ -222,6 +222,8 @@ struct SoakBench: AsyncParsableCommand {
     /// The worker's configuration after `reloads` reloads (`SoakSchedule.configuration`): quick
     /// probes and heartbeats, so a held bundle probes and a pause lands within the events' seconds,
     /// and `maxDeliveries` low, so deliveries that a hold wrongly counts show within a short run.
+    /// `maxAttempts` high: the dropped-connection phase loses a connection every ten streams, and
+    /// three losses in a row are a fair `RetriesExhausted` (contract §4), not a leak; ten are not.
     static func configuration(url: String, adminPort: Int, prefetch: Int, simulatorPort: Int, credentials: String, reloads: Int) -> String {
         let state = SoakSchedule.configuration(afterReloads: reloads)
         var text = """
@@ -236,7 +238,7 @@ struct SoakBench: AsyncParsableCommand {
             maxDeliveries = 5
             [retry]
             delays = 1s
-            maxAttempts = 3
+            maxAttempts = 10
 
             """
         for (index, bundle) in bundles.enumerated() where index != 3 || state.spareConfigured {
