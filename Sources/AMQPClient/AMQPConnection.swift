@@ -354,6 +354,12 @@ public final class AMQPConnection: Sendable {
         }
     }
 
+    func releaseConsumer(id: Int, handingBack: Bool) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            submit(.releaseConsumer(id, handingBack: handingBack, continuation), orElse: { continuation.resume() })
+        }
+    }
+
     private func rpc(_ request: RPCRequest) async throws -> RPCResult {
         if let name = request.overlongName { throw ShortStringNames.refusal(name) }
         return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<RPCResult, any Error>) in
@@ -444,6 +450,8 @@ enum Command: Sendable {
     case rpc(RPCRequest, CheckedContinuation<RPCResult, any Error>)
     case consume(ConsumerRequest, CheckedContinuation<Void, any Error>)
     case cancelConsumer(Int, CheckedContinuation<Void, Never>)
+    /// The consumer's owner is done with it (`AMQPConsumer.finish(handingBack:)`).
+    case releaseConsumer(Int, handingBack: Bool, CheckedContinuation<Void, Never>)
     /// With the continuation of `close()`, resumed once closed.
     case close(CheckedContinuation<Void, Never>)
 }

@@ -96,9 +96,13 @@ public struct AMQPError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Whether the caller may simply try again later (after a reconnect), as opposed to a
-    /// failure that repeats until something is changed (bad URL, conflicting topology).
+    /// failure that repeats until something is changed (bad URL, conflicting topology). 541
+    /// INTERNAL_ERROR is the broker's own trouble, however it closed: RabbitMQ answers it to a
+    /// quorum queue declared while its node's Raft cluster is not formed yet
+    /// (`cluster_not_formed`: a node starting, or one too busy to answer in time).
     public var isTransient: Bool {
-        switch code {
+        if replyCode == 541 { return true }
+        return switch code {
         case .connectionLost, .notConnected, .connectionFailed, .connectionClosedByServer, .publishNacked: true
         default: false
         }

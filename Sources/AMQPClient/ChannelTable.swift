@@ -5,6 +5,12 @@
 /// up one consumer each, numbers reused once freed, the longest freed first, and never before
 /// every frame read up to the close has been handled (`frameQueueDrained`).
 ///
+/// A consumer channel outlives its consumer: one its owner released with every delivery settled
+/// (`spare`) is taken by the next consumer instead of a new channel (`takeSpare`), so stopping
+/// and starting consumers (pauses, holds, reloads) never adds channels towards the broker's
+/// `channel_max`; closing it instead is not safe, as acks sent just before a close can be
+/// applied after it on a quorum queue and their jobs delivered again.
+///
 /// `basic.get` has a channel of its own because a channel that closes hands every delivery
 /// not yet acked on it back to the queue: on the control channel, any RPC the broker refuses (a
 /// passive declare of a fleet pause marker that does not exist is one, every heartbeat) closed it
@@ -27,6 +33,8 @@ struct ChannelTable: Equatable {
     /// with a tag of another channel's sequence).
     private var closedUntilDrained: [UInt16] = []
     private var nextConsumerChannel = ChannelTable.firstConsumer
+    /// Open consumer channels without a consumer, the one released last at the end.
+    private(set) var spares: [UInt16] = []
 
     func generation(of channel: UInt16) -> UInt64? { generations[channel] }
 
@@ -42,8 +50,29 @@ struct ChannelTable: Equatable {
     }
 
     /// The channel closed (by us or the broker): its generation's tags are stale from now on.
+    /// A spare one's number is freed (nobody else would free it).
     mutating func closed(_ channel: UInt16) {
         generations[channel] = nil
+        if let index = spares.firstIndex(of: channel) {
+            spares.remove(at: index)
+            releaseConsumerChannel(channel)
+        }
+    }
+
+    /// A consumer channel, still open, whose consumer is gone and whose deliveries are all
+    /// settled: the next consumer takes it (`takeSpare`).
+    mutating func spare(_ channel: UInt16) {
+        guard channel >= Self.firstConsumer, generations[channel] != nil, !spares.contains(channel) else { return }
+        spares.append(channel)
+    }
+
+    /// An open spare channel for a new consumer (the one released last: its frames are the
+    /// newest, and a channel the broker closed meanwhile is no longer a spare), or nil.
+    mutating func takeSpare() -> UInt16? {
+        while let channel = spares.popLast() {
+            if generations[channel] != nil { return channel }
+        }
+        return nil
     }
 
     /// A number for a new consumer's channel: a freed one first, the one freed longest ago, so
@@ -72,6 +101,7 @@ struct ChannelTable: Equatable {
     /// The connection died: every generation ends.
     mutating func connectionLost() {
         generations.removeAll()
+        spares.removeAll()
     }
 
     /// A new connection numbers its consumer channels from the first again; generations go on.
@@ -79,5 +109,6 @@ struct ChannelTable: Equatable {
         nextConsumerChannel = Self.firstConsumer
         freeConsumerChannels.removeAll()
         closedUntilDrained.removeAll()
+        spares.removeAll()
     }
 }

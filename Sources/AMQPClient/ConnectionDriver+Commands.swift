@@ -28,7 +28,7 @@ extension ConnectionDriver {
                 if let old = request.replacing { consumers.remove(old)?.buffer.finish() }
                 continuation.resume()
             }
-        case .cancelConsumer(let id, let continuation):
+        case .cancelConsumer(let id, let continuation), .releaseConsumer(let id, _, let continuation):
             consumers.remove(id)?.buffer.finish()
             continuation.resume()
         case .close(let continuation):
@@ -105,6 +105,9 @@ extension ConnectionDriver {
             if let channel = consumer.channel {
                 try cancelOnBroker(state, channel, tag: consumer.request.tag)
             }
+        case .releaseConsumer(let id, let handingBack, let continuation):
+            defer { continuation.resume() }
+            try release(id, handingBack: handingBack, on: state)
         case .close(let continuation):
             stopRequested = true
             closeWaiters.append(continuation)
@@ -171,6 +174,26 @@ extension ConnectionDriver {
         entry.request.buffer.finish()
         guard !entry.cancelled, let channel = entry.channel, channels.generation(of: channel) != nil, let state = conn else { return }
         try cancelOnBroker(state, channel, tag: entry.request.tag)
+    }
+
+    /// The consumer `id`'s owner is done with it (`AMQPConsumer.finish(handingBack:)`): it is
+    /// cancelled if it was not and forgotten, and its channel, if it still delivers on it, is
+    /// closed (`handingBack`: the broker requeues what is unacked there) or kept open as a spare
+    /// for the next consumer (`ChannelTable.spare`).
+    func release(_ id: Int, handingBack: Bool, on state: amqp_connection_state_t) throws(ConnectionFailure) {
+        guard let entry = consumers.entry(id) else { return }
+        entry.request.buffer.finish()
+        let owned = entry.channel.flatMap { channel in
+            consumers.consumer(on: channel)?.id == id && channels.generation(of: channel) != nil ? channel : nil
+        }
+        if let owned, handingBack {
+            closeChannel(owned)
+            consumers.remove(id)
+            return
+        }
+        if !entry.cancelled, let owned { try cancelOnBroker(state, owned, tag: entry.request.tag) }
+        consumers.remove(id)
+        if let owned { channels.spare(owned) }
     }
 
     /// `basic.cancel` of `tag` and its `cancel-ok`; a library failure is the connection's.

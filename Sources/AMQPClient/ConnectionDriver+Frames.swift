@@ -277,13 +277,14 @@ extension ConnectionDriver {
     }
 
     /// Opens a channel for the consumer (or takes the one of the consumer it replaces, still
-    /// open), sets its prefetch and starts `basic.consume`.
+    /// open, or a spare one a released consumer left), sets its prefetch and starts `basic.consume`.
     func establish(_ id: Int) throws {
         guard let state = conn, let consumer = consumers.entry(id) else { return }
         let request = consumer.request
         let shared = request.replacing.flatMap { consumers.entry($0)?.channel }.flatMap { channels.generation(of: $0) == nil ? nil : $0 }
-        let channel = shared ?? channels.allocateConsumerChannel()
-        if shared == nil { try openChannel(channel) }
+        let reused = shared ?? channels.takeSpare()
+        let channel = reused ?? channels.allocateConsumerChannel()
+        if reused == nil { try openChannel(channel) }
         do {
             _ = amqp_basic_qos(state, channel, 0, request.prefetch, 0)
             try check(amqp_get_rpc_reply(state), channel: channel, reopen: false, context: "basic.qos on queue '\(request.queue)'")
@@ -294,7 +295,7 @@ extension ConnectionDriver {
         } catch {
             // The broker closed the channel (`check`): a shared one takes the replaced consumer
             // with it, whose sequence ends when the caller cancels it.
-            if shared != nil {
+            if reused != nil {
                 closeStreamChannel(of: channel)
                 assembler.discard(channel: channel)
                 _ = consumers.channelClosed(channel)
@@ -304,7 +305,7 @@ extension ConnectionDriver {
             throw error
         }
         amqp_maybe_release_buffers_on_channel(state, channel)
-        if shared != nil, let slot = ackCoalescers[channel], slot.generation == channels.generation(of: channel) {
+        if reused != nil, let slot = ackCoalescers[channel], slot.generation == channels.generation(of: channel) {
             slot.acks.resize(forPrefetch: request.prefetch)
         }
         consumers.started(id, on: channel)

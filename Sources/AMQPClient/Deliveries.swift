@@ -73,6 +73,16 @@ public struct AMQPConsumer: AsyncSequence, Sendable {
         await connection.cancelConsumer(id: id)
     }
 
+    /// Its owner is done with it: cancelled if it was not, and its channel given back. Without
+    /// `handingBack` every delivery it handed out must be settled: the channel stays open for
+    /// the connection's next consumer (closing it could apply acks just sent after the close
+    /// and deliver their jobs again). With `handingBack` (jobs abandoned at a shutdown deadline)
+    /// the channel closes, and the broker requeues what is still unacked on it now rather
+    /// than when the connection ends.
+    public func finish(handingBack: Bool) async {
+        await connection.releaseConsumer(id: id, handingBack: handingBack)
+    }
+
     public func makeAsyncIterator() -> Iterator { Iterator(buffer: buffer) }
 
     public struct Iterator: AsyncIteratorProtocol, Sendable {

@@ -80,6 +80,16 @@ public protocol BrokerConnectionStatus: Sendable {
 /// deliveries already received have been read.
 public protocol MessageConsumer: AsyncSequence, Sendable where Element == AMQPDelivery {
     func cancel() async
+    /// Its owner is done with it (see `AMQPConsumer.finish(handingBack:)`): `handingBack`, the
+    /// deliveries it handed out and nobody settled go back to the queue now.
+    func finish(handingBack: Bool) async
+}
+
+extension MessageConsumer {
+    /// A broker without channels to give back: the consumer is cancelled.
+    public func finish(handingBack: Bool) async {
+        await cancel()
+    }
 }
 
 /// What a bundle pipeline uses: consume, take one message (a probe), settle, confirmed publish.

@@ -89,7 +89,13 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
                 "registry reachable again: its consumer resumes", metadata: ["amqp.queue": "\(queue)", "held.seconds": "\(heldFor.components.seconds)"])
         case .abandoned(let messages):
             logger.warning(
-                "messages still in flight at the deadline are left to the broker", metadata: ["amqp.queue": "\(queue)", "messages": "\(messages)"])
+                "messages still in flight at the deadline are handed back to the broker", metadata: ["amqp.queue": "\(queue)", "messages": "\(messages)"])
+        case .brokerFailed(let reason):
+            logger.error(
+                "broker unavailable: this consumer is started again every probe interval until it is back",
+                metadata: ["amqp.queue": "\(queue)", "amqp.error": "\(reason)"])
+        case .brokerRecovered:
+            logger.notice("broker reachable again: consuming", metadata: ["amqp.queue": "\(queue)"])
         }
     }
 

@@ -83,7 +83,7 @@ public final class RegistryService<Broker: RegistryBroker>: Service, Sendable {
     public func run() async throws {
         var plan = TopologyPlan(bundleIDs: [], retryDelays: [], queueType: settings.queueType)
         plan.addRegistry(queueType: settings.queueType)
-        try await broker.declare(plan)
+        try await broker.declareWaitingForTheBroker(plan, logger: logger)
         let applied = try await store.migrate()
         logger.info("registry schema ready", metadata: ["registry.schema": "\(RegistrySchema.latestVersion)", "registry.applied": "\(applied)"])
         let registrationWork = RegistryConsumer(

@@ -181,8 +181,14 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
         case .resumed(let heldFor):
             logger.notice("bundle resumed: APNs accepts its credentials again", metadata: ["held.seconds": "\(heldFor)"])
         case .abandoned(let jobs):
-            // Unfinished jobs stay unacked; the broker delivers them again.
-            logger.warning("jobs still in flight at the deadline are left to the broker", metadata: ["jobs": "\(jobs)"])
+            // Unfinished jobs are handed back (their channel closes); the broker delivers them again.
+            logger.warning("jobs still in flight at the deadline are handed back to the broker", metadata: ["jobs": "\(jobs)"])
+        case .brokerFailed(let reason):
+            logger.error(
+                "broker unavailable: this bundle's consumer (or a held bundle's probe) is tried again every probe interval until it is back",
+                metadata: ["amqp.error": "\(reason)"])
+        case .brokerRecovered:
+            logger.notice("broker reachable again: the bundle consumes (or probes) again")
         }
     }
 }

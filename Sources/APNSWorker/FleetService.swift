@@ -185,7 +185,7 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
     public func run() async throws {
         let queue = TopologyNames.fleetQueue(instanceID: identity.instanceID)
         // Remembered by the connection: declared again, and the consumer restored, after a reconnect.
-        try await broker.declare(FleetTopology.plan(instanceID: identity.instanceID, messageTTL: interval * 3))
+        try await broker.declareWaitingForTheBroker(FleetTopology.plan(instanceID: identity.instanceID, messageTTL: interval * 3), logger: logger)
         let consumer = try await broker.consume(queue: queue, prefetch: FleetControl.listenerPrefetch, maxBodySize: FleetMessage.maxBodyBytes)
         logger.info("fleet: announcing this instance", metadata: ["amqp.queue": "\(queue)", "fleet.interval": "\(interval)"])
         // Graceful shutdown and cancellation end it alike: cancelling the consumer is what ends

@@ -102,12 +102,25 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
     }
 
     public func run() async throws {
-        try await broker.declare(topology)
+        try await broker.declareWaitingForTheBroker(topology, logger: logger)
         logger.info("topology declared", metadata: ["amqp.queues": "\(topology.queues.count)", "apns.bundles": "\(pipelines.count)"])
         try await applyStoredPauses()
         try await withThrowingDiscardingTaskGroup { group in
             for await unit in starts.cancelOnGracefulShutdown() {
-                group.addTask { try await unit.run() }
+                group.addTask { [logger, startsContinuation] in
+                    do {
+                        try await unit.run()
+                    } catch {
+                        // A pipeline rides broker outages out by itself; one that ends with an
+                        // error anyway must not vanish while the process lives on without its
+                        // consumer: no more units start, the others stop (the group cancels
+                        // them) and the error ends the worker, loudly, for its supervisor.
+                        logger.critical(
+                            "a bundle's pipeline ended with an error: the worker stops", metadata: ["apns.bundle": "\(unit.bundleID)", "error": "\(error)"])
+                        startsContinuation.finish()
+                        throw error
+                    }
+                }
             }
         }
         let unstarted = state.withLock { state in

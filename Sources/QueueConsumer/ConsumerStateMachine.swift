@@ -16,9 +16,13 @@ import Foundation
 ///   success ends the hold (one line);
 /// - **the consumer's life**: started and cancelled only when the machine says so, so a pause, a
 ///   hold and a shutdown that overlap cannot start two or cancel none;
+/// - **outages**: a consume or a probe that fails (the broker lost, a consumer it cancelled or
+///   could not restore) ends nothing: the consumer is tried again after `probeInterval`, the
+///   outage told once and its end once (`consumerFailed`, `probeFailed`);
 /// - **draining**: after a graceful shutdown no job starts; once the consumer has ended, jobs
-///   in flight get `shutdownDeadline`; those still out then are abandoned to the broker (their
-///   late answers settle nothing; unacked, they are delivered again: at-least-once).
+///   in flight get `shutdownDeadline`; those still out then are abandoned, handed back to the
+///   broker at once (`abandoned`: the shell closes their channel; their late answers settle
+///   nothing; they are delivered again: at-least-once).
 ///
 /// `Waiter` is what a delivery over the in-flight bound waits on (a continuation in production,
 /// a number in tests); only a broker that ignores the prefetch makes one wait. `Instant` is the
@@ -98,6 +102,10 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         case held(reason: String, status: Int)
         case resumed(heldFor: Duration)
         case abandoned(jobs: Int)
+        /// The broker failed a consume or a probe: tried again every `probeInterval` (told once).
+        case brokerFailed(reason: String)
+        /// A consume or a probe went through again after `brokerFailed`.
+        case brokerRecovered
     }
 
     /// A waiting delivery to resume: `admitted` true when it was counted in flight.
@@ -150,6 +158,13 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
     private var roomWaiter: Waiter?
     /// The publish time of the newest job taken (the fleet's queue latency estimate).
     package private(set) var lastTakenPublishedAt: Date?
+    /// A consume failed: the next is started no sooner than this.
+    package private(set) var consumeRetryAt: Instant?
+    /// A consume or probe failed and none has gone through since (its news was told).
+    package private(set) var brokerFailing = false
+    /// Jobs still out when the shutdown deadline finished the consumer: their deliveries are
+    /// to be handed back (the shell closes the consumer's channel), not left unacked.
+    package private(set) var abandoned = 0
 
     package init(limit: Int, probeInterval: Duration, shutdownDeadline: Duration) {
         self.limit = max(limit, 1)
@@ -215,12 +230,40 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
     /// `basic.consume` answered.
     package mutating func consumerStarted() -> Action {
         guard consumer == .starting else { return .none }
+        let news = brokerWorks()
         if lifecycle == .running && !paused && !breaker.isHeld {
             consumer = .consuming
-            return .none
+            return Action(news: news)
         }
         consumer = .cancelling
-        return Action(control: .cancelConsumer)
+        return Action(control: .cancelConsumer, news: news)
+    }
+
+    /// `basic.consume` failed, or the consumer's deliveries ended with an error (the broker
+    /// cancelled it, or it could not be started again after a reconnect): an outage, never the
+    /// consumer's end. The consumer is started again after `probeInterval` (a held one probes
+    /// instead, on its own schedule); the first failure of an outage is news.
+    package mutating func consumerFailed(reason: String, now: Instant) -> Action {
+        var action = Action(news: brokerFails(reason))
+        guard consumer != .idle else { return action }
+        consumer = .idle
+        consumeRetryAt = now.advanced(by: probeInterval)
+        if let waiter = roomWaiter {
+            roomWaiter = nil
+            action.wake = Wake(waiter: waiter, admitted: false)
+        }
+        action.add(isDraining ? drain(now: now) : takeAgain(now: now))
+        return action
+    }
+
+    /// The probe itself failed (the broker lost): nothing proven, the next probe an interval
+    /// from now; the first failure of an outage is news.
+    package mutating func probeFailed(reason: String, now: Instant) -> Action {
+        probeTaking = false
+        breaker.inconclusive(now: now)
+        var action = isDraining ? drain(now: now) : takeAgain(now: now)
+        action.news = brokerFails(reason)
+        return action
     }
 
     /// The consumer's deliveries ended (cancelled by us or by the broker).
@@ -240,10 +283,12 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         switch lifecycle {
         case .draining(let deadline?) where now >= deadline:
             lifecycle = .finished
+            abandoned = inFlight
             return Action(control: .finish, news: .abandoned(jobs: inFlight))
         case .running:
-            guard case .held(_, _, let next) = breaker.state, now >= next else { return .none }
-            return takeAgain(now: now)
+            if case .held(_, _, let next) = breaker.state, now >= next { return takeAgain(now: now) }
+            if !breaker.isHeld, let retry = consumeRetryAt, now >= retry { return takeAgain(now: now) }
+            return .none
         default:
             return .none
         }
@@ -252,6 +297,15 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
     /// The probe returned; `.start` counts the job it found in flight, `.refuse` sends it back.
     package mutating func probeTaken(_ result: ProbeResult, now: Instant) -> (intake: Intake?, action: Action) {
         probeTaking = false
+        let answered = probeAnswered(result, now: now)
+        var action = answered.action
+        // The broker answered. With news of its own (the hold ended), the outage's end is told
+        // by the consumer that starts next.
+        if action.news == .none { action.news = brokerWorks() }
+        return (answered.intake, action)
+    }
+
+    private mutating func probeAnswered(_ result: ProbeResult, now: Instant) -> (intake: Intake?, action: Action) {
         let found: Bool
         switch result {
         case .found(let publishedAt):
@@ -384,6 +438,18 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
 
     // MARK: - Rules
 
+    /// The broker failed a consume or probe: news only for the first failure of an outage.
+    private mutating func brokerFails(_ reason: String) -> News {
+        defer { brokerFailing = true }
+        return brokerFailing ? .none : .brokerFailed(reason: reason)
+    }
+
+    /// A consume or probe went through: the end of an outage is news.
+    private mutating func brokerWorks() -> News {
+        defer { brokerFailing = false }
+        return brokerFailing ? .brokerRecovered : .none
+    }
+
     private mutating func taken(publishedAt: Date?) {
         guard let publishedAt else { return }
         if publishedAt > (lastTakenPublishedAt ?? .distantPast) { lastTakenPublishedAt = publishedAt }
@@ -410,6 +476,8 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         guard lifecycle == .running, !paused, consumer == .idle, !probeTaking else { return .none }
         switch breaker.probeDue(now: now) {
         case .flowing:
+            if let retry = consumeRetryAt, now < retry { return Action(timer: retry) }
+            consumeRetryAt = nil
             consumer = .starting
             return Action(control: .startConsumer)
         case .wait(let next):

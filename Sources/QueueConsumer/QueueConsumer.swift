@@ -30,8 +30,6 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
         case control(Machine.Control, timer: ContinuousClock.Instant?)
         /// A timer went off.
         case tick
-        /// The consumer's deliveries ended with an error: `run()` throws it.
-        case failed(any Error)
     }
 
     /// The time of the breaker, the probes, the shutdown deadline and the work's timings.
@@ -92,13 +90,14 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
 
     /// Consumes `work`'s queue until graceful shutdown (or cancellation). Jobs in flight at
     /// shutdown get the shutdown deadline; whatever is unacked then goes back to the broker and
-    /// the settles still running are cancelled. Runs once.
+    /// the settles still running are cancelled. An outage of the broker ends nothing: consumes
+    /// and probes that fail are tried again (`ConsumerStateMachine.consumerFailed`). Runs once.
     package func run(_ work: Work) async throws {
         defer { settleBox.finish() }
         try await withGracefulShutdownHandler {
             try await withThrowingDiscardingTaskGroup { group in
                 group.addTask { await self.runSettles() }
-                try await control(work, &group)
+                await control(work, &group)
                 // Timers may still sleep and settles abandoned at the deadline still run.
                 group.cancelAll()
             }
@@ -129,72 +128,82 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
 
     /// Carries out the machine's control actions until it says `finish` (or the task is
     /// cancelled, which ends the mail). The consumer and the timers are child tasks of `group`.
-    private func control(_ work: Work, _ group: inout ThrowingDiscardingTaskGroup<any Error>) async throws {
+    /// A consumer cancelled by a pause or a hold is replaced on its own channel when the
+    /// consumer starts again, and at `finish` its channel is given back to the connection
+    /// (closed, handing back what was abandoned at the deadline): none is left open behind.
+    private func control(_ work: Work, _ group: inout ThrowingDiscardingTaskGroup<any Error>) async {
         var consumer: Work.Broker.Consumer?
         event { $0.start(now: clock.now) }
-        do {
-            for await mail in mail {
-                switch mail {
-                case .failed(let error):
-                    throw error
-                case .tick:
-                    event { $0.tick(now: clock.now) }
-                case .control(let control, let timer):
-                    if let timer {
-                        group.addTask { [clock, mailbox] in
-                            guard (try? await clock.sleep(for: clock.now.duration(to: timer))) != nil else { return }
-                            mailbox.yield(.tick)
-                        }
-                    }
-                    switch control {
-                    case .none:
-                        break
-                    case .startConsumer:
-                        let prefetch = machine.withLock { $0.limit }
-                        consumer = try await startConsumer(work, prefetch: prefetch, &group)
-                        event { $0.consumerStarted() }
-                        // The window moved while `basic.consume` was under way.
-                        if machine.withLock({ $0.consumer == .consuming && $0.limit != prefetch }) {
-                            consumer = try await reconsume(work, replacing: consumer, &group)
-                        }
-                    case .reconsume:
-                        consumer = try await reconsume(work, replacing: consumer, &group)
-                    case .cancelConsumer:
-                        await consumer?.cancel()
-                    case .probe:
-                        try await probe(work)
-                    case .finish:
-                        return
+        for await mail in mail {
+            switch mail {
+            case .tick:
+                event { $0.tick(now: clock.now) }
+            case .control(let control, let timer):
+                if let timer {
+                    group.addTask { [clock, mailbox] in
+                        guard (try? await clock.sleep(for: clock.now.duration(to: timer))) != nil else { return }
+                        mailbox.yield(.tick)
                     }
                 }
+                switch control {
+                case .none:
+                    break
+                case .startConsumer:
+                    let prefetch = machine.withLock { $0.limit }
+                    do {
+                        consumer = try await startConsumer(work, prefetch: prefetch, replacing: consumer, &group)
+                    } catch {
+                        event { $0.consumerFailed(reason: "\(error)", now: clock.now) }
+                        continue
+                    }
+                    event { $0.consumerStarted() }
+                    // The window moved while `basic.consume` was under way.
+                    if machine.withLock({ $0.consumer == .consuming && $0.limit != prefetch }) {
+                        consumer = await reconsume(work, replacing: consumer, &group)
+                    }
+                case .reconsume:
+                    consumer = await reconsume(work, replacing: consumer, &group)
+                case .cancelConsumer:
+                    await consumer?.cancel()
+                case .probe:
+                    await probe(work)
+                case .finish:
+                    let abandoned = machine.withLock { $0.abandoned }
+                    await consumer?.finish(handingBack: abandoned > 0)
+                    return
+                }
             }
-        } catch {
-            await endConsumer(consumer)
-            throw error
         }
         // Cancelled: end the consumer, or the task group would wait for it forever.
         await endConsumer(consumer)
     }
 
-    /// A broker consumer with `prefetch` (replacing `old`, if given), and its consumer task in `group`.
+    /// A broker consumer with `prefetch` (replacing `old`, if given: on its channel), and its
+    /// consumer task in `group`.
     private func startConsumer(
         _ work: Work, prefetch: Int, replacing old: Work.Broker.Consumer? = nil, _ group: inout ThrowingDiscardingTaskGroup<any Error>
     ) async throws -> Work.Broker.Consumer {
         // Numbered before it exists: replacing `old` ends old's sequence while `consume` is
         // still under way, and old's end must not be taken for the consumer's end.
-        let number = consumerNumber.withLock { n -> Int in
+        let (number, previous) = consumerNumber.withLock { n -> (Int, Int) in
             n += 1
-            return n
+            return (n, n - 1)
         }
         let started: Work.Broker.Consumer
-        if let old {
-            started = try await work.broker.consume(
-                replacing: old, queue: work.queue, prefetch: UInt16(clamping: prefetch), maxBodySize: work.maxBodySize,
-                oversizedDeadLetter: work.oversizedDeadLetter)
-        } else {
-            started = try await work.broker.consume(
-                queue: work.queue, prefetch: UInt16(clamping: prefetch), maxBodySize: work.maxBodySize,
-                oversizedDeadLetter: work.oversizedDeadLetter)
+        do {
+            if let old {
+                started = try await work.broker.consume(
+                    replacing: old, queue: work.queue, prefetch: UInt16(clamping: prefetch), maxBodySize: work.maxBodySize,
+                    oversizedDeadLetter: work.oversizedDeadLetter)
+            } else {
+                started = try await work.broker.consume(
+                    queue: work.queue, prefetch: UInt16(clamping: prefetch), maxBodySize: work.maxBodySize,
+                    oversizedDeadLetter: work.oversizedDeadLetter)
+            }
+        } catch {
+            // Nothing replaced `old`: its end is the consumer's end again.
+            consumerNumber.withLock { n in if n == number { n = previous } }
+            throw error
         }
         group.addTask { await self.consume(started, work, number: number) }
         return started
@@ -205,12 +214,21 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
     /// deliveries are still taken and settled on that channel, which stays open, so nothing is
     /// lost or sent twice; what the broker sent for the old one after its cancel goes back to
     /// the queue untouched. Nothing to do unless the machine still consumes (a hold or pause
-    /// mailed meanwhile cancels whichever consumer is newest).
+    /// mailed meanwhile cancels whichever consumer is newest). When the broker refuses, the old
+    /// one is ended and the machine told of a failed consumer: it starts one again later.
     private func reconsume(
         _ work: Work, replacing old: Work.Broker.Consumer?, _ group: inout ThrowingDiscardingTaskGroup<any Error>
-    ) async throws -> Work.Broker.Consumer? {
+    ) async -> Work.Broker.Consumer? {
         guard let old, let prefetch = machine.withLock({ $0.consumer == .consuming ? $0.limit : nil }) else { return old }
-        return try await startConsumer(work, prefetch: prefetch, replacing: old, &group)
+        do {
+            return try await startConsumer(work, prefetch: prefetch, replacing: old, &group)
+        } catch {
+            // Old's end is no news now (the machine is told here, once).
+            consumerNumber.withLock { $0 += 1 }
+            await old.cancel()
+            event { $0.consumerFailed(reason: "\(error)", now: clock.now) }
+            return old
+        }
     }
 
     private func endConsumer(_ consumer: Work.Broker.Consumer?) async {
@@ -221,13 +239,18 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
     /// The consumer task: every delivery in turn, until the consumer is cancelled. The end of
     /// one a re-consume replaced is no news to the machine.
     private func consume(_ consumer: Work.Broker.Consumer, _ work: Work, number: Int) async {
+        var failure: (any Error)?
         do {
             for try await delivery in consumer { await take(delivery, work) }
         } catch {
-            mailbox.yield(.failed(error))
+            failure = error
         }
         guard consumerNumber.withLock({ $0 == number }) else { return }
-        event { $0.consumerEnded(now: clock.now) }
+        if let failure {
+            event { $0.consumerFailed(reason: "\(failure)", now: clock.now) }
+        } else {
+            event { $0.consumerEnded(now: clock.now) }
+        }
     }
 
     private func take(_ delivery: AMQPDelivery, _ work: Work) async {
@@ -248,13 +271,14 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
     }
 
     /// A held consumer's probe: a job taken and worked like any other, or an answer of its own.
-    private func probe(_ work: Work) async throws {
+    /// One that fails (the broker lost) is tried again at the next interval.
+    private func probe(_ work: Work) async {
         let probe: ConsumerProbe
         do {
             probe = try await work.probe()
         } catch {
-            event { $0.probeTaken(.nothing, now: clock.now) }
-            throw error
+            event { $0.probeFailed(reason: "\(error)", now: clock.now) }
+            return
         }
         let result: Machine.ProbeResult
         switch probe {

@@ -127,6 +127,48 @@ import Testing
         #expect(table.allocateConsumerChannel() == 7)
     }
 
+    /// A consumer released with its deliveries settled leaves its channel open as a spare, and
+    /// the next consumer takes it instead of a new number: stopping and starting consumers
+    /// (pauses, holds, reloads) keeps the count of channels flat, however many times.
+    @Test func aReleasedConsumersChannelIsTakenByTheNextConsumerInsteadOfANewOne() {
+        var table = ChannelTable()
+        let first = table.allocateConsumerChannel()
+        let generation = table.opened(first)
+        for _ in 0..<3_000 {
+            table.spare(first)
+            #expect(table.takeSpare() == first)
+        }
+        #expect(table.generation(of: first) == generation, "the same channel, never closed: its delivery tags stay good")
+        #expect(table.takeSpare() == nil)
+        #expect(table.allocateConsumerChannel() == first + 1, "no number was used up meanwhile")
+    }
+
+    /// Only open consumer channels are spares, once each; one the broker closes meanwhile is
+    /// no spare any more and its number is freed; a new connection has none.
+    @Test func aSpareIsAnOpenConsumerChannelAndOneClosedMeanwhileIsNotTaken() {
+        var table = ChannelTable()
+        table.opened(ChannelTable.get)
+        table.spare(ChannelTable.get)
+        #expect(table.takeSpare() == nil, "the fixed channels are not consumers'")
+        let (a, b) = (table.allocateConsumerChannel(), table.allocateConsumerChannel())
+        table.spare(a)
+        #expect(table.takeSpare() == nil, "never opened")
+        table.opened(a)
+        table.opened(b)
+        table.spare(a)
+        table.spare(a)
+        table.spare(b)
+        table.closed(b)
+        #expect(table.takeSpare() == a)
+        #expect(table.takeSpare() == nil, "b closed, a spared once")
+        table.frameQueueDrained()
+        #expect(table.allocateConsumerChannel() == b, "the closed spare's number is free again")
+        table.spare(a)
+        table.connectionLost()
+        table.newConnection()
+        #expect(table.takeSpare() == nil)
+    }
+
     @Test func consumerChannelsStartAfterTheFixedOnesAndFreedNumbersAreReused() {
         var table = ChannelTable()
         #expect(Set([ChannelTable.control, ChannelTable.publish, ChannelTable.get]).count == 3)

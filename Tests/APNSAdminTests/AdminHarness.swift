@@ -70,7 +70,7 @@ final class AdminHarness: Sendable {
         let publisher = try await AMQPConnection.connect(
             configuration: AMQPConfiguration(urlStrings: [broker.amqpURL], connectionName: "admin-test-publisher"), logger: logger)
         let plan = TopologyPlan(bundleIDs: [bundle], retryDelays: [retryDelay], queueType: .quorum)
-        try await publisher.declare(plan)
+        try await publisher.declareWaitingForTheBroker(plan, logger: logger)
 
         var configuration = HTTP2TransportConfiguration(
             environment: .production,

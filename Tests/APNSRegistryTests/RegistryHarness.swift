@@ -111,7 +111,8 @@ final class RegistryHarness: Sendable {
             configuration: AMQPConfiguration(urlStrings: [broker.amqpURL], connectionName: "registry-e2e"), logger: clientLogger)
         var plan = TopologyPlan(bundleIDs: bundles, retryDelays: [.milliseconds(300), .milliseconds(600)], queueType: .quorum)
         plan.addRegistry(queueType: .quorum)
-        try await connection.declare(plan)
+        // A busy node may not have formed its Raft cluster yet (541): wait as the worker does.
+        try await connection.declareWaitingForTheBroker(plan, logger: clientLogger)
         for queue in [TopologyNames.registry, TopologyNames.groups, TopologyNames.registryDead, TopologyNames.groupsDead] {
             _ = try await connection.purgeQueue(queue)
         }

@@ -22,6 +22,9 @@ final class FakeBroker: MessageBroker {
         var rejected: [AMQPDeliveryTag] = []
         var published: [AMQPOutboundMessage] = []
         var consumer: AsyncThrowingStream<AMQPDelivery, any Error>.Continuation?
+        /// Which start the live consumer is (`consumersStarted` when it began): a cancel of an
+        /// older one (a consumer started again after a pause replaces the cancelled one) ends nothing.
+        var consumerNumber = 0
         var consumersStarted = 0
         var consumersCancelled = 0
         var gets = 0
@@ -74,28 +77,32 @@ final class FakeBroker: MessageBroker {
         typealias Element = AMQPDelivery
         let stream: AsyncThrowingStream<AMQPDelivery, any Error>
         let broker: FakeBroker
+        let number: Int
         func makeAsyncIterator() -> AsyncThrowingStream<AMQPDelivery, any Error>.AsyncIterator { stream.makeAsyncIterator() }
-        func cancel() async { broker.cancelConsumer() }
+        func cancel() async { broker.cancelConsumer(number) }
     }
 
     func consume(queue: String, prefetch: UInt16, maxBodySize: Int) async throws -> Consumer {
         precondition(queue == workQueue)
         let (stream, continuation) = AsyncThrowingStream<AMQPDelivery, any Error>.makeStream()
-        state.withLock { state in
+        let number = state.withLock { state -> Int in
             precondition(state.consumer == nil, "one consumer at a time")
             state.consumersStarted += 1
+            state.consumerNumber = state.consumersStarted
             state.consumer = continuation
             for delivery in state.ready { continuation.yield(delivery) }
             state.ready.removeAll()
+            return state.consumerNumber
         }
-        return Consumer(stream: stream, broker: self)
+        return Consumer(stream: stream, broker: self, number: number)
     }
 
-    private func cancelConsumer() {
+    private func cancelConsumer(_ number: Int) {
         let consumer = state.withLock { state -> AsyncThrowingStream<AMQPDelivery, any Error>.Continuation? in
-            defer { state.consumer = nil }
-            if state.consumer != nil { state.consumersCancelled += 1 }
-            return state.consumer
+            guard state.consumerNumber == number, let consumer = state.consumer else { return nil }
+            state.consumer = nil
+            state.consumersCancelled += 1
+            return consumer
         }
         consumer?.finish()
     }

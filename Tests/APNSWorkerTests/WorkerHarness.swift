@@ -159,8 +159,9 @@ final class WorkerHarness: Sendable {
             configuration: AMQPConfiguration(urlStrings: options.clientURLs ?? [broker.amqpURL], connectionName: "e2e-test"), logger: clientLogger)
         // The worker declares the same plan; declaring it here first lets the test bind its
         // feedback queue and publish before any worker runs.
-        try await connection.declare(
-            TopologyPlan(bundleIDs: bundles, retryDelays: [.milliseconds(300), .milliseconds(600)], queueType: .quorum))
+        // A busy node may not have formed its Raft cluster yet (541): wait as the worker does.
+        try await connection.declareWaitingForTheBroker(
+            TopologyPlan(bundleIDs: bundles, retryDelays: [.milliseconds(300), .milliseconds(600)], queueType: .quorum), logger: clientLogger)
         let feedbackQueue = uniqueName("e2e.feedback")
         _ = try await connection.declareQueue(QueueDeclaration(name: feedbackQueue))
         try await connection.bind(BindingDeclaration(queue: feedbackQueue, exchange: TopologyNames.feedbackExchange, routingKey: bundle))

@@ -15,6 +15,8 @@ import Testing
     /// States worth overlapping events in, each reached by steps from a fresh consumer.
     enum Base: String, CaseIterable, Sendable {
         case consuming, full, held, probing, probeSent, paused, heldPaused, heldAlongside, draining, drainingHeld
+        /// The broker lost: the consumer failed, or a held consumer's probe did.
+        case consumerFailed, probeFailed
 
         func steps(_ user: User) -> [Stimulus] {
             switch self {
@@ -29,6 +31,8 @@ import Testing
             case .heldAlongside: [.consumerConfirms, .deliver, .siblingHolds, .consumerEnds]
             case .draining: [.consumerConfirms, .deliver, .shutdown, .consumerEnds]
             case .drainingHeld: Base.held.steps(user) + [.shutdown]
+            case .consumerFailed: [.consumerConfirms, .deliver, .consumerFails]
+            case .probeFailed: Base.probing.steps(user) + [.probeFails]
             }
         }
 
@@ -49,7 +53,7 @@ import Testing
 
         static let all = User.allCases.flatMap { user in Base.allCases.filter { $0.applies(to: user) }.map { Case(user: user, base: $0) } }
         /// The states where most can go wrong at once.
-        static let holds = all.filter { [.probing, .probeSent, .heldPaused, .heldAlongside, .drainingHeld].contains($0.base) }
+        static let holds = all.filter { [.probing, .probeSent, .heldPaused, .heldAlongside, .drainingHeld, .consumerFailed, .probeFailed].contains($0.base) }
     }
 
     @Test func everyUserHasTheBasesItsConfigurationAllows() {
@@ -76,6 +80,8 @@ import Testing
         case .heldAlongside: #expect(machine.isHeld && world.alerts == 0 && machine.consumer == .idle)
         case .draining: #expect(machine.lifecycle != .running && world.timers.count == 1 && machine.inFlight == 1)
         case .drainingHeld: #expect(machine.isHeld && machine.lifecycle != .running)
+        case .consumerFailed: #expect(machine.consumer == .idle && machine.brokerFailing && world.brokerAlerts == 1 && machine.inFlight == 1)
+        case .probeFailed: #expect(machine.isHeld && !machine.probeTaking && machine.brokerFailing && world.brokerAlerts == 1)
         }
     }
 
@@ -138,6 +144,11 @@ import Testing
                 if world.consumer != .none { world.violation("held yet consuming") }
                 world.apply(.timePasses)
                 if !world.probeOut { world.violation("held and the interval passed, but no probe") }
+            } else if world.consumer == .none && machine.consumeRetryAt != nil {
+                // A consume failed: started again once the interval passed, never given up.
+                world.apply(.timePasses)
+                world.quiesce()
+                if world.consumer != .live { world.violation("a failed consumer was not started again after the interval") }
             } else if world.consumer != .live {
                 world.violation("flowing but not consuming")
             }
@@ -217,6 +228,84 @@ import Testing
         #expect(machine.probeTaken(.found(publishedAt: nil), now: t0.advanced(by: .seconds(5))).intake == .start)
         #expect(machine.settled(probe: true, now: t0.advanced(by: .seconds(6))) == .init(timer: t0.advanced(by: .seconds(11))))
         #expect(machine.isHeld)
+    }
+
+    // MARK: - Outages of the broker
+
+    /// A consume the broker refused, or a consumer whose deliveries ended with an error (the
+    /// connection lost and the consumer not restored), ends nothing: the consumer is started
+    /// again after the interval, however often it fails, with one line for the outage and one
+    /// for its end. (It used to end `run()`, and with it the bundle's unit.)
+    @Test(arguments: User.allCases)
+    func aConsumerThatFailsIsStartedAgainAfterTheIntervalAndTheOutageToldOnce(_ user: User) {
+        var world = Base.consumerFailed.world(user)
+        let failedAt = world.now
+        #expect(world.timers == [failedAt.advanced(by: ConsumerWorld.probeInterval)])
+        #expect(world.machine.tick(now: failedAt.advanced(by: .seconds(1))) == .none, "not before the interval")
+        world.apply(.timePasses)
+        #expect(world.consumer == .starting)
+        for _ in 0..<3 {
+            world.apply(.consumerFails)
+            #expect(world.consumer == .none)
+            world.apply(.timePasses)
+            #expect(world.consumer == .starting, "tried again, never given up")
+        }
+        #expect(world.brokerAlerts == 1, "one line for the outage, not one per try")
+        world.apply(.consumerConfirms)
+        #expect(!world.brokerOutage, "its end told")
+        world.apply(.answerHealthy)
+        #expect(world.jobs.isEmpty && world.consumer == .live)
+        #expect(world.violations.isEmpty, "\(world.violations)")
+    }
+
+    /// A held consumer's probe that throws (no connection) proves nothing: the next probe comes
+    /// an interval later, and the hold and the outage are each told once.
+    @Test(arguments: User.allCases)
+    func aProbeThatFailsIsTakenAgainAtTheIntervalAndTheOutageToldOnce(_ user: User) {
+        var world = Base.probeFailed.world(user)
+        #expect(world.machine.isHeld && world.alerts == 1 && world.brokerAlerts == 1)
+        for _ in 0..<3 {
+            world.apply(.timePasses)
+            #expect(world.probeOut)
+            world.apply(.probeFails)
+        }
+        #expect(world.brokerAlerts == 1)
+        world.apply(.timePasses)
+        world.apply(user.probeTakesAJob ? .probeFinds : .probeHealthy)
+        if user.probeTakesAJob {
+            #expect(!world.brokerOutage, "the broker answered")
+            world.apply(.answerHealthy)
+        }
+        #expect(!world.machine.isHeld && world.consumer == .starting)
+        world.apply(.consumerConfirms)
+        #expect(!world.brokerOutage, "its end told, by the probe or the consumer started after it")
+        #expect(world.violations.isEmpty, "\(world.violations)")
+    }
+
+    /// A failed consume during a shutdown lets the consumer finish: no retry after `finish`.
+    @Test func aConsumerThatFailsWhileDrainingFinishesOnceItsJobsEnd() {
+        var world = Base.consuming.world(.bundle)
+        world.apply(.shutdown)
+        world.apply(.consumerFails)
+        #expect(world.finishes == 0 && world.consumer == .none)
+        world.apply(.answerHealthy)
+        #expect(world.finishes == 1)
+        #expect(world.violations.isEmpty, "\(world.violations)")
+    }
+
+    /// At the deadline the jobs still out are counted for the shell, which hands them back
+    /// (closes their channel) instead of leaving them unacked until the connection ends.
+    @Test(arguments: User.allCases)
+    func theJobsAbandonedAtTheDeadlineAreCountedForTheShell(_ user: User) {
+        var world = Base.draining.world(user)
+        #expect(world.machine.abandoned == 0)
+        world.apply(.deadlinePasses)
+        #expect(world.finishes == 1)
+        #expect(world.machine.abandoned == 1)
+        var clean = Base.consuming.world(user)
+        clean.apply(.shutdown)
+        clean.quiesce()
+        #expect(clean.finishes == 1 && clean.machine.abandoned == 0, "nothing abandoned: the channel is kept for the next consumer")
     }
 
     // MARK: - Overlaps named in issue 29

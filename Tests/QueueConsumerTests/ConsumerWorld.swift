@@ -53,6 +53,9 @@ struct ConsumerWorld {
         case pause, resume, shutdown
         case consumerConfirms, consumerEnds
         case probeFinds, probeEmpty, probeHealthy
+        /// The broker lost: a `basic.consume` refused or a consumer's deliveries ended with an
+        /// error (cancelled by the broker, not restored after a reconnect); a probe that threw.
+        case consumerFails, probeFails
         case siblingHolds
         case timePasses, deadlinePasses
         /// The transport's window: four times the bound, or a quarter of it.
@@ -77,6 +80,9 @@ struct ConsumerWorld {
     /// Held along with a sibling: no alert of its own.
     var heldAlongside = false
     var alerts = 0
+    /// A broker outage was told and its end not yet.
+    var brokerOutage = false
+    var brokerAlerts = 0
     var nacked = 0
     /// Consumers replaced by a larger or smaller prefetch.
     var reconsumes = 0
@@ -137,6 +143,13 @@ struct ConsumerWorld {
             if !alertOpen && !heldAlongside { violation("resumed with no hold") }
             alertOpen = false
             heldAlongside = false
+        case .brokerFailed:
+            if brokerOutage { violation("a second broker alert in one outage") }
+            brokerOutage = true
+            brokerAlerts += 1
+        case .brokerRecovered:
+            if !brokerOutage { violation("broker recovered with no outage told") }
+            brokerOutage = false
         case .none, .abandoned:
             break
         }
@@ -161,6 +174,7 @@ struct ConsumerWorld {
             violation("held \(machine.isHeld) but alert open \(alertOpen), held alongside \(heldAlongside)")
         }
         if machine.probeTaking != probeOut { violation("probe taking \(machine.probeTaking), out \(probeOut)") }
+        if machine.brokerFailing != brokerOutage { violation("machine's broker failing \(machine.brokerFailing), outage told \(brokerOutage)") }
         if machine.hasRoomWaiter != (parked != nil) { violation("machine has a waiter \(machine.hasRoomWaiter), parked \(String(describing: parked))") }
     }
 
@@ -237,6 +251,15 @@ struct ConsumerWorld {
             if intake == .start { started(probe: true) } else if intake == .refuse { nacked += 1 }
             if stimulus != .probeFinds, intake != nil { violation("a probe that took no job gave \(String(describing: intake))") }
             carryOut(action, step)
+        case .consumerFails:
+            // A parked delivery holds the consumer's task: its sequence cannot end meanwhile.
+            guard consumer != .none, consumer == .starting || parked == nil else { return false }
+            consumer = .none
+            carryOut(machine.consumerFailed(reason: "connection lost", now: now), step)
+        case .probeFails:
+            guard probeOut else { return false }
+            probeOut = false
+            carryOut(machine.probeFailed(reason: "not connected", now: now), step)
         case .windowGrows:
             carryOut(machine.resize(to: machine.limit * 4), step)
         case .windowShrinks:
