@@ -226,7 +226,16 @@ public final class AMQPConnection: Sendable {
     /// empty. The message stays unacked until `ack`/`nack`/`reject` (or the connection closes,
     /// which requeues it).
     public func get(queue: String, maxBodySize: Int) async throws -> AMQPDelivery? {
-        guard case .delivery(let delivery) = try await rpc(.get(queue, maxBodySize: maxBodySize)) else { throw unexpectedReply() }
+        try await get(queue: queue, maxBodySize: maxBodySize, oversizedDeadLetter: nil)
+    }
+
+    /// As `get(queue:maxBodySize:)`; a body over `maxBodySize` is first copied where
+    /// `oversizedDeadLetter` says, frame by frame as it arrives, as a consumer's is
+    /// (`consume(queue:prefetch:maxBodySize:oversizedDeadLetter:)`): once the broker confirms the
+    /// copy, the message comes marked `oversizedBodyDeadLettered`; unmarked when it could not be made.
+    public func get(queue: String, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?) async throws -> AMQPDelivery? {
+        guard case .delivery(let delivery) = try await rpc(.get(queue, maxBodySize: maxBodySize, oversizedDeadLetter: oversizedDeadLetter))
+        else { throw unexpectedReply() }
         return delivery
     }
 
@@ -434,7 +443,7 @@ enum RPCRequest: Sendable {
     case deleteExchange(String, ifUnused: Bool)
     case purgeQueue(String)
     case inspectQueue(String)
-    case get(String, maxBodySize: Int)
+    case get(String, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?)
 }
 
 enum RPCResult: Sendable {

@@ -43,8 +43,8 @@ extension ConnectionDriver {
             return .count(ok?.pointee.message_count ?? 0)
         case .inspectQueue(let name):
             return .queueInfo(try inspect(name, context: "inspecting queue '\(name)'"))
-        case .get(let queue, let maxBodySize):
-            return .delivery(try get(queue, maxBodySize: maxBodySize))
+        case .get(let queue, let maxBodySize, let oversizedDeadLetter):
+            return .delivery(try get(queue, maxBodySize: maxBodySize, oversizedDeadLetter: oversizedDeadLetter))
         }
     }
 
@@ -125,7 +125,11 @@ extension ConnectionDriver {
     /// not yet acked on it: another held bundle's probe out at that moment would come back
     /// beside the copy that probe publishes (sent twice, as the control channel did before it
     /// had `ChannelTable.get`). A refused look-up takes nothing with it.
-    func get(_ queue: String, maxBodySize: Int) throws -> AMQPDelivery? {
+    ///
+    /// With `oversizedDeadLetter`, a body over `maxBodySize` is copied there as it arrives, as a
+    /// consumer's (`ConnectionDriver+Oversized.swift`), and the get waits for the broker's confirm
+    /// of the copy before it returns the message, marked `oversizedCopied` when it came.
+    func get(_ queue: String, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter? = nil) throws -> AMQPDelivery? {
         guard let state = conn else { throw AMQPError(.notConnected, "not connected to the broker") }
         _ = try inspect(queue, context: "basic.get on queue '\(queue)'")
         let channel = ChannelTable.get
@@ -156,8 +160,11 @@ extension ConnectionDriver {
             case (true, AMQP_FRAME_HEADER):
                 let header = frame.payload.properties
                 assembled = assembleHeader(on: channel, bodySize: header.body_size, decoded: header.decoded, raw: header.raw)
+                if assembled == nil, let oversizedDeadLetter { try beginOversizedCopy(on: channel, route: oversizedDeadLetter) }
             case (true, AMQP_FRAME_BODY):
-                assembled = assembler.body(on: channel, Self.bytes(of: frame.payload.body_fragment))
+                let bytes = Self.bytes(of: frame.payload.body_fragment)
+                if oversizedStreaming[channel] != nil { try copyOversizedBody(bytes, on: channel) }
+                assembled = assembler.body(on: channel, bytes)
             case (true, _):
                 // A method on the get channel mid-message (its close): the message goes back to
                 // the queue with the channel.
@@ -170,7 +177,9 @@ extension ConnectionDriver {
             // the end, a large body's frames would all be held at once in librabbitmq's pool.
             if let state = conn { amqp_maybe_release_buffers_on_channel(state, frame.channel) }
         }
-        guard let assembled, let generation = channels.generation(of: channel) else { return nil }
+        guard var assembled else { return nil }
+        if oversizedStreaming[channel] != nil { assembled = try awaitOversizedCopy(assembled, on: channel) }
+        guard let generation = channels.generation(of: channel) else { return nil }
         return AMQPDelivery(
             message: Self.deliveredMessage(assembled, redelivered: redelivered),
             tag: AMQPDeliveryTag(channel: channel, generation: generation, value: deliveryTag), consumerTag: nil)

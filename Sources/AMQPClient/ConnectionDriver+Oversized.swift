@@ -43,9 +43,17 @@ extension ConnectionDriver {
     /// the broker blocks publishing (writing would stall this thread) or the channel cannot open.
     func beginOversizedCopy(on channel: amqp_channel_t) throws(ConnectionFailure) {
         // Only a delivery its consumer takes: one going back to the queue is not copied.
-        guard let state = conn, !blocked, let message = assembler.oversizedPending(on: channel),
+        guard let message = assembler.oversizedPending(on: channel),
             case .delivery(_, _, let consumerTag) = message.kind, self.route(consumerTag, on: channel) == .consumer,
-            let route = consumers.consumer(on: channel)?.entry.request.oversizedDeadLetter,
+            let route = consumers.consumer(on: channel)?.entry.request.oversizedDeadLetter
+        else { return }
+        try beginOversizedCopy(on: channel, route: route)
+    }
+
+    /// Starts the copy of the oversized message being assembled on `channel` (a consumer's, or
+    /// the one a `basic.get` took) where `route` says.
+    func beginOversizedCopy(on channel: amqp_channel_t, route: AMQPOversizedDeadLetter) throws(ConnectionFailure) {
+        guard let state = conn, !blocked, let message = assembler.oversizedPending(on: channel),
             let generation = channels.generation(of: channel)
         else { return }
         let copy = route(message.properties, message.bodySize)
@@ -188,10 +196,34 @@ extension ConnectionDriver {
     }
 
     /// Hands the finished oversized delivery to its consumer, when its channel is still the one
-    /// that delivered it.
+    /// that delivered it (the get channel's to the `basic.get` waiting for it).
     private func hand(_ stream: OversizedStream, deadLettered: Bool) {
         guard var message = stream.message, channels.generation(of: stream.consumerChannel) == stream.generation else { return }
         message.oversizedCopied = deadLettered
+        if stream.consumerChannel == ChannelTable.get {
+            oversizedGetCopy = message
+            return
+        }
         deliver(message, channel: stream.consumerChannel)
+    }
+
+    /// The message a `basic.get` took on the get channel, complete, whose body was copied as it
+    /// arrived: returned once the broker settled the copy, marked `oversizedCopied` when it
+    /// confirmed it. Frames of every channel are handled meanwhile, as the read loop would.
+    func awaitOversizedCopy(_ message: ContentAssembler.Message, on channel: amqp_channel_t) throws(ConnectionFailure) -> ContentAssembler.Message {
+        oversizedGetCopy = nil
+        guard finishOversizedCopy(message, on: channel) else { return message }
+        while oversizedGetCopy == nil {
+            guard let state = conn, channels.generation(of: channel) != nil else { break }
+            var frame = amqp_frame_t()
+            let status = amqp_simple_wait_frame(state, &frame)
+            guard status == AMQP_STATUS_OK.rawValue else {
+                throw ConnectionFailure(error: AMQPError(.connectionLost, "waiting for the copy of an oversized message failed", libraryStatus: Self.statusString(status)))
+            }
+            try handleFrame(&frame)
+            if let state = conn { amqp_maybe_release_buffers_on_channel(state, frame.channel) }
+        }
+        defer { oversizedGetCopy = nil }
+        return oversizedGetCopy ?? message
     }
 }

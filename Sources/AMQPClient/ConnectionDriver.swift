@@ -92,6 +92,8 @@ final class ConnectionDriver: @unchecked Sendable {
     var oversizedStreaming: [amqp_channel_t: OversizedStream] = [:]
     var oversizedAwaiting: [amqp_channel_t: [OversizedStream]] = [:]
     var streamChannels: [amqp_channel_t: StreamChannel] = [:]
+    /// The oversized message a `basic.get` waits for, handed over once its copy is settled.
+    var oversizedGetCopy: ContentAssembler.Message?
 
     var confirms = PublishConfirms<CheckedContinuation<Void, any Error>>()
     var blocked = false

@@ -93,7 +93,10 @@ enum FieldDecoder {
         guard t.num_entries > 0, let entries = t.entries else { return result }
         result.reserveCapacity(Int(t.num_entries))
         for i in 0..<Int(t.num_entries) {
-            result[string(entries[i].key)] = value(entries[i].value)
+            let key = string(entries[i].key)
+            let value = value(entries[i].value)
+            // A key the table repeats: the dictionary keeps one entry (`AMQPFieldValue.kept`).
+            result[key] = result[key].map { AMQPFieldValue.kept(ofRepeated: $0, value) } ?? value
         }
         return result
     }

@@ -43,9 +43,17 @@ public protocol MessageFetching: DeliverySettling {
     /// The next message of `queue`, or nil when it is empty; unacked until settled. A body over
     /// `maxBodySize` is not kept: the delivery comes empty with `oversizedBodySize` set.
     func get(queue: String, maxBodySize: Int) async throws -> AMQPDelivery?
+    /// As above; a body over `maxBodySize` is first copied where `oversizedDeadLetter` says, frame
+    /// by frame (`AMQPConnection.get(queue:maxBodySize:oversizedDeadLetter:)`).
+    func get(queue: String, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?) async throws -> AMQPDelivery?
 }
 
 extension MessageFetching {
+    /// A broker that cannot copy a body as it arrives delivers an oversized message unmarked.
+    public func get(queue: String, maxBodySize: Int, oversizedDeadLetter: AMQPOversizedDeadLetter?) async throws -> AMQPDelivery? {
+        try await get(queue: queue, maxBodySize: maxBodySize)
+    }
+
     /// The next message of `queue` with its whole body, or nil when it is empty.
     public func get(queue: String) async throws -> AMQPDelivery? {
         try await get(queue: queue, maxBodySize: .max)

@@ -40,7 +40,7 @@ extension RPCRequest {
         case .declareExchange(let exchange): ShortStringNames.overlong(exchange.name)
         case .declareQueue(let queue): ShortStringNames.overlong(queue.name)
         case .bind(let binding): ShortStringNames.overlong(binding.queue, binding.exchange, binding.routingKey)
-        case .deleteQueue(let name, _, _), .deleteExchange(let name, _), .purgeQueue(let name), .inspectQueue(let name), .get(let name, _):
+        case .deleteQueue(let name, _, _), .deleteExchange(let name, _), .purgeQueue(let name), .inspectQueue(let name), .get(let name, _, _):
             ShortStringNames.overlong(name)
         }
     }

@@ -37,6 +37,33 @@ public enum AMQPFieldValue: Sendable, Hashable {
         default: return nil
         }
     }
+
+    /// The value as a count (contract §4): an integer of any width, or a decimal string, from 0
+    /// to 2^31−1; anything else is nil. The one reading of a count in a header (`JobEnvelope`).
+    public var countValue: Int? {
+        let number: Int64?
+        if let int = intValue {
+            number = int
+        } else if let string = stringValue, string.utf8.count <= 11 {
+            number = Int64(string)
+        } else {
+            number = nil
+        }
+        guard let number, (0...Int64(Int32.max)).contains(number) else { return nil }
+        return Int(number)
+    }
+
+    /// Which of two entries of one key a decoded table keeps (contract §4: a header that appears
+    /// more than once counts as the largest of its values, so a publisher's extra entry can never
+    /// lower a count the broker keeps in the first one): the larger count, a count over anything
+    /// that is none, else the later entry.
+    static func kept(ofRepeated earlier: AMQPFieldValue, _ later: AMQPFieldValue) -> AMQPFieldValue {
+        switch (earlier.countValue, later.countValue) {
+        case let (a?, b?): b >= a ? later : earlier
+        case (_?, nil): earlier
+        case (nil, _): later
+        }
+    }
 }
 
 /// An AMQP field table. Order is not significant on the wire; a dictionary keeps look-ups simple.
@@ -374,18 +401,25 @@ public struct AMQPProperties: Sendable, Hashable {
     /// `user_id` is dropped (the broker closes the publishing channel with 406 when it does not
     /// name the worker's own user), its value kept in header `x-apns-user-id`, and `expiration`
     /// is dropped (as RabbitMQ does when it dead-letters: a dead job must not vanish from `.dead`).
+    /// `x-apns-user-id` says only what the worker moved there: a message without `user_id` loses
+    /// a publisher's own, one with it has every entry of it replaced by ours.
     public func republished() -> AMQPProperties {
-        guard storage.fields.userID != nil || storage.fields.expiration != nil else { return self }
+        let forged = storage.fields.userID == nil && storage.fields.headers?[Self.originalUserIDHeader] != nil
+        guard storage.fields.userID != nil || storage.fields.expiration != nil || forged else { return self }
         var copy = self
         copy.change { fields in
             if let userID = fields.userID {
                 var headers = fields.headers ?? [:]
                 headers[Self.originalUserIDHeader] = userID.utf8Text.map(AMQPFieldValue.string) ?? .bytes(userID.bytes)
                 fields.headers = headers
-                // A publisher's own x-apns-user-id entries go: the copy carries one, ours.
-                fields.receivedHeaders?.written.insert(Self.originalUserIDHeader)
                 fields.userID = nil
+            } else if forged {
+                fields.headers?[Self.originalUserIDHeader] = nil
+                if fields.headers?.isEmpty == true { fields.headers = nil }
             }
+            // Every received entry of the key goes (`setHeaders(_:writing:)`): the copy carries
+            // one, ours, or none.
+            fields.receivedHeaders?.written.insert(Self.originalUserIDHeader)
             fields.expiration = nil
         }
         return copy

@@ -16,6 +16,9 @@ public enum TransportKind: String, Sendable, Hashable, CaseIterable {
 public struct Job: Sendable, Hashable {
     /// `apns-id`; the same for every attempt of the job.
     public var id: UUID
+    /// `id` was made here: the body had none and the AMQP `message_id` is no UUID. Only such an
+    /// id travels on as the `message_id` of the job's copies (contract §2).
+    public var idGenerated = false
     /// The bundle ID the job was published for (the routing key / the configured bundle).
     public var bundleID: String
     /// One device, or a broadcast channel (contract §7).

@@ -189,6 +189,7 @@ public enum JobParser {
 
         // id
         let id: UUID
+        var idGenerated = false
         if let value = present("id")?.value {
             guard case .string(let text) = value else {
                 throw .malformed("id", "must be a string holding a UUID, got \(value.typeName)")
@@ -201,6 +202,7 @@ public enum JobParser {
             id = parsed
         } else {
             id = makeID()
+            idGenerated = true
         }
 
         // environment
@@ -224,10 +226,12 @@ public enum JobParser {
             userInfo = info
         }
 
-        return Job(
+        var job = Job(
             id: id, bundleID: bundleID, target: target, payload: payload, pushType: pushType,
             priority: priority, expiration: expiration, collapseID: collapseID,
             environment: environment, userInfo: userInfo)
+        job.idGenerated = idGenerated
+        return job
     }
 
     /// The job's target from its `token` and `channel` fields (absent or null = nil): exactly one.

@@ -69,7 +69,8 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
     func settle(_ delivery: AMQPDelivery, probe: Bool, on consumer: QueueConsumer<RegistryConsumer>) async {
         let settled = await process(delivery, isHeld: { consumer.isHeld }) { verdict in
             if case .hold(let reason, _) = verdict { sibling?.holdAlongside(reason: reason) }
-            return consumer.answered(verdict) == .settle
+            // Any message handled is proof PostgreSQL answers again.
+            return consumer.answered(verdict, endsAHold: true) == .settle
         }
         if settled { consumer.settled(probe: probe) }
     }

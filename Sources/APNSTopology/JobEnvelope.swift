@@ -115,18 +115,10 @@ public struct JobEnvelope: Sendable, Hashable {
 
     /// A header's value as a count (contract §4): an integer, or a decimal string, from 0 to
     /// 2^31−1; anything else is nil.
+    /// A key the received table repeats was read as the largest of its counts
+    /// (`AMQPFieldValue.kept(ofRepeated:_:)`).
     public static func count(_ value: AMQPFieldValue?) -> Int? {
-        guard let value else { return nil }
-        let number: Int64?
-        if let int = value.intValue {
-            number = int
-        } else if let string = value.stringValue, string.utf8.count <= 11 {
-            number = Int64(string)
-        } else {
-            number = nil
-        }
-        guard let number, (0...Int64(maximumCount)).contains(number) else { return nil }
-        return Int(number)
+        value?.countValue
     }
 
     // MARK: - Writing

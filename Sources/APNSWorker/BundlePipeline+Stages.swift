@@ -56,7 +56,8 @@ extension BundlePipeline {
         bundleStatistics.apnsAnswered(after: sent.duration(to: clock.now))
         let outcome = OutcomeClassifier.classify(result)
         let decision = router.decide(outcome, job: context, now: clock.wallTime)
-        switch consumer.answered(decision.breaker) {
+        // Only the probe's answer ends a hold (`ConsumerStateMachine.answered`).
+        switch consumer.answered(decision.breaker, endsAHold: job.isProbe) {
         case .settle:
             settle(job, decision.route, answered: (outcome, context))
         case .drop:

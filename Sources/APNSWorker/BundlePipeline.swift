@@ -78,9 +78,10 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
         var logger = logger
         logger[metadataKey: "apns.bundle"] = "\(settings.bundleID)"
         self.logger = logger
+        let alerts = HoldAlertLog()
         let consumer = QueueConsumer<BundlePipeline>(
             limit: Int(settings.prefetch), probeInterval: settings.probeInterval, shutdownDeadline: settings.shutdownDeadline,
-            clock: clock, announce: { [logger] news in BundlePipeline.announce(news, logger: logger) })
+            clock: clock, announce: { [logger] news in BundlePipeline.announce(news, logger: logger, alerts: alerts, now: clock.now) })
         self.consumer = consumer
         bundleStatistics.countInFlight { consumer.inFlight }
         // The consumer holds its share of what the transport's window asks (issue 38), never
@@ -167,19 +168,31 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     }
 
     /// One error line when a hold starts, one notice when it ends, one warning for jobs
-    /// abandoned at the shutdown deadline; never one per job. (The hold's gauge,
+    /// abandoned at the shutdown deadline; never one per job, nor one per flap: the same fault
+    /// met again soon after a hold ended is told at info (`HoldAlerts`). (The hold's gauge,
     /// `apns_worker_consumer_paused{reason="held"}`, has one writer: the admin's scrape, from
     /// `isHeld`.)
-    private static func announce(_ news: QueueConsumer<BundlePipeline>.Machine.News, logger: Logger) {
+    private static func announce(
+        _ news: QueueConsumer<BundlePipeline>.Machine.News, logger: Logger, alerts: HoldAlertLog, now: @autoclosure () -> ContinuousClock.Instant
+    ) {
         switch news {
         case .none:
             break
         case .held(let reason, let status):
-            logger.error(
-                "APNs rejects this bundle's credentials or topic: bundle HELD, jobs stay in the broker until a probe succeeds",
-                metadata: ["apns.reason": "\(reason)", "apns.status": "\(status)"])
+            let metadata: Logger.Metadata = ["apns.reason": "\(reason)", "apns.status": "\(status)"]
+            if alerts.held(reason: reason, now: now()) {
+                logger.error(
+                    "APNs rejects this bundle's credentials or topic: bundle HELD, jobs stay in the broker until a probe succeeds",
+                    metadata: metadata)
+            } else {
+                logger.info("bundle held again for the reason of its last hold, which ended recently", metadata: metadata)
+            }
         case .resumed(let heldFor):
-            logger.notice("bundle resumed: APNs accepts its credentials again", metadata: ["held.seconds": "\(heldFor)"])
+            if alerts.resumed(now: now()) {
+                logger.notice("bundle resumed: APNs accepts its credentials again", metadata: ["held.seconds": "\(heldFor)"])
+            } else {
+                logger.info("bundle resumed again", metadata: ["held.seconds": "\(heldFor)"])
+            }
         case .abandoned(let jobs):
             // Unfinished jobs are handed back (their channel closes); the broker delivers them again.
             logger.warning("jobs still in flight at the deadline are handed back to the broker", metadata: ["jobs": "\(jobs)"])
@@ -210,15 +223,33 @@ extension BundlePipeline: ConsumerWork {
         QueueLatency.believable(delivery.message.properties.timestamp, now: clock.wallTime)
     }
 
-    /// A held bundle's probe: one job taken with `basic.get`, composed like any other.
+    /// A held bundle's probe: one job taken with `basic.get`, composed like any other (a body
+    /// over the limit copied to the dead queue as it arrives, as the consumer's are).
     package func probe() async throws -> ConsumerProbe {
-        guard let delivery = try await broker.get(queue: queue, maxBodySize: maxBodySize) else { return .nothing }
+        guard let delivery = try await broker.get(queue: queue, maxBodySize: maxBodySize, oversizedDeadLetter: oversizedDeadLetter)
+        else { return .nothing }
         return .found(delivery)
     }
 
     package func start(_ delivery: AMQPDelivery, probe: Bool, on consumer: QueueConsumer<BundlePipeline>) {
         if probe { logger.info("probing held bundle with one job") }
         compose(delivery, probe: probe)
+    }
+
+    /// A job handed back unsent (a hold, a pause, a stop, a re-consume) goes to the end of its
+    /// work queue as a confirmed copy, and only then is its delivery acked: on a quorum queue a
+    /// nack counts as a delivery, and a job the worker never tried is no poison job (contract
+    /// §4; docs/decisions.md, "Hand-backs are copies"). A delivery whose body or header table was
+    /// not kept (too large, nested too deep) has nothing to copy: nacked, it is dead-lettered
+    /// when next taken.
+    package func handBack(_ delivery: AMQPDelivery, on consumer: QueueConsumer<BundlePipeline>) async {
+        let message = delivery.message
+        guard message.oversizedBodySize == nil, message.oversizedPropertiesSize == nil, !message.headersNestedTooDeep else {
+            await broker.nack(delivery, requeue: true)
+            return
+        }
+        let copy = router.handedBack(message)
+        consumer.settleLater { await self.publishThenAck(delivery, copy) }
     }
 }
 

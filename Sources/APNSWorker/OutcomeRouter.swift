@@ -52,9 +52,15 @@ public struct OutcomeRouter: Sendable {
         /// `uuidString` formats through `snprintf`.
         public var jobID: String? {
             switch id {
-            case .parsed(let uuid): uuid.uuidString
+            case .parsed(let uuid, _): uuid.uuidString
             case .unparsed(let text): text
             }
+        }
+        /// The job id when the parser made it (`Job.idGenerated`): the one id a copy carries as
+        /// its `message_id`.
+        public var generatedID: String? {
+            guard case .parsed(let uuid, generated: true) = id else { return nil }
+            return uuid.uuidString
         }
         private var id: JobIdentity
         /// The device token or broadcast channel, when the body parsed far enough to have one
@@ -78,13 +84,13 @@ public struct OutcomeRouter: Sendable {
         /// The context of a job whose body parsed.
         public init(message: AMQPDeliveredMessage, job: Job, previousAttempts: Int) {
             self.message = message
-            self.id = .parsed(job.id)
+            self.id = .parsed(job.id, generated: job.idGenerated)
             self.target = job.target
             self.previousAttempts = min(max(previousAttempts, 0), JobEnvelope.maximumCount)
         }
 
         private enum JobIdentity: Sendable {
-            case parsed(UUID)
+            case parsed(UUID, generated: Bool)
             case unparsed(String?)
         }
 
@@ -219,20 +225,24 @@ public struct OutcomeRouter: Sendable {
             exchange: TopologyNames.feedbackExchange, routingKey: event.bundleId, body: event.jsonBytes(), properties: properties)
     }
 
-    /// The job's properties for a message that carries it on: its job id as `message_id`, so a
-    /// generated id stays the same for every attempt (contract §2), and no broker delivery count;
-    /// otherwise the properties it arrived with, byte for byte, less `user_id` and `expiration`
-    /// (`AMQPProperties.republished`, contract §4).
+    /// The job's properties for a message that carries it on: the properties it arrived with,
+    /// byte for byte, less `user_id` and `expiration` (`AMQPProperties.republished`, contract §4)
+    /// and the broker's delivery count; an id the parser generated as `message_id`, so it stays
+    /// the same for every attempt (contract §2). An id that came with the job (its body's `id`,
+    /// or its `message_id`) leaves `message_id` as it arrived.
     func forwardedProperties(_ job: JobContext, _ write: (inout JobEnvelope) -> Void = { _ in }) -> AMQPProperties {
         var properties = job.message.properties.republished()
-        // Only when it differs: a message_id that is not UTF-8 reads as U+FFFD text, and writing
-        // that text back would change its bytes.
-        if let jobID = job.jobID, properties.messageID != jobID { properties.messageID = jobID }
+        if let generated = job.generatedID { properties.messageID = generated }
         var envelope = JobEnvelope(properties.headers)
         envelope.forward()
         write(&envelope)
         properties.setHeaders(envelope)
         return properties
+    }
+
+    /// A delivery the consumer hands back unread (held, paused, stopping): its held copy.
+    public func handedBack(_ message: AMQPDeliveredMessage) -> AMQPOutboundMessage {
+        heldMessage(job: JobContext(message: message, jobID: message.properties.messageID, token: nil, previousAttempts: 0))
     }
 
     /// A held job goes back to the end of its work queue as a new message, rather than with a

@@ -388,8 +388,13 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         return roomWaiter
     }
 
-    /// A job's work was judged (`verdict`). `now` is read only when the breaker changes.
-    package mutating func answered(_ verdict: Verdict, now: @autoclosure () -> Instant) -> (Settlement, Action) {
+    /// A job's work was judged (`verdict`). `endsAHold`: whether a healthy verdict is proof the
+    /// fault is gone. For a bundle only its probe's is: a job sent before the hold says nothing of
+    /// the fault that holds (a topic or environment the key lacks), and ending the hold on its
+    /// answer flapped the consumer, which handed back every job it had at each turn. For the
+    /// registry any message handled is (PostgreSQL answered). `now` is read only when the breaker
+    /// changes.
+    package mutating func answered(_ verdict: Verdict, endsAHold: Bool, now: @autoclosure () -> Instant) -> (Settlement, Action) {
         guard lifecycle != .finished else {
             inFlight -= 1
             return (.drop, .none)
@@ -408,7 +413,7 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
             // that failed schedules the next one.
             return (.settle, wasProbing ? takeAgain(now: now()) : .none)
         case .healthy:
-            guard breaker.isHeld else { return (.settle, .none) }
+            guard breaker.isHeld, endsAHold else { return (.settle, .none) }
             let now = now()
             let heldFor = breaker.succeeded(now: now) ?? .zero
             var action = takeAgain(now: now)

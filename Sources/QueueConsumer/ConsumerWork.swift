@@ -31,6 +31,18 @@ package protocol ConsumerWork: Sendable {
     /// the broker or a database goes through `consumer.settleLater`. Runs in the consumer's task
     /// (or the probe's): it must not wait for anything but a suspension-free start.
     func start(_ delivery: AMQPDelivery, probe: Bool, on consumer: QueueConsumer<Self>)
+
+    /// A delivery the consumer received and does not start (held, paused, stopping, replaced):
+    /// back to the broker unsent. Runs in the consumer's task (or the probe's); work that must
+    /// await the broker goes through `consumer.settleLater`.
+    func handBack(_ delivery: AMQPDelivery, on consumer: QueueConsumer<Self>) async
+}
+
+extension ConsumerWork {
+    /// A nack with requeue: the message goes back where it was.
+    package func handBack(_ delivery: AMQPDelivery, on consumer: QueueConsumer<Self>) async {
+        await broker.nack(delivery, requeue: true)
+    }
 }
 
 /// What a held consumer's probe found.

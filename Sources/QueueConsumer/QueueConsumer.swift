@@ -108,9 +108,10 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
 
     // MARK: - For the work
 
-    /// A job's work was judged; `.drop` after the shutdown deadline (settle nothing).
-    package func answered(_ verdict: Machine.Verdict) -> Machine.Settlement {
-        event { $0.answered(verdict, now: clock.now) }
+    /// A job's work was judged (`endsAHold`: a healthy verdict is proof the fault is gone,
+    /// `ConsumerStateMachine.answered`); `.drop` after the shutdown deadline (settle nothing).
+    package func answered(_ verdict: Machine.Verdict, endsAHold: Bool) -> Machine.Settlement {
+        event { $0.answered(verdict, endsAHold: endsAHold, now: clock.now) }
     }
 
     /// A job reached its end and was settled (or sent back).
@@ -265,8 +266,8 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
         if intake == .start {
             work.start(delivery, probe: false, on: self)
         } else {
-            // Held, paused, shutting down, or sent after the cancel: back to the broker untouched.
-            await work.broker.nack(delivery, requeue: true)
+            // Held, paused, shutting down, or sent after the cancel: back to the broker unsent.
+            await work.handBack(delivery, on: self)
         }
     }
 
@@ -291,7 +292,7 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
         if intake == .start {
             work.start(delivery, probe: true, on: self)
         } else {
-            await work.broker.nack(delivery, requeue: true)
+            await work.handBack(delivery, on: self)
         }
     }
 

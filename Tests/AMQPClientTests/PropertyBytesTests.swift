@@ -73,6 +73,35 @@ import Testing
         #expect(AMQPProperties.persistentJSON.republished() == .persistentJSON)
     }
 
+    /// `x-apns-user-id` says only what the worker moved there: a publisher's own, on a message
+    /// without `user_id`, goes (every entry of it); with `user_id`, ours replaces every entry.
+    @Test func aPublishersOwnOriginalUserIDHeaderNeverSurvivesACopy() throws {
+        typealias T = HeaderTableBytesTests
+        let forged = T.entry(AMQPProperties.originalUserIDHeader, "S", T.long(Array("admin".utf8)))
+        let trace = T.entry("trace", "S", T.long(Array("t-1".utf8)))
+        for userID in [nil, "sync-server"] {
+            var received = AMQPProperties()
+            let kept = received.setHeaderTable(bytes: T.table([forged, trace, forged]))
+            #expect(kept)
+            received.userID = userID
+            let copy = received.republished()
+            #expect(copy.headers?[AMQPProperties.originalUserIDHeader] == userID.map(AMQPFieldValue.string))
+            #expect(copy.headers?["trace"] == .string("t-1"))
+            let encoded = try #require(AMQPWireFormat.encodeProperties(copy))
+            let decoded = try #require(AMQPWireFormat.decodeProperties(encoded))
+            #expect(decoded.headers?[AMQPProperties.originalUserIDHeader] == userID.map(AMQPFieldValue.string), "on the wire too")
+            let table = try #require(decoded.receivedHeaderTable)
+            let name = Array(AMQPProperties.originalUserIDHeader.utf8)
+            let occurrences = (0...(table.count - name.count)).filter { Array(table[$0..<$0 + name.count]) == name }.count
+            #expect(occurrences == (userID == nil ? 0 : 1), "no forged entry left in the bytes")
+        }
+        // Built by hand, nothing received: the same.
+        var built = AMQPProperties(headers: [AMQPProperties.originalUserIDHeader: .string("admin")])
+        #expect(built.republished().headers == nil)
+        built.userID = "me"
+        #expect(built.republished().headers == [AMQPProperties.originalUserIDHeader: .string("me")])
+    }
+
     @Test func logSafeTextEscapesControlCharacters() {
         #expect(AMQPShortString.logSafe("id\r\nx-injected: 1") == "id\\u{d}\\u{a}x-injected: 1")
         #expect(AMQPShortString.logSafe("a\u{0}b\u{85}c\u{1B}") == "a\\u{0}b\\u{85}c\\u{1b}")

@@ -14,17 +14,71 @@ import TestSupport
     let router = OutcomeRouter(bundleID: "com.example.app", retryPolicy: .standard)
     let now = Date(timeIntervalSince1970: 1_700_000_000)
 
-    func job(attempt: Int32? = nil, extraHeaders: AMQPTable = [:]) -> OutcomeRouter.JobContext {
+    static let jobID = UUID(uuidString: "5E2D0C8B-7E4B-4C8A-9A51-6C0E8C7B7D11")!
+
+    /// A parsed job whose id the parser generated (`message_id` "m-1" is no UUID), unless
+    /// `generated` is false (the id came with the job).
+    func job(
+        attempt: Int32? = nil, extraHeaders: AMQPTable = [:], messageID: AMQPShortString? = "m-1", generated: Bool = true
+    ) -> OutcomeRouter.JobContext {
         var headers = extraHeaders
         if let attempt { headers[JobHeaders.attempt] = .int32(attempt) }
-        let props = AMQPProperties(
-            contentType: "application/json", headers: headers.isEmpty ? nil : headers, deliveryMode: 2,
-            messageID: "m-1", appID: "sync")
+        var props = AMQPProperties(
+            contentType: "application/json", headers: headers.isEmpty ? nil : headers, deliveryMode: 2, appID: "sync")
+        props.setShortString(.messageID, messageID)
         let message = AMQPDeliveredMessage(
             exchange: "apns.jobs", routingKey: bundle, redelivered: false, body: Array(#"{"token":"ab"}"#.utf8),
             properties: props)
-        return .init(message: message, jobID: "5E2D0C8B-7E4B-4C8A-9A51-6C0E8C7B7D11", token: DeviceToken(hex: "abcd"),
-                     previousAttempts: OutcomeRouter.JobContext.previousAttempts(in: message))
+        var parsed = Job(
+            id: Self.jobID, bundleID: bundle, target: .device(DeviceToken(hex: "abcd")!), payload: [], pushType: .alert,
+            priority: 10, expiration: nil, collapseID: nil, environment: .production, userInfo: [:])
+        parsed.idGenerated = generated
+        return .init(message: message, job: parsed, previousAttempts: OutcomeRouter.JobContext.previousAttempts(in: message))
+    }
+
+    /// Every route that carries the job on (retry, dead letter, held copy, gated).
+    func copies(of job: OutcomeRouter.JobContext) -> [AMQPOutboundMessage] {
+        let routes = [
+            router.route(.retry(reason: "ServiceUnavailable", status: 503), job: job, now: now),
+            router.route(.dead(reason: "BadPriority", status: 400, detail: "x"), job: job, now: now),
+            router.route(.held(reason: "InvalidProviderToken", status: 403), job: job, now: now),
+            router.routeGated(job: job),
+            router.routeDeliveryLimitExceeded(job: job, deliveries: 21, maxDeliveries: 20, now: now),
+        ]
+        return routes.compactMap { route in
+            guard case .publishThenAck(let message, _) = route else { return nil }
+            return message
+        } + [router.handedBack(job.message)]
+    }
+
+    /// Contract §2 and §4: only an id the parser generated travels as a copy's `message_id`; one
+    /// that came with the job (its body's `id`, its `message_id` in any case, or bytes that are
+    /// not UTF-8) leaves `message_id` byte for byte as it arrived, absent if it was.
+    @Test func aCopyKeepsTheMessageIDItArrivedWithUnlessItsIDWasGenerated() {
+        let lower: AMQPShortString = "77b3b4c2-0d6e-4e0a-9d1c-2b1a0c9e8f7d"
+        let notUTF8 = AMQPShortString(bytes: [0xFF, 0x41, 0xC3])
+        for arrived in [lower, notUTF8, nil] {
+            let copies = copies(of: job(messageID: arrived, generated: false))
+            #expect(copies.count == 6)
+            for copy in copies {
+                #expect(copy.properties.shortString(.messageID) == arrived, "\(copy.routingKey)")
+            }
+        }
+        // Generated: the copies carry it, so every attempt has the same id.
+        for copy in copies(of: job(messageID: notUTF8, generated: true)).dropLast() {
+            #expect(copy.properties.messageID == Self.jobID.uuidString, "\(copy.routingKey)")
+        }
+    }
+
+    /// A job handed back unsent: its held copy, to the end of its work queue, without the
+    /// broker's delivery count; nothing else changes.
+    @Test func aHandedBackJobIsItsHeldCopyWithoutTheBrokersCount() {
+        let original = job(attempt: 2, extraHeaders: [JobHeaders.deliveryCount: .int64(3), "trace": .string("t-1")])
+        let copy = router.handedBack(original.message)
+        #expect(copy.exchange == "" && copy.routingKey == "apns.com.example.app")
+        #expect(copy.body == original.message.body)
+        #expect(copy.properties.headers == [JobHeaders.attempt: .int32(2), "trace": .string("t-1")])
+        #expect(copy.properties.messageID == "m-1")
     }
 
     @Test func deliveredIsAPlainAck() {
@@ -97,7 +151,7 @@ import TestSupport
         #expect(message.body == job().message.body)
         // The job's id, generated when the publisher gave none that is a UUID, stays the same
         // for every attempt: it travels as the retry message's message_id.
-        #expect(message.properties.messageID == "5E2D0C8B-7E4B-4C8A-9A51-6C0E8C7B7D11")
+        #expect(message.properties.messageID == Self.jobID.uuidString)
         #expect(message.properties.appID == "sync")
     }
 

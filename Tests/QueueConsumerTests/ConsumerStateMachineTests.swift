@@ -177,15 +177,36 @@ import Testing
         #expect(machine.tick(now: t0.advanced(by: .seconds(5))).control == .probe)
         #expect(machine.tick(now: t0.advanced(by: .seconds(6))) == .none, "one probe at a time")
         #expect(machine.probeTaken(.found(publishedAt: nil), now: t0.advanced(by: .seconds(6))).intake == .start)
-        let (settlement, stillHeld) = machine.answered(.hold(reason: "BadCertificate", status: 403), now: t0.advanced(by: .seconds(6)))
+        let (settlement, stillHeld) = machine.answered(.hold(reason: "BadCertificate", status: 403), endsAHold: true, now: t0.advanced(by: .seconds(6)))
         #expect(settlement == .settle)
         #expect(stillHeld == ConsumerWorld.Machine.Action(timer: t0.advanced(by: .seconds(11))), "no new alert, the next probe")
         #expect(machine.settled(probe: true, now: t0.advanced(by: .seconds(6))) == .none)
         #expect(machine.tick(now: t0.advanced(by: .seconds(10))) == .none)
         #expect(machine.tick(now: t0.advanced(by: .seconds(11))).control == .probe)
         _ = machine.probeTaken(.found(publishedAt: nil), now: t0.advanced(by: .seconds(11)))
-        let (_, resumed) = machine.answered(.healthy, now: t0.advanced(by: .seconds(12)))
+        let (_, resumed) = machine.answered(.healthy, endsAHold: true, now: t0.advanced(by: .seconds(12)))
         #expect(resumed == ConsumerWorld.Machine.Action(control: .startConsumer, news: .resumed(heldFor: .seconds(12))))
+        #expect(!machine.isHeld)
+    }
+
+    /// A job sent before the hold that APNs then accepts says nothing of the fault that holds (a
+    /// topic the key lacks): it does not end the hold, whether a probe is out or not; only the
+    /// probe's success does. (It did: a bundle with one refused topic held and resumed at every
+    /// answer of another topic, 24 alerts a second, handing back every job it had each time.)
+    @Test func aHealthyAnswerOfAJobSentBeforeTheHoldDoesNotEndIt() {
+        let world = Base.held.world(.bundle)
+        var machine = world.machine
+        let t0 = world.now
+        let (settlement, action) = machine.answered(.healthy, endsAHold: false, now: t0)
+        #expect(settlement == .settle && action == .none && machine.isHeld)
+        #expect(machine.settled(probe: false, now: t0) == .none)
+        #expect(machine.tick(now: t0.advanced(by: .seconds(5))).control == .probe)
+        #expect(machine.probeTaken(.found(publishedAt: nil), now: t0.advanced(by: .seconds(5))).intake == .start)
+        // Another straggler's success while the probe is out: still held.
+        #expect(machine.answered(.healthy, endsAHold: false, now: t0.advanced(by: .seconds(6))).1 == .none)
+        #expect(machine.isHeld)
+        let (_, resumed) = machine.answered(.healthy, endsAHold: true, now: t0.advanced(by: .seconds(7)))
+        #expect(resumed == ConsumerWorld.Machine.Action(control: .startConsumer, news: .resumed(heldFor: .seconds(7))))
         #expect(!machine.isHeld)
     }
 
@@ -350,7 +371,7 @@ import Testing
         world.apply(.deadlinePasses)
         #expect(world.finishes == 1)
         var machine = world.machine
-        #expect(machine.answered(.healthy, now: world.now).0 == .drop)
+        #expect(machine.answered(.healthy, endsAHold: false, now: world.now).0 == .drop)
         #expect(machine.inFlight == 0)
     }
 

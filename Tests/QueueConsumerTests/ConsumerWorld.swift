@@ -210,7 +210,7 @@ struct ConsumerWorld {
         case .answerHealthy, .answerHeld:
             guard !jobs.isEmpty else { return false }
             let verdict: Machine.Verdict = stimulus == .answerHealthy ? .healthy : .hold(reason: "BadCertificate", status: 403)
-            let (settlement, action) = machine.answered(verdict, now: now)
+            let (settlement, action) = machine.answered(verdict, endsAHold: user.probeTakesAJob ? jobs.first ?? false : true, now: now)
             if settlement == .drop {
                 jobs.removeFirst()
                 if machine.lifecycle != .finished { violation("dropped an answer while \(machine.lifecycle)") }
