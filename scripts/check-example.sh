@@ -3,7 +3,7 @@
 # only the APNSWorkerClient product) against the test broker, with a real worker and the APNs
 # simulator: the example publishes a job for a token Apple accepts and one for a token the
 # simulator answers 410 Unregistered, and must see the worker's feedback event for the second
-# (acked) within its deadline. Also prints the example's resolved dependency graph and fails if
+# (acked) and a delivery event for each job's end within its deadline. Also prints the example's resolved dependency graph and fails if
 # its build compiled Hummingbird, PostgresNIO, OTel, Mustache or swift-crypto.
 #   scripts/check-example.sh BIN_DIR   (BIN_DIR holds a built apns-worker; needs APNS_TEST_AMQP_URL)
 set -euo pipefail
@@ -72,11 +72,11 @@ done
 
 status=0
 APNS_EXAMPLE_AMQP_URL=$APNS_TEST_AMQP_URL APNS_EXAMPLE_BUNDLE=$bundle APNS_EXAMPLE_TOKENS="$accepted,$gone" \
-  APNS_EXAMPLE_EXPECT_FEEDBACK=$gone APNS_EXAMPLE_FEEDBACK_QUEUE="sync-example.$$.feedback" APNS_EXAMPLE_DEADLINE_SECONDS=90 \
+  APNS_EXAMPLE_EXPECT_FEEDBACK=$gone APNS_EXAMPLE_EXPECT_EVENTS=1 APNS_EXAMPLE_FEEDBACK_QUEUE="sync-example.$$.feedback" APNS_EXAMPLE_DEADLINE_SECONDS=90 \
   "$example_bin/SyncServerExample" || status=$?
 if [ "$status" -ne 0 ]; then
   echo "check-example: FAIL: the example sync server exited $status; worker log:" >&2
   tail -20 "$work/worker.log" >&2
   exit 1
 fi
-echo "check-example: ok: the example sync server published through APNSWorkerClient and handled the worker's feedback"
+echo "check-example: ok: the example sync server published through APNSWorkerClient and handled the worker's feedback and delivery events"

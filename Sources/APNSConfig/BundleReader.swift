@@ -129,6 +129,12 @@ struct BundleReader {
             feedbackInterval: feedbackInterval, feedbackPort: feedbackPort, channelHost: channelHost, channelPort: channelPort,
             line: section.line)
         bundle.keyScope = keyScope
+        bundle.events = try value("events") { v throws(ValueProblem) in
+            guard let level = DeliveryEventLevel(rawValue: v.lowercased()) else {
+                throw ValueProblem("\(ValueSyntax.quoted(v)) is not an events level (none, ends or all)")
+            }
+            return level
+        } ?? .none
         return bundle
     }
 

@@ -184,6 +184,7 @@ public struct LoadedConfiguration: Sendable, Hashable {
         if old.rollout.allowSyncServers != new.rollout.allowSyncServers { keys.append("allowSyncServers") }
         if old.rollout.denySyncServers != new.rollout.denySyncServers { keys.append("denySyncServers") }
         if old.rollout.percentage != new.rollout.percentage { keys.append("rolloutPercentage") }
+        if old.events != new.events { keys.append("events") }
         return keys
     }
 

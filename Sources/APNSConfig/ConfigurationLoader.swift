@@ -40,7 +40,7 @@ public enum ConfigurationLoader {
     public static let bundleKeys = [
         "transport", "environment", "domain", "teamId", "keyId", "tokenKeyFile", "certFile", "keyFile",
         "host", "port", "caFile", "connections", "allowSyncServers", "denySyncServers", "rolloutPercentage",
-        "binaryHoldWindow", "feedbackInterval", "feedbackPort", "channelHost", "channelPort",
+        "binaryHoldWindow", "feedbackInterval", "feedbackPort", "channelHost", "channelPort", "events",
     ] + BundleReader.keyScopeKeys
     static let multiValuedKeys: Set<String> = ["amqp.url"]
     static let secretKeys: Set<String> = ["amqp.url", "admin.token", "admin.metricstoken", "registry.url"]

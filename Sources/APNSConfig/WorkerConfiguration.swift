@@ -317,6 +317,9 @@ public struct BundleConfiguration: Sendable, Hashable {
     /// `keyEnvironment` and `keyTopics` (token auth only): what Apple lets the token key sign
     /// for. Default: both environments, every topic of the team.
     public var keyScope: TokenKeyScope = .unrestricted
+    /// `events` (contract §8): which delivery events the bundle's jobs produce unless a job says
+    /// otherwise. Default `none`. Applied to jobs taken after a reload.
+    public var events: DeliveryEventLevel = .none
 
     public static let defaultBinaryHoldWindow: Duration = .seconds(1)
     public static let defaultFeedbackInterval: Duration = .seconds(3600)

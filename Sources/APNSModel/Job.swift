@@ -35,11 +35,13 @@ public struct Job: Sendable, Hashable {
     public var environment: APNSEnvironment
     /// Provider-side metadata; never sent to Apple. Empty when the job has none.
     public var userInfo: [String: JSONValue]
+    /// The delivery events this job's sender wants (contract §8); nil: the bundle's `events`.
+    public var events: DeliveryEventLevel?
 
     public init(
         id: UUID, bundleID: String, target: PushTarget, payload: [UInt8], pushType: PushType,
         priority: Int, expiration: Int?, collapseID: String?, environment: APNSEnvironment,
-        userInfo: [String: JSONValue]
+        userInfo: [String: JSONValue], events: DeliveryEventLevel? = nil
     ) {
         self.id = id
         self.bundleID = bundleID
@@ -51,6 +53,7 @@ public struct Job: Sendable, Hashable {
         self.collapseID = collapseID
         self.environment = environment
         self.userInfo = userInfo
+        self.events = events
     }
 
     /// The device token; nil for a broadcast job.

@@ -226,10 +226,23 @@ public enum JobParser {
             userInfo = info
         }
 
+        // events: a closed set, like environment; a value outside it is the sender's mistake,
+        // which the sender learns from the dead letter (and the dead event of its bundle's setting).
+        var events: DeliveryEventLevel?
+        if let value = present("events")?.value {
+            guard case .string(let name) = value else {
+                throw .malformed("events", "must be a string, got \(value.typeName)")
+            }
+            guard let level = DeliveryEventLevel(rawValue: name) else {
+                throw .malformed("events", "must be none, ends or all, got \"\(printable(name))\"")
+            }
+            events = level
+        }
+
         var job = Job(
             id: id, bundleID: bundleID, target: target, payload: payload, pushType: pushType,
             priority: priority, expiration: expiration, collapseID: collapseID,
-            environment: environment, userInfo: userInfo)
+            environment: environment, userInfo: userInfo, events: events)
         job.idGenerated = idGenerated
         return job
     }

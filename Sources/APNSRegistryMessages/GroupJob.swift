@@ -15,7 +15,7 @@ public struct GroupJob: Sendable, Hashable {
     /// Only devices of these bundle IDs; nil = every bundle.
     public var bundleIDs: Set<String>?
     /// The raw members copied into every device's job (payload, pushType, priority, expiration,
-    /// collapseId), each as `"key":value` text, in that order.
+    /// collapseId, events), each as `"key":value` text, in that order.
     var copiedMembers: [UInt8]
     /// The group job's `userInfo` members.
     public var userInfo: [String: JSONValue]
@@ -137,7 +137,7 @@ public enum GroupJobParser {
             id = UUIDv5.make(name: "body:\(digest)")
         }
         var copied: [UInt8] = []
-        for name in ["payload", "pushType", "priority", "expiration", "collapseId"] {
+        for name in ["payload", "pushType", "priority", "expiration", "collapseId", "events"] {
             guard let member = present(name) else { continue }
             copied += Array(",\"\(name)\":".utf8)
             let text = UnsafeBufferPointer(rebasing: body[member.range])

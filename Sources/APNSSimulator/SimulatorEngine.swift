@@ -226,9 +226,8 @@ final class SimulatorEngine: Sendable {
                 s.counters.accepted += 1
                 self.keep(record, in: &s)
             }
-            let uniqueID = configuration.environment == .sandbox ? UUID().uuidString.lowercased() : nil
             return .respond(
-                SimulatorResponse(status: 200, apnsID: answerID, uniqueID: uniqueID), delay: faults.latency,
+                SimulatorResponse(status: 200, apnsID: answerID, uniqueID: uniqueID()), delay: faults.latency,
                 raiseStreamLimit: raiseStreamLimit)
         }
     }
@@ -349,7 +348,13 @@ final class SimulatorEngine: Sendable {
             s.counters.byStatus[status, default: 0] += 1
             s.counters.byReason[reason.rawValue, default: 0] += 1
         }
-        return SimulatorResponse(status: status, reason: reason, apnsID: apnsID)
+        return SimulatorResponse(status: status, reason: reason, apnsID: apnsID, uniqueID: uniqueID())
+    }
+
+    /// `apns-unique-id`: Apple's development environment names every answer, errors included,
+    /// for its delivery log; production sends none.
+    func uniqueID() -> String? {
+        configuration.environment == .sandbox ? UUID().uuidString.lowercased() : nil
     }
 
     /// Authentication with the connection's memory: a token seen before on the connection is not

@@ -21,6 +21,7 @@ extension TopologyPlan {
             ExchangeDeclaration(
                 name: TopologyNames.feedbackExchange, kind: .topic,
                 arguments: ["alternate-exchange": .string(TopologyNames.feedbackUnrouted)]),
+            ExchangeDeclaration(name: TopologyNames.eventsExchange, kind: .topic),
         ]
         var queues = [
             Self.queue(TopologyNames.unrouted, Self.typeArguments(queueType)),

@@ -18,6 +18,9 @@ public enum TopologyNames {
     /// Alternate exchange and queue for feedback events no queue is bound for, so an event is
     /// kept until the sync server binds its own queue instead of being dropped by the broker.
     public static let feedbackUnrouted = "apns.feedback.unrouted"
+    /// Topic exchange for delivery events (contract §8); routing key `<bundleID>.<end>`. No
+    /// alternate exchange: an event is for a sender that asked for it and bound its queue.
+    public static let eventsExchange = "apns.events"
 
     /// The longest bundle ID whose queue names, `apns.<bundle>.retry.<delay>` or
     /// `apns.fleet.paused.<bundle>`, fit an AMQP short string (255 bytes). The configuration

@@ -39,11 +39,11 @@ extension BundlePipeline {
         job.trace?.admitted(next)
         switch next {
         case .settleUnsent(let route, let details):
-            settle(job, route, details: details)
+            settle(job, route, details: details, event: unsentEvent(route, delivery))
         case .send(let parsed, let context):
             let sent = clock.now
             transport.send(parsed.notification) { result in
-                self.answered(result, job: job, context: context, sentAt: sent)
+                self.answered(result, job: job, parsed: parsed, context: context, sentAt: sent)
             }
         }
     }
@@ -51,15 +51,19 @@ extension BundlePipeline {
     /// APNs' answer, on the transport's thread: timed, classified, routed, told to the machine
     /// (the hold breaker), settled. An answer that comes after the shutdown deadline settles
     /// nothing: the job stays unacked for the broker to deliver again.
-    private func answered(_ result: TransportResult, job: JobInFlight, context: OutcomeRouter.JobContext, sentAt sent: ContinuousClock.Instant) {
+    private func answered(
+        _ result: TransportResult, job: JobInFlight, parsed: Job, context: OutcomeRouter.JobContext, sentAt sent: ContinuousClock.Instant
+    ) {
         job.trace?.answered(result)
         bundleStatistics.apnsAnswered(after: sent.duration(to: clock.now))
         let outcome = OutcomeClassifier.classify(result)
+        let router = self.router
         let decision = router.decide(outcome, job: context, now: clock.wallTime)
         // Only the probe's answer ends a hold (`ConsumerStateMachine.answered`).
         switch consumer.answered(decision.breaker, endsAHold: job.isProbe) {
         case .settle:
-            settle(job, decision.route, answered: (outcome, context))
+            let event = answeredEvent(result, outcome: outcome, route: decision.route, job: parsed, context: context, router: router)
+            settle(job, decision.route, answered: (outcome, context), event: event)
         case .drop:
             bundleStatistics.jobFinished()
         }
@@ -69,24 +73,39 @@ extension BundlePipeline {
     /// publishes must await the broker's confirm, so it continues in the consumer's settle runner
     /// (a child of `run()`: cancelled with it at the shutdown deadline). Then the job's end is
     /// counted, logged and told to the machine. `answered`: APNs' outcome, for a job that was
-    /// sent; `details`: why a job settled unsent.
+    /// sent; `details`: why a job settled unsent; `event`: its delivery event, published with
+    /// the route's message before the ack (`BundlePipeline+Events.swift`).
     func settle(
         _ job: JobInFlight, _ route: OutcomeRouter.Route, answered: (Outcome, OutcomeRouter.JobContext)? = nil,
-        details: Logger.Metadata = [:]
+        details: Logger.Metadata = [:], event: AMQPOutboundMessage? = nil
     ) {
         switch route {
         case .ack:
+            if let event {
+                consumer.settleLater {
+                    await self.publishThenAck(job.delivery, nil, event: event)
+                    self.finished(job, route, answered: answered, details: details)
+                }
+                return
+            }
             broker.ackNow(job.delivery)
             finished(job, route, answered: answered, details: details)
         case .publishThenAck(let message, _):
             consumer.settleLater {
-                await self.publishThenAck(job.delivery, message)
+                if let event {
+                    await self.publishThenAck(job.delivery, message, event: event)
+                } else {
+                    await self.publishThenAck(job.delivery, message)
+                }
                 self.finished(job, route, answered: answered, details: details)
             }
         case .rejectToDeadLetter:
             // Without requeue, for the broker to dead-letter it (a job over the size limit).
             consumer.settleLater {
-                await self.broker.nack(job.delivery, requeue: false)
+                // Its event first: once rejected, the job is out of the worker's hands.
+                var eventTaken = true
+                if let event { eventTaken = await self.publishEvent(event) }
+                if eventTaken { await self.broker.nack(job.delivery, requeue: false) }
                 self.finished(job, route, answered: answered, details: details)
             }
         }

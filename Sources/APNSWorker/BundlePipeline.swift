@@ -69,7 +69,7 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
         self.settings = settings
         self.broker = broker
         self.transport = transport
-        self.routerState = Mutex(OutcomeRouter(bundleID: settings.bundleID, retryPolicy: settings.retryPolicy))
+        self.routerState = Mutex(OutcomeRouter(bundleID: settings.bundleID, retryPolicy: settings.retryPolicy, events: settings.events))
         self.statistics = statistics
         let bundleStatistics = statistics.bundle(settings.bundleID)
         self.bundleStatistics = bundleStatistics
@@ -147,6 +147,15 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     public func updateRetryPolicy(_ policy: RetryPolicy) {
         routerState.withLock { $0.retryPolicy = policy }
         logger.info("retry policy updated")
+    }
+
+    /// An `events` change while running: the jobs answered from now on follow it.
+    public func updateEvents(_ level: DeliveryEventLevel) {
+        guard routerState.withLock({ router in
+            defer { router.events = level }
+            return router.events != level
+        }) else { return }
+        logger.info("delivery events updated", metadata: ["apns.events": "\(level.rawValue)"])
     }
 
     /// Stops this pipeline alone (its bundle was removed or is being rebuilt): no more jobs are
@@ -269,6 +278,8 @@ public struct BundlePipelineSettings: Sendable {
     /// The most jobs the consumer takes as its window grows (its share of `[amqp]
     /// maxInFlight`); nil: no bound beyond what the transport's window asks.
     public var inFlightCeiling: Int?
+    /// `[apns "…"] events`: the delivery events of jobs that do not say (contract §8).
+    public var events: DeliveryEventLevel = .none
 
     /// `prefetch` as the floor, `inFlightCeiling` as the ceiling.
     public var inFlightBounds: BundleInFlightBounds {

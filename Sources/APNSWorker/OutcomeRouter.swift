@@ -16,10 +16,13 @@ import QueueConsumer
 public struct OutcomeRouter: Sendable {
     public var bundleID: String
     public var retryPolicy: RetryPolicy
+    /// The bundle's delivery events (contract §8), for jobs that do not say (`OutcomeRouter+Events.swift`).
+    public var events: DeliveryEventLevel
 
-    public init(bundleID: String, retryPolicy: RetryPolicy) {
+    public init(bundleID: String, retryPolicy: RetryPolicy, events: DeliveryEventLevel = .none) {
         self.bundleID = bundleID
         self.retryPolicy = retryPolicy
+        self.events = events
     }
 
     /// Where one job's delivery goes, and the end it reaches there.

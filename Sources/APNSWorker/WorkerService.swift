@@ -174,6 +174,7 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
         let running = state.withLock { $0.units }
         for update in change.updated {
             running.first { $0.bundleID == update.bundleID }?.pipeline.updateRollout(RolloutRule(update.new.rollout))
+            running.first { $0.bundleID == update.bundleID }?.pipeline.updateEvents(update.new.events)
         }
         if change.retryChanged {
             let policy = RetryPolicy(delays: configuration.retry.delays, maxAttempts: configuration.retry.maxAttempts)

@@ -12,7 +12,7 @@ struct APNSWorkerCommand: AsyncParsableCommand {
         subcommands: [
             RunCommand.self, PublishCommand.self, CheckConfigCommand.self, SimulatorCommand.self, TopologyCommand.self,
             DeadCommand.self, RetryCommand.self, RegistryCommand.self, StatsCommand.self, FleetCommand.self,
-            PauseCommand<PauseBundle>.self, PauseCommand<ResumeBundle>.self, ChannelsCommand.self,
+            PauseCommand<PauseBundle>.self, PauseCommand<ResumeBundle>.self, ChannelsCommand.self, EventsCommand.self,
         ]
     )
 

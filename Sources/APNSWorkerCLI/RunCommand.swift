@@ -121,6 +121,7 @@ struct RunCommand: AsyncParsableCommand {
                 probeInterval: configuration.worker.probeInterval,
                 shutdownDeadline: configuration.worker.shutdownDeadline, maxDeliveries: configuration.worker.maxDeliveries)
             settings.inFlightCeiling = bounds.ceiling
+            settings.events = bundle.events
             return BundlePipeline(
                 settings: settings, broker: broker, transport: transport, rollout: RolloutRule(bundle.rollout),
                 statistics: statistics, logger: logger, observer: observer, tracing: pipelineTracing)

@@ -25,10 +25,10 @@ import Tracing
 
 /// A publisher to apns-worker's exchanges on one AMQP connection (reconnecting by itself).
 public final class APNSWorkerClient: Sendable {
-    private let connection: AMQPConnection
+    let connection: AMQPConnection
     /// Injects the caller's trace context; nil: the process-global `InstrumentationSystem`'s.
     private let instrument: (any Instrument)?
-    private let logger: Logger
+    let logger: Logger
     /// How long a publish waits for a lost connection to come back before it fails with
     /// `connectionUnavailable` (each publish can say otherwise).
     public let publishDeadline: Duration

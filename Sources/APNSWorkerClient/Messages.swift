@@ -50,13 +50,20 @@ public struct DeliveryOptions: Sendable, Hashable {
     public var collapseID: String?
     /// Provider-side metadata (e.g. `syncServer`), never sent to Apple.
     public var userInfo: UserInfo
+    /// Which delivery events to publish for this job (contract §8; `events(queue:bundleIDs:ends:)`
+    /// reads them); nil: the bundle's `events`.
+    public var events: DeliveryEventLevel?
 
-    public init(pushType: PushType? = nil, priority: Int? = nil, expiration: Int64? = nil, collapseID: String? = nil, userInfo: UserInfo = [:]) {
+    public init(
+        pushType: PushType? = nil, priority: Int? = nil, expiration: Int64? = nil, collapseID: String? = nil, userInfo: UserInfo = [:],
+        events: DeliveryEventLevel? = nil
+    ) {
         self.pushType = pushType
         self.priority = priority
         self.expiration = expiration
         self.collapseID = collapseID
         self.userInfo = userInfo
+        self.events = events
     }
 
     func fields() -> [(String, String)] {
@@ -66,6 +73,7 @@ public struct DeliveryOptions: Sendable, Hashable {
         if let expiration { fields.append(("expiration", String(expiration))) }
         if let collapseID { fields.append(("collapseId", JSONText.string(collapseID))) }
         if let json = userInfo.json { fields.append(("userInfo", json)) }
+        if let events { fields.append(("events", JSONText.string(events.rawValue))) }
         return fields
     }
 }

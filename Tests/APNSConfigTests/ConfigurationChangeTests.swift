@@ -1,6 +1,7 @@
 /// The change between two readings of a configuration (contract §3, changes while running) as
 /// pure logic: real files in a temporary directory, real credentials, no socket.
 import APNSConfig
+import APNSModel
 import Foundation
 import Testing
 
@@ -170,6 +171,20 @@ struct ConfigurationChangeTests {
         let combined = after.change(to: both)
         #expect(combined.updated.isEmpty)
         #expect(combined.reconnected.first?.keys == ["connections", "denySyncServers", "rolloutPercentage"])
+    }
+
+    /// Contract §8's `events`, like the rollout keys: applied to jobs taken after the change.
+    @Test func eventsIsReadAndItsChangeIsAnUpdate() throws {
+        let setup = try Setup()
+        let key = "teamId = TEAM123456\nkeyId = KEYAAAAAAA\ntokenKeyFile = keys/AuthKey_KEYAAAAAAA.p8"
+        let before = try setup.read(Self.config(bundles: ["com.example.a"]))
+        #expect(before.configuration.bundles.first?.events == DeliveryEventLevel.none)
+        let after = try setup.read(Self.config(bundles: ["com.example.a"], extra: ["com.example.a": key + "\nevents = ends"]))
+        #expect(after.configuration.bundles.first?.events == .ends)
+        let change = before.change(to: after)
+        #expect(change.reconnected.isEmpty)
+        #expect(change.updated.first?.keys == ["events"])
+        #expect(change.updated.first?.new.events == .ends)
     }
 
     @Test func retryIsAppliedAndTheGlobalSectionsNeedARestart() throws {

@@ -341,6 +341,7 @@ struct LoaderTests {
         ErrorCase("\nport = 70000", 9, "[apns \"com.example.app\"]", "port", .badValue, "70000 is out of range (1 to 65535)"),
         ErrorCase("\nconnections = 0", 9, "[apns \"com.example.app\"]", "connections", .badValue, "0 is out of range (1 to 16)"),
         ErrorCase("\nrolloutPercentage = 101", 9, "[apns \"com.example.app\"]", "rolloutPercentage", .badValue, "101 is out of range (0 to 100)"),
+        ErrorCase("\nevents = some", 9, "[apns \"com.example.app\"]", "events", .badValue, "\"some\" is not an events level (none, ends or all)"),
         ErrorCase("\nallowSyncServers = a,,b", 9, "[apns \"com.example.app\"]", "allowSyncServers", .badValue, "has an empty item"),
         ErrorCase("\nbinaryHoldWindow = 1s", 9, "[apns \"com.example.app\"]", "binaryHoldWindow", .conflict, "only applies to transport = binary (this bundle uses http2)"),
         ErrorCase("\nfeedbackInterval = 1h", 9, "[apns \"com.example.app\"]", "feedbackInterval", .conflict, "only applies to transport = binary (this bundle uses http2"),

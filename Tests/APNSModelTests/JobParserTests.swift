@@ -253,6 +253,15 @@ import Testing
         #expect(generated.count == 1)
     }
 
+    /// Contract §8: the job's `events` wins over its bundle's; absent (or null), the bundle decides.
+    @Test func eventsLevelIsReadAndAbsentMeansTheBundles() throws {
+        for level in DeliveryEventLevel.allCases {
+            #expect(try Self.parse(Self.body(#""events":"\#(level.rawValue)""#)).get().events == level)
+        }
+        #expect(try Self.parse(Self.body()).get().events == nil)
+        #expect(try Self.parse(Self.body(#""events":null"#)).get().events == nil)
+    }
+
     @Test func defaultEnvironmentApplies() throws {
         let job = try Self.parse(Self.body(), defaultEnvironment: .sandbox).get()
         #expect(job.environment == .sandbox)
@@ -376,6 +385,8 @@ import Testing
 
         Bad("unknown environment", body(#""environment":"staging""#), field: "environment", mentions: "production or sandbox, got \"staging\""),
         Bad("environment is a boolean", body(#""environment":true"#), field: "environment", mentions: "got a boolean"),
+        Bad("unknown events level", body(#""events":"some""#), field: "events", mentions: "none, ends or all, got \"some\""),
+        Bad("events is a number", body(#""events":1"#), field: "events", mentions: "got an integer"),
 
         Bad("userInfo is an array", body(#""userInfo":[1]"#), field: "userInfo", mentions: "must be an object"),
         Bad("userInfo is a string", body(#""userInfo":"x""#), field: "userInfo", mentions: "got a string"),

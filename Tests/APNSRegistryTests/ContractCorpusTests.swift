@@ -22,7 +22,7 @@ struct ContractCorpusTests {
     /// (an empty string when the parser names none).
     typealias Parser = @Sendable ([UInt8]) -> String??
 
-    /// The kinds the worker reads, each with its parser. Feedback events, dead-letter headers and retry headers
+    /// The kinds the worker reads, each with its parser. Feedback and delivery events, dead-letter headers and retry headers
     /// are what the worker writes: their examples are checked against the schemas only.
     static let parsers: [String: Parser] = [
         "job": { body in
@@ -36,7 +36,7 @@ struct ContractCorpusTests {
         "registration": { body in verdict(RegistrationMessage.parse(body: body)) },
         "fleet-message": { body in FleetMessage.decode(body) == nil ? .some("") : .some(nil) },
     ]
-    static let schemaOnly: Set<String> = ["feedback-event", "dead-letter-headers", "retry-headers"]
+    static let schemaOnly: Set<String> = ["feedback-event", "delivery-event", "dead-letter-headers", "retry-headers"]
 
     static func verdict<T>(_ result: Result<T, JobError>) -> String?? {
         switch result {

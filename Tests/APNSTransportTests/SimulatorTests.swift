@@ -61,6 +61,24 @@ struct SimulatorCurlTests {
         }
     }
 
+    @Test("sandbox error answers carry apns-unique-id too, as Apple's development environment's do; production's none")
+    func errorAnswersCarryUniqueIDInSandbox() async throws {
+        for environment in [APNSEnvironment.sandbox, .production] {
+            try await Env.withSimulator({ $0.environment = environment }) { simulator in
+                let device = Env.deviceToken()
+                simulator.script(token: device, .unregistered(timestamp: 1_700_000_000_000))
+                let answer = try await Curl.send(
+                    port: simulator.port, path: "/3/device/\(device)",
+                    headers: ["authorization: bearer \(try Env.token())", "apns-topic: \(Env.bundle)"],
+                    body: #"{"aps":{"alert":"hi"}}"#)
+                #expect(answer.status == 410)
+                #expect(answer.reason == "Unregistered")
+                let uniqueID = answer.headers["apns-unique-id"].flatMap { UUID(uuidString: $0) }
+                #expect((uniqueID != nil) == (environment == .sandbox), "\(environment)")
+            }
+        }
+    }
+
     @Test("a TLS client certificate without a token is accepted; neither is 403 MissingProviderToken")
     func certificateAuthentication() async throws {
         try await Env.withSimulator { simulator in

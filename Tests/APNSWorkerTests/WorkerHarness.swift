@@ -73,6 +73,8 @@ final class WorkerHarness: Sendable {
         /// The last this many of `bundles` are configured in the worker but not in the simulator:
         /// their topics are another team's, answered `TopicDisallowed`.
         var simulatorDisallowsLastBundles = 0
+        /// The simulator's environment: `sandbox` answers with `apns-unique-id`, as Apple's development one.
+        var simulatorEnvironment = APNSEnvironment.production
     }
 
     /// The topic the client certificate of an `Options.extraCredentials` set names.
@@ -95,7 +97,7 @@ final class WorkerHarness: Sendable {
         var simulatorConfiguration = SimulatorConfiguration(
             tls: tls, bundleIDs: Array(bundles.dropLast(options.simulatorDisallowsLastBundles)),
             tokenKeys: [credentials.tokenKey] + extraCredentials.map(\.tokenKey),
-            environment: .production)
+            environment: options.simulatorEnvironment)
         if options.binaryHoldWindow != nil { simulatorConfiguration.binaryPort = 0 }
         if let recordLimit = options.recordLimit { simulatorConfiguration.recordLimit = recordLimit }
         if options.channelManagement { simulatorConfiguration.channelPort = 0 }

@@ -1,6 +1,6 @@
 /// Keeps the messages the worker really wrote during the tests in `APNS_TEST_CAPTURE_DIR`, one
 /// JSON file per message under `<kind>/`, named after docs/schemas/<kind>.schema.json: dead
-/// letters' and retries' headers, feedback events, fan-out jobs and heartbeats, from the
+/// letters' and retries' headers, feedback and delivery events, fan-out jobs and heartbeats, from the
 /// end-to-end suites, from `OutcomeRouter` in OutcomeRouterTests (the routes no end-to-end test
 /// reads back) and from `FleetService` in FleetAndFeedbackSeamTests. `scripts/test` sets the
 /// directory and then runs `scripts/check-asyncapi.sh --captured` on it, so a schema that refuses
@@ -20,6 +20,8 @@ public enum ContractCapture {
     /// The headers of a message the worker moved to a retry queue.
     public static let retryHeaders = "retry-headers"
     public static let feedbackEvent = "feedback-event"
+    /// A delivery event on `apns.events` (contract §8).
+    public static let deliveryEvent = "delivery-event"
     public static let job = "job"
     /// A heartbeat, pause or resume on `apns.fleet`.
     public static let fleetMessage = "fleet-message"
@@ -43,6 +45,8 @@ public enum ContractCapture {
         guard directory != nil else { return }
         if message.exchange == "apns.feedback" {
             record(kind: feedbackEvent, json: message.body)
+        } else if message.exchange == "apns.events" {
+            record(kind: deliveryEvent, json: message.body)
         } else if message.routingKey.hasSuffix(".dead") {
             record(kind: deadLetterHeaders, headers: message.properties.headers ?? [:])
         } else if message.routingKey.contains(".retry") {

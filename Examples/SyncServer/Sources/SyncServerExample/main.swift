@@ -1,9 +1,11 @@
 /// An example sync server on APNSWorkerClient: it publishes a background push for a changed
-/// account (an `Encodable` payload and `userInfo`), then reads `apns.feedback` and prunes what
-/// Apple reported, acking each event only once it is handled. It exits 0 once it has seen
-/// feedback for every token in `APNS_EXAMPLE_EXPECT_FEEDBACK` (comma-separated; none: once its
-/// jobs are confirmed), 1 when the deadline (`APNS_EXAMPLE_DEADLINE_SECONDS`, default 60) passes
-/// first or anything fails.
+/// account (an `Encodable` payload and `userInfo`, asking for delivery events), then reads
+/// `apns.feedback` and prunes what Apple reported, acking each event only once it is handled,
+/// and reads the delivery events of its jobs: a dead one is logged with its reason and its job
+/// is never published again as it was. It exits 0 once it has seen feedback for every token in
+/// `APNS_EXAMPLE_EXPECT_FEEDBACK` (comma-separated; none: once its jobs are confirmed) and, with
+/// `APNS_EXAMPLE_EXPECT_EVENTS=1`, an end for every job it published; 1 when the deadline
+/// (`APNS_EXAMPLE_DEADLINE_SECONDS`, default 60) passes first or anything fails.
 ///
 ///     APNS_EXAMPLE_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/%2f \
 ///     APNS_EXAMPLE_BUNDLE=com.example.app APNS_EXAMPLE_TOKENS=<hex>,<hex> swift run
@@ -37,6 +39,7 @@ let tokens = (environment["APNS_EXAMPLE_TOKENS"] ?? "").split(separator: ",").ma
 let expected = Set((environment["APNS_EXAMPLE_EXPECT_FEEDBACK"] ?? "").split(separator: ",").map { $0.lowercased() })
 let deadline = Duration.seconds(Int(environment["APNS_EXAMPLE_DEADLINE_SECONDS"] ?? "") ?? 60)
 let queue = environment["APNS_EXAMPLE_FEEDBACK_QUEUE"] ?? "sync-example.feedback"
+let expectEvents = environment["APNS_EXAMPLE_EXPECT_EVENTS"] == "1"
 
 var logger = Logger(label: "sync-server-example")
 logger.logLevel = .info
@@ -50,12 +53,17 @@ do {
     let client = try await APNSWorkerClient.connect(url: url, logger: logger, publishDeadline: .seconds(20))
     // Read feedback before publishing, so no event of this run is missed.
     let feedback = try await client.feedback(queue: queue, bundleIDs: [bundle])
+    // The ends of this run's jobs, on a queue of this connection's own (a real sync server names
+    // a durable one, so that events published while it is down wait for it).
+    let events = try await client.events(bundleIDs: [bundle], ends: [.delivered, .invalidToken, .dead], dropRepeats: true)
+    var published: Set<String> = []
     for token in tokens {
         let job = NotificationJob(
             bundleID: bundle, token: token, payload: try APNSPayload(AccountChanged(account: "42")),
-            options: DeliveryOptions(userInfo: try UserInfo(Audit(syncServer: "example", change: 1))))
+            options: DeliveryOptions(userInfo: try UserInfo(Audit(syncServer: "example", change: 1)), events: .ends))
         do {
             try await client.publish(job)
+            published.insert(job.id.uuidString.lowercased())
             print("published \(job.id) (confirmed)")
         } catch {
             switch error {
@@ -82,6 +90,28 @@ do {
         }
     }
     await feedback.cancel()
+    // Jobs never to publish again as they were: the worker called them dead.
+    var neverAgain: Set<String> = []
+    var unfinished = expectEvents ? published : []
+    if !unfinished.isEmpty {
+        for try await delivery in events {
+            let event = delivery.event
+            switch event.end {
+            case .dead:
+                // The job will not be delivered as it is (malformed, too large, refused by Apple,
+                // out of attempts): say why, and do not send the same job again.
+                logger.error("push dead", metadata: ["job": "\(event.jobID)", "reason": "\(event.reason ?? "-")", "status": "\(event.status)"])
+                neverAgain.insert(event.jobID.lowercased())
+            case .delivered, .invalidToken, .retried:
+                print("event: job \(event.jobID) \(event.end.rawValue) after \(event.attempts) attempt(s)")
+            }
+            delivery.ack()
+            if event.end != .retried { unfinished.remove(event.jobID.lowercased()) }
+            if unfinished.isEmpty { break }
+        }
+    }
+    await events.cancel()
+    if !neverAgain.isEmpty { print("dead, not to be published again: \(neverAgain.sorted().joined(separator: ", "))") }
     await client.close()
     watchdog.cancel()
     print("sync-server-example: done")

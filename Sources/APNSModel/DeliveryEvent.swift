@@ -1,0 +1,146 @@
+import APNSJSON
+import Foundation
+
+/// Which delivery events a sender wants (contract §8): `[apns "…"] events` for a bundle, the
+/// job's `events` field for one job (it wins).
+public enum DeliveryEventLevel: String, Sendable, Hashable, CaseIterable, Codable {
+    /// No event at all: the default, and the worker's cost unchanged.
+    case none
+    /// One event per end reached: delivered, invalid token, dead.
+    case ends
+    /// The ends, and one event each time a retry is scheduled.
+    case all
+
+    /// Whether a job at this level produces an event when it reaches `end`.
+    public func wants(_ end: DeliveryEvent.End) -> Bool {
+        switch self {
+        case .none: false
+        case .ends: end != .retried
+        case .all: true
+        }
+    }
+}
+
+/// One delivery event (contract §8): what became of a job, published on `apns.events` with
+/// routing key `<bundleID>.<end>` and `message_id` `<jobId>.<end>.<attempt>` (a consumer drops
+/// a repeat by it). Pure: the worker builds it, the client and the tools read it.
+public struct DeliveryEvent: Sendable, Hashable, Codable {
+    /// The end a job reached, as the routing key and the body spell it.
+    public enum End: String, Sendable, Hashable, CaseIterable, Codable {
+        case delivered
+        case invalidToken
+        case dead
+        case retried
+
+        /// The event's end for a job's end; nil for the ends that are no end of contract §4
+        /// (held, gated, the registry's group ends).
+        public init?(_ end: JobEnd) {
+            switch end {
+            case .delivered: self = .delivered
+            case .invalidToken: self = .invalidToken
+            case .dead: self = .dead
+            case .retry: self = .retried
+            case .held, .gated, .fannedOut, .coalesced, .trailing: return nil
+            }
+        }
+    }
+
+    public var jobId: String
+    public var bundleId: String
+    public var end: End
+    /// Apple's reason or the worker's; nil when delivered.
+    public var reason: String?
+    /// Apple's HTTP status, the binary API's status code, 0 when Apple was not asked.
+    public var status: Int
+    public var apnsId: String?
+    /// `apns-unique-id`, which Apple sends in its development environment only.
+    public var apnsUniqueId: String?
+    /// Attempts at Apple so far, this one included (0 when Apple was never asked).
+    public var attempts: Int
+    /// RFC 3339, when the end was reached.
+    public var at: String
+    /// Exactly one of `token` and `channel` is set; both nil only for a job whose body could not be read.
+    public var token: String?
+    public var channel: String?
+    public var environment: APNSEnvironment
+    /// Set only for a job a group job produced (contract §6).
+    public var groupJobId: String?
+
+    public init(
+        jobId: String, bundleId: String, end: End, reason: String?, status: Int, apnsId: String?, apnsUniqueId: String?,
+        attempts: Int, at: Date, target: PushTarget?, environment: APNSEnvironment, groupJobId: String?
+    ) {
+        self.jobId = jobId
+        self.bundleId = bundleId
+        self.end = end
+        self.reason = reason
+        self.status = status
+        self.apnsId = apnsId
+        self.apnsUniqueId = apnsUniqueId
+        self.attempts = attempts
+        self.at = RFC3339.string(from: at)
+        switch target {
+        case .device(let token)?: self.token = token.hex
+        case .channel(let channel)?: self.channel = channel.id
+        case nil: self.token = nil
+        }
+        self.environment = environment
+        self.groupJobId = groupJobId
+    }
+
+    /// `<bundleID>.<end>`.
+    public var routingKey: String { Self.routingKey(bundleID: bundleId, end: end) }
+
+    public static func routingKey(bundleID: String, end: End) -> String { "\(bundleID).\(end.rawValue)" }
+
+    /// `<jobId>.<end>.<attempts>`: the same for a repeat of the same event, different for each
+    /// retry of a job.
+    public var messageID: String { "\(jobId).\(end.rawValue).\(attempts)" }
+
+    /// One line for a person watching (`apns-worker events`): the time, the end, the job, the
+    /// target redacted as in the logs, Apple's status and reason, the attempts, the environment.
+    /// Text from the event is shown with its control characters replaced: anyone who may
+    /// publish on `apns.events` could write one.
+    public var line: String {
+        let target: String
+        if let channel {
+            target = "channel " + (channel.count > 8 ? "\(channel.prefix(4))…\(channel.suffix(4))" : "…")
+        } else if let token, token.count > 8 {
+            target = "\(token.prefix(4))…\(token.suffix(4))"
+        } else {
+            target = "-"
+        }
+        var fields = [
+            Self.printable(at), end.rawValue, "job \(Self.printable(jobId))", target, "status \(status)",
+            "attempts \(attempts)", environment.rawValue,
+        ]
+        if let reason { fields.insert(Self.printable(reason), at: 5) }
+        if let groupJobId { fields.append("group \(Self.printable(groupJobId))") }
+        return fields.joined(separator: "  ")
+    }
+
+    /// At most 80 characters, control characters (C0, DEL, C1) as `?`.
+    static func printable(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars.prefix(80) {
+            let control = scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar == "\u{2028}" || scalar == "\u{2029}"
+            out.unicodeScalars.append(control ? "?" : scalar)
+        }
+        if text.unicodeScalars.count > 80 { out += "…" }
+        return out
+    }
+
+    /// The body of contract §8: every key present (`null` where there is no value), keys sorted;
+    /// `token` or `channel` as the job had, `groupJobId` only for a job a group job produced.
+    public func jsonBytes() -> [UInt8] {
+        var object: [String: FlatJSON.Value] = [
+            "jobId": .string(jobId), "bundleId": .string(bundleId), "end": .string(end.rawValue),
+            "reason": reason.map { .string($0) } ?? .null, "status": .integer(Int64(status)),
+            "apnsId": apnsId.map { .string($0) } ?? .null, "apnsUniqueId": apnsUniqueId.map { .string($0) } ?? .null,
+            "attempts": .integer(Int64(attempts)), "at": .string(at), "environment": .string(environment.rawValue),
+        ]
+        if let channel { object["channel"] = .string(channel) } else { object["token"] = .string(token ?? "") }
+        if let groupJobId { object["groupJobId"] = .string(groupJobId) }
+        return FlatJSON.object(object)
+    }
+}
