@@ -38,6 +38,13 @@ public struct APNSPayload: Sendable, Hashable {
     public static let contentAvailable = APNSPayload(json: #"{"aps":{"content-available":1}}"#)
 }
 
+/// Which delivery events a job's sender wants (contract §8), the job's `events` field: the client's
+/// own type, so that an integrator's module that imports only `APNSWorkerClient` can name its
+/// cases (the worker's `DeliveryEventLevel` lives in a module such a package does not import).
+public enum DeliveryEventsWanted: String, Sendable, Hashable, CaseIterable {
+    case none, ends, all
+}
+
 /// The optional fields a job and a group job share (contract §2).
 public struct DeliveryOptions: Sendable, Hashable {
     /// `apns-push-type`; nil lets the worker choose from the payload.
@@ -52,11 +59,11 @@ public struct DeliveryOptions: Sendable, Hashable {
     public var userInfo: UserInfo
     /// Which delivery events to publish for this job (contract §8; `events(queue:bundleIDs:ends:)`
     /// reads them); nil: the bundle's `events`.
-    public var events: DeliveryEventLevel?
+    public var events: DeliveryEventsWanted?
 
     public init(
         pushType: PushType? = nil, priority: Int? = nil, expiration: Int64? = nil, collapseID: String? = nil, userInfo: UserInfo = [:],
-        events: DeliveryEventLevel? = nil
+        events: DeliveryEventsWanted? = nil
     ) {
         self.pushType = pushType
         self.priority = priority
