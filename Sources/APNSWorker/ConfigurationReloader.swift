@@ -1,3 +1,4 @@
+import AMQPClient
 import APNSConfig
 import Foundation
 import Logging
@@ -17,11 +18,15 @@ import UnixSignals
 /// to a restart-only section is logged and not applied; every applied change is one log line.
 /// What is built from the configuration beside the bundle units (the feedback pollers, the
 /// channel management clients) follows each applied change (`ConfigurationFollower`), before
-/// that line.
+/// that line. A change the broker could not take (down, or a node not ready: the topology of a
+/// new bundle cannot be declared, a new unit's stored pause cannot be read) waits for it: said
+/// once, read again at every poll until it is applied, so a reload during an outage is not lost
+/// until the next edit.
 public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendable {
     public enum Trigger: String, Sendable {
         case signal = "SIGHUP"
         case fileChange = "file change"
+        case brokerWait = "retry: the broker was unavailable"
     }
 
     let path: String
@@ -39,6 +44,8 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
         /// Files named by the last configuration read, usable or not (a missing key file the new
         /// configuration names is watched until it appears).
         var lastNamed: [String] = []
+        /// A change the broker could not take: read and applied again at the next poll.
+        var waitingForBroker = false
     }
 
     public init(
@@ -69,7 +76,11 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
             }
             group.addTask {
                 while (try? await Task.sleep(for: self.pollInterval)) != nil {
-                    if self.changedSinceSeen() { trigger.yield(.fileChange) }
+                    if self.changedSinceSeen() {
+                        trigger.yield(.fileChange)
+                    } else if self.state.withLock({ $0.waitingForBroker }) {
+                        trigger.yield(.brokerWait)
+                    }
                 }
             }
             for await reason in triggers.cancelOnGracefulShutdown() {
@@ -109,6 +120,10 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
         let before = fingerprint()
         state.withLock { $0.seen = before }
         var metadata: Logger.Metadata = ["config.trigger": "\(trigger.rawValue)", "config.path": "\(path)"]
+        // Every read that does not end waiting for the broker ends a wait (applied, nothing to
+        // apply, or a file that can no longer be used: its fix is a change of its own).
+        var waits = false
+        defer { if !waits { state.withLock { $0.waitingForBroker = false } } }
         let next: LoadedConfiguration
         do {
             next = try LoadedConfiguration.read(path: path, environment: environment)
@@ -129,7 +144,7 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
             logger.info("configuration read again: nothing changed", metadata: metadata)
             return
         }
-        if !change.restartOnly.isEmpty {
+        if !change.restartOnly.isEmpty, trigger != .brokerWait {
             metadata["config.sections"] = "\(change.restartOnly.joined(separator: ", "))"
             logger.warning("configuration change needs a restart: not applied", metadata: metadata)
             metadata["config.sections"] = nil
@@ -144,19 +159,53 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
             failures = try await worker.apply(change, configuration: applied.configuration)
         } catch {
             metadata["error"] = "\(error)"
-            logger.error("configuration change not applied: the configuration in force stays", metadata: metadata)
+            if Self.isBrokerOutage(error) {
+                waits = true
+                waitForBroker(metadata: metadata)
+            } else {
+                logger.error("configuration change not applied: the configuration in force stays", metadata: metadata)
+            }
             return
         }
         applied = applied.removingBundles(Set(failures.keys))
         for follower in followers { await follower.follow(applied) }
         metadata["config.changes"] = "\(change.summary.joined(separator: "; "))"
         logger.notice("configuration change applied", metadata: metadata)
-        for (bundleID, error) in failures.sorted(by: { $0.key < $1.key }) {
+        let waiting = failures.filter { Self.isBrokerOutage($0.value) }
+        for (bundleID, error) in failures.sorted(by: { $0.key < $1.key }) where waiting[bundleID] == nil {
             logger.error(
                 "bundle not started: its transports could not be made; it is read again at the next change",
                 metadata: ["apns.bundle": "\(bundleID)", "error": "\(error)"])
         }
         keep(applied, pendingRestart: change.restartOnly)
+        if let (bundleID, error) = waiting.min(by: { $0.key < $1.key }) {
+            metadata["config.changes"] = nil
+            metadata["apns.bundles"] = "\(waiting.keys.sorted().joined(separator: ", "))"
+            metadata["apns.bundle"] = "\(bundleID)"
+            metadata["error"] = "\(error)"
+            waits = true
+            waitForBroker(metadata: metadata)
+        }
+    }
+
+    /// A failure the broker's return ends: it was unreachable, or refused for a while.
+    static func isBrokerOutage(_ error: any Error) -> Bool {
+        (error as? AMQPError)?.isTransient == true
+    }
+
+    /// Reads the change again at every poll until it is applied; said once, not at every poll.
+    private func waitForBroker(metadata: Logger.Metadata) {
+        let first = state.withLock { state in
+            defer { state.waitingForBroker = true }
+            return !state.waitingForBroker
+        }
+        var metadata = metadata
+        metadata["config.reload"] = "tried again every \(pollInterval) until it is applied"
+        if first {
+            logger.error("configuration change waits for the broker", metadata: metadata)
+        } else {
+            logger.debug("configuration change still waits for the broker", metadata: metadata)
+        }
     }
 
     private func keep(_ applied: LoadedConfiguration, pendingRestart: [String]) {
