@@ -117,13 +117,18 @@ stop)
   [ -d "$dir" ] || exit 0
   dir=$(cd "$dir" && pwd)
   node_env
-  pid=""
-  [ -f "$dir/server.shell.pid" ] && pid=$(cat "$dir/server.shell.pid")
+  # The shell that started the node, and the node's own process (beam.smp, its child): killing
+  # the shell alone left a node that did not stop in time running, orphaned, on its ports.
+  pids=()
+  for file in "$dir/server.shell.pid" "$RABBITMQ_PID_FILE"; do
+    [ -f "$file" ] && pid=$(cat "$file") && [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && pids+=("$pid")
+  done
   # rabbitmqctl stop can hang for minutes on a node that is already gone: only ask a live one.
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || exit 0
+  [ ${#pids[@]} -gt 0 ] || exit 0
   timeout 60 "$RMQ_BIN/rabbitmqctl" -n "$node" stop "$RABBITMQ_PID_FILE" > /dev/null 2>&1 || true
-  for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-  kill -9 "$pid" 2>/dev/null || true
+  alive() { for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+  for _ in $(seq 1 40); do alive || break; sleep 0.25; done
+  kill -9 "${pids[@]}" 2>/dev/null || true
   ;;
 *)
   echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
