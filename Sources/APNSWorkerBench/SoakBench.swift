@@ -187,8 +187,9 @@ struct SoakBench: AsyncParsableCommand {
         }
         let drained = drainStarted.duration(to: .now)
         // In a task of its own: an interrupted run is cancelled, and its waits would not wait.
-        let (queues, exitStatus) = await Task {
-            let queues = await Self.workQueues(bundles, broker: broker)
+        let settle = failures.isEmpty
+        let ((queues, leftOver), exitStatus) = await Task {
+            let queues = await Self.workQueues(bundles, broker: broker, wait: settle ? .seconds(60) : .zero)
             let exitStatus = await worker.stop(grace: .seconds(60))
             collectors.cancel()
             await connection.close()
@@ -205,6 +206,9 @@ struct SoakBench: AsyncParsableCommand {
             failures.append("no resource could be judged (\(state.samples.filter(\.judged).count) judged samples): run longer or with a shorter --cycle")
         }
         failures += state.problems
+        if settle, leftOver > 0 {
+            failures.append("\(leftOver) messages left in the work queues a minute after every job reached its end: copies no end accounts for")
+        }
         if exitStatus != 0 { failures.append("the worker exited with status \(exitStatus) on SIGTERM") }
 
         let counts = SoakAction.allCases.compactMap { action in state.counts[action].map { "\(action.rawValue) \($0)" } }
@@ -275,15 +279,27 @@ struct SoakBench: AsyncParsableCommand {
     }
 
     /// Each bundle's work queue as the broker has it: messages left and consumers.
-    static func workQueues(_ bundles: [String], broker: SoakBroker) async -> [String] {
-        var lines: [String] = []
-        for bundle in bundles {
-            let name = TopologyNames.workQueue(bundle)
-            let queue = await broker.managementJSON("/queues/%2f/" + name) as? [String: Any]
-            let messages = queue?["messages"] as? Int
-            let consumers = queue?["consumers"] as? Int
-            lines.append("\(name): \(messages.map(String.init) ?? "?") messages, \(consumers.map(String.init) ?? "?") consumers")
+    /// Each work queue's messages at the end, read once all of them are empty or `wait` has
+    /// passed, and how many were left. The management API's counts lag by its statistics interval
+    /// (5 s) and the worker may still be acking the last jobs, so one read right after the drain
+    /// can show a message that is gone a moment later; a message that stays while the worker
+    /// consumes is a copy no end accounts for (a hand-back or a redelivery nobody answered).
+    static func workQueues(_ bundles: [String], broker: SoakBroker, wait: Duration = .seconds(60)) async -> (lines: [String], leftOver: Int) {
+        let deadline = ContinuousClock.now + wait
+        while true {
+            var lines: [String] = []
+            var leftOver = 0
+            for bundle in bundles {
+                let name = TopologyNames.workQueue(bundle)
+                let queue = await broker.managementJSON("/queues/%2f/" + name) as? [String: Any]
+                let ready = queue?["messages_ready"] as? Int, unacked = queue?["messages_unacknowledged"] as? Int
+                let consumers = queue?["consumers"] as? Int
+                leftOver += (ready ?? 1) + (unacked ?? 0)
+                let count = { (value: Int?) in value.map(String.init) ?? "?" }
+                lines.append("\(name): \(count(ready)) ready, \(count(unacked)) unacked, \(count(consumers)) consumers")
+            }
+            if leftOver == 0 || ContinuousClock.now >= deadline { return (lines, leftOver) }
+            try? await Task.sleep(for: .seconds(2))
         }
-        return lines
     }
 }

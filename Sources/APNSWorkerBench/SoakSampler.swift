@@ -55,12 +55,14 @@ struct SoakSampler: Sendable {
                 let properties = connection["client_properties"] as? [String: Any]
                 return (properties?["connection_name"] as? String).map(Self.workerConnectionNames.contains) ?? false
             }
-            sample.brokerConnections = ours.count
             // A connection the management plugin has no statistics for yet (seconds after a
             // reconnect) shows no channels, or 0, though it always has its control channel: not
-            // a count, so not a sample of it.
+            // a count, so not a sample of it. Nor is a listing without the worker's connections
+            // while the worker says it is connected (the listing lags a broker restart): counted
+            // as 0 channels, it once made an hour's flat channels look like growth.
             let channels = ours.map { $0["channels"] as? Int ?? 0 }
-            sample.brokerChannels = channels.contains(0) ? nil : channels.reduce(0, +)
+            sample.brokerConnections = ours.count
+            sample.brokerChannels = ours.isEmpty || channels.contains(0) ? nil : channels.reduce(0, +)
         }
         sample.fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd"))?.count
         sample.threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task"))?.count
