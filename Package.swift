@@ -21,6 +21,11 @@ let residentLinkerSettings: [LinkerSetting] = [
     ),
 ]
 
+// The sync server's client and the modules it is built from are a package of their own (Client/,
+// docs/decisions.md, "The client's own package"), so that a sync server resolves only what they
+// need; this package uses them as that package's products.
+func client(_ module: String) -> Target.Dependency { .product(name: module, package: "Client") }
+
 let package = Package(
     name: "apns-worker",
     platforms: [.macOS(.v15)],
@@ -29,19 +34,14 @@ let package = Package(
         .executable(name: "apns-worker-bench", targets: ["APNSWorkerBench"]),
         .executable(name: "amqp-c-loop", targets: ["AMQPCLoop"]),
         // The pure modules the libFuzzer package in Fuzz/ (which depends on this one by path) fuzzes.
-        .library(name: "APNSJSON", targets: ["APNSJSON"]),
-        .library(name: "APNSModel", targets: ["APNSModel"]),
         .library(name: "APNSBinaryProtocol", targets: ["APNSBinaryProtocol"]),
-        .library(name: "APNSRegistryMessages", targets: ["APNSRegistryMessages"]),
         .library(name: "APNSFleet", targets: ["APNSFleet"]),
         .library(name: "APNSAdminQuery", targets: ["APNSAdminQuery"]),
         .library(name: "APNSConfig", targets: ["APNSConfig"]),
-        .library(name: "AMQPClient", targets: ["AMQPClient"]),
         .library(name: "APNSTopology", targets: ["APNSTopology"]),
-        // For the sync server: typed messages validated by the worker's parsers, confirmed publishes.
-        .library(name: "APNSWorkerClient", targets: ["APNSWorkerClient"]),
     ],
     dependencies: [
+        .package(path: "Client"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
@@ -65,78 +65,40 @@ let package = Package(
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
     ],
     targets: [
-        // librabbitmq 0.11 from Debian's librabbitmq-dev.
-        .systemLibrary(
-            name: "CRabbitMQ",
-            pkgConfig: "librabbitmq",
-            providers: [.apt(["librabbitmq-dev"])]
-        ),
-        // C shims for the parts of librabbitmq Swift cannot call (variadic functions, macros).
-        // Links OpenSSL (librabbitmq's own TLS library) to hand it CA certificates read once.
-        .target(
-            name: "CRabbitMQShim", dependencies: ["CRabbitMQ"],
-            linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]
-        ),
         // `amqp-c-loop`: the plain-C librabbitmq baseline that `apns-worker-bench amqp` runs beside AMQPClient.
-        .executableTarget(name: "AMQPCLoop", dependencies: ["CRabbitMQ"]),
+        .executableTarget(name: "AMQPCLoop", dependencies: [client("CRabbitMQ")]),
 
         // The pure modules: no IO, no clock read directly, tested without a network. Dependencies
         // point one way: APNSJSON ← APNSModel ← the others (docs/architecture.md, "Modules").
-        // The strict JSON reader of job bodies (values, the payload skim) and the flat JSON writer.
-        .target(name: "APNSJSON", swiftSettings: strictSettings),
-        // The job model and the APNs protocol as values: jobs and their parser, notifications,
-        // HTTP/2 requests and answers, transport results, retry policy, untrusted-text rules.
-        .target(name: "APNSModel", dependencies: ["APNSJSON"], swiftSettings: strictSettings),
         // Apple's legacy binary provider API and feedback service on the wire, and the replay machine.
-        .target(name: "APNSBinaryProtocol", dependencies: ["APNSModel"], swiftSettings: strictSettings),
+        .target(name: "APNSBinaryProtocol", dependencies: [client("APNSModel")], swiftSettings: strictSettings),
         // Where a job ends (contract §4): a transport result classified into an outcome.
-        .target(name: "APNSOutcome", dependencies: ["APNSModel", "APNSBinaryProtocol"], swiftSettings: strictSettings),
+        .target(name: "APNSOutcome", dependencies: [client("APNSModel"), "APNSBinaryProtocol"], swiftSettings: strictSettings),
         // Provider authentication tokens (JWT, ES256) and their renewal policy.
         .target(
             name: "APNSProviderToken",
-            dependencies: ["APNSJSON", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [client("APNSJSON"), .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictSettings
         ),
         // Apple's channel management API for broadcast push (contract §7) as values.
-        .target(name: "APNSChannelManagement", dependencies: ["APNSJSON", "APNSModel"], swiftSettings: strictSettings),
-        // What the sync server sends the registry (contract §6): registration changes and group jobs.
-        // No swift-crypto: its two digests are its own (`NameDigest`), so the client builds none.
-        .target(name: "APNSRegistryMessages", dependencies: ["APNSJSON", "APNSModel"], swiftSettings: strictSettings),
+        .target(name: "APNSChannelManagement", dependencies: [client("APNSJSON"), client("APNSModel")], swiftSettings: strictSettings),
         // The fleet (contract §5): its messages, one listener's view, the rates and the memory bound.
-        .target(name: "APNSFleet", dependencies: ["APNSModel"], swiftSettings: strictSettings),
-        // Every broker name the worker and its clients use (contract §1, §5, §6) and the job headers.
-        .target(name: "APNSTopologyNames", dependencies: ["APNSModel"], swiftSettings: strictSettings),
+        .target(name: "APNSFleet", dependencies: [client("APNSModel")], swiftSettings: strictSettings),
         // The admin server's query parameters, parsed; apart from APNSAdmin so that its fuzz target
         // (Fuzz/FuzzAdminQuery) builds without Hummingbird and everything the admin serves.
-        .target(name: "APNSAdminQuery", dependencies: ["APNSModel", "APNSFleet"], swiftSettings: strictSettings),
+        .target(name: "APNSAdminQuery", dependencies: [client("APNSModel"), "APNSFleet"], swiftSettings: strictSettings),
         // A seeded random number generator for the simulator, the benchmarks and randomized tests
         // (a leaf: the standard library only).
         .target(name: "SeededRandom", swiftSettings: strictSettings),
-        // The one reader of AMQP URLs: the AMQP client's and the configuration check's (a leaf:
-        // the standard library only).
-        .target(name: "AMQPURLSyntax", swiftSettings: strictSettings),
         // The configuration file format and the typed configuration of the worker.
         .target(
             name: "APNSConfig",
             dependencies: [
-                "APNSModel", "APNSChannelManagement", "APNSTopologyNames", "AMQPURLSyntax",
+                client("APNSModel"), "APNSChannelManagement", client("APNSTopologyNames"), client("AMQPURLSyntax"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
-            ],
-            swiftSettings: strictSettings
-        ),
-        // Waiting for a value handed over by someone else, with task cancellation done right:
-        // the one helper for every such wait (a leaf: the standard library only).
-        .target(name: "CancellableWait", swiftSettings: strictSettings),
-        // AMQP 0-9-1 client over librabbitmq: one owner thread per connection, async API; a
-        // connection lives from `connect` to `close()`. A general client: it knows nothing of APNs.
-        .target(
-            name: "AMQPClient",
-            dependencies: [
-                "CRabbitMQ", "CRabbitMQShim", "CancellableWait", "AMQPURLSyntax",
-                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),
@@ -145,7 +107,7 @@ let package = Package(
         .target(
             name: "APNSTopology",
             dependencies: [
-                "APNSModel", "APNSTopologyNames", "APNSConfig", "AMQPClient",
+                client("APNSModel"), client("APNSTopologyNames"), "APNSConfig", client("AMQPClient"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
@@ -155,7 +117,7 @@ let package = Package(
         .target(
             name: "APNSTransport",
             dependencies: [
-                "APNSModel", "APNSBinaryProtocol", "APNSChannelManagement", "APNSProviderToken", "CancellableWait",
+                client("APNSModel"), "APNSBinaryProtocol", "APNSChannelManagement", "APNSProviderToken", client("CancellableWait"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -173,7 +135,7 @@ let package = Package(
         .target(
             name: "APNSSimulator",
             dependencies: [
-                "APNSModel", "APNSBinaryProtocol", "SeededRandom",
+                client("APNSModel"), "APNSBinaryProtocol", "SeededRandom",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -193,7 +155,7 @@ let package = Package(
         .target(
             name: "QueueConsumer",
             dependencies: [
-                "AMQPClient", "CancellableWait",
+                client("AMQPClient"), client("CancellableWait"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strictSettings
@@ -202,8 +164,8 @@ let package = Package(
         .target(
             name: "APNSWorker",
             dependencies: [
-                "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSJSON", "APNSTopologyNames",
-                "AMQPClient", "APNSConfig", "APNSTopology", "APNSTransport", "QueueConsumer",
+                client("APNSModel"), "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", client("APNSJSON"), client("APNSTopologyNames"),
+                client("AMQPClient"), "APNSConfig", "APNSTopology", "APNSTransport", "QueueConsumer",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "Logging", package: "swift-log"),
@@ -218,7 +180,7 @@ let package = Package(
         .target(
             name: "APNSRegistry",
             dependencies: [
-                "APNSModel", "APNSRegistryMessages", "APNSTopologyNames", "APNSConfig", "AMQPClient", "APNSTopology", "QueueConsumer",
+                client("APNSModel"), client("APNSRegistryMessages"), client("APNSTopologyNames"), "APNSConfig", client("AMQPClient"), "APNSTopology", "QueueConsumer",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
@@ -232,7 +194,7 @@ let package = Package(
         .target(
             name: "APNSOperations",
             dependencies: [
-                "APNSModel", "APNSJSON", "APNSTopologyNames", "APNSConfig", "AMQPClient", "APNSTopology",
+                client("APNSModel"), client("APNSJSON"), client("APNSTopologyNames"), "APNSConfig", client("AMQPClient"), "APNSTopology",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
@@ -241,8 +203,8 @@ let package = Package(
         .target(
             name: "APNSAdmin",
             dependencies: [
-                "APNSModel", "APNSAdminQuery", "APNSChannelManagement", "APNSFleet", "APNSRegistryMessages",
-                "APNSTopologyNames", "APNSConfig", "APNSTopology", "APNSWorker", "APNSOperations", "APNSRegistry",
+                client("APNSModel"), "APNSAdminQuery", "APNSChannelManagement", "APNSFleet", client("APNSRegistryMessages"),
+                client("APNSTopologyNames"), "APNSConfig", "APNSTopology", "APNSWorker", "APNSOperations", "APNSRegistry",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
@@ -256,15 +218,6 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ],
-            swiftSettings: strictSettings
-        ),
-        // The sync server's client library: AMQP and the core only.
-        .target(
-            name: "APNSWorkerClient",
-            dependencies: [
-                "AMQPClient", "APNSModel", "APNSRegistryMessages", "APNSTopologyNames", .product(name: "Logging", package: "swift-log"),
-                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: strictSettings
         ),
@@ -284,9 +237,9 @@ let package = Package(
         .executableTarget(
             name: "APNSWorkerCLI",
             dependencies: [
-                "APNSModel", "APNSChannelManagement", "APNSFleet", "APNSRegistryMessages", "APNSTopologyNames", "APNSConfig", "AMQPClient",
+                client("APNSModel"), "APNSChannelManagement", "APNSFleet", client("APNSRegistryMessages"), client("APNSTopologyNames"), "APNSConfig", client("AMQPClient"),
                 "APNSTopology", "APNSTransport", "APNSSimulator",
-                "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry", "APNSWorkerClient", "APNSTracing",
+                "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry", client("APNSWorkerClient"), "APNSTracing",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -304,8 +257,8 @@ let package = Package(
         .executableTarget(
             name: "APNSWorkerBench",
             dependencies: [
-                "APNSSoak", "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSProviderToken",
-                "APNSRegistryMessages", "APNSTopologyNames", "SeededRandom", "AMQPClient", "APNSTopology",
+                "APNSSoak", client("APNSModel"), "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSProviderToken",
+                client("APNSRegistryMessages"), client("APNSTopologyNames"), "SeededRandom", client("AMQPClient"), "APNSTopology",
                 "APNSTransport", "APNSSimulator", "APNSConfig", "APNSRegistry",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -318,34 +271,34 @@ let package = Package(
         // in-memory broker behind the client's seams (`InMemoryBroker`).
         .target(
             name: "TestSupport",
-            dependencies: ["AMQPClient", .product(name: "Logging", package: "swift-log")],
+            dependencies: [client("AMQPClient"), .product(name: "Logging", package: "swift-log")],
             path: "Tests/TestSupport",
             swiftSettings: strictSettings
         ),
-        .testTarget(name: "APNSJSONTests", dependencies: ["APNSJSON", "SeededRandom"], swiftSettings: strictSettings),
+        .testTarget(name: "APNSJSONTests", dependencies: [client("APNSJSON"), "SeededRandom"], swiftSettings: strictSettings),
         .testTarget(
             name: "APNSModelTests",
-            dependencies: ["APNSModel", "APNSJSON", "APNSOutcome", "APNSBinaryProtocol", "APNSRegistryMessages", "SeededRandom"],
+            dependencies: [client("APNSModel"), client("APNSJSON"), "APNSOutcome", "APNSBinaryProtocol", client("APNSRegistryMessages"), "SeededRandom"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "APNSBinaryProtocolTests",
-            dependencies: ["APNSBinaryProtocol", "APNSModel", "APNSOutcome", "SeededRandom"],
+            dependencies: ["APNSBinaryProtocol", client("APNSModel"), "APNSOutcome", "SeededRandom"],
             swiftSettings: strictSettings
         ),
-        .testTarget(name: "APNSFleetTests", dependencies: ["APNSFleet", "APNSModel", "APNSAdminQuery"], swiftSettings: strictSettings),
+        .testTarget(name: "APNSFleetTests", dependencies: ["APNSFleet", client("APNSModel"), "APNSAdminQuery"], swiftSettings: strictSettings),
         .testTarget(name: "APNSProviderTokenTests", dependencies: ["APNSProviderToken"], swiftSettings: strictSettings),
         .testTarget(
             name: "APNSRegistryMessagesTests",
-            dependencies: ["APNSRegistryMessages", "SeededRandom", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [client("APNSRegistryMessages"), "SeededRandom", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictSettings
         ),
         .testTarget(name: "APNSSoakTests", dependencies: ["APNSSoak"], swiftSettings: strictSettings),
-        .testTarget(name: "CancellableWaitTests", dependencies: ["CancellableWait"], swiftSettings: strictSettings),
+        .testTarget(name: "CancellableWaitTests", dependencies: [client("CancellableWait")], swiftSettings: strictSettings),
         .testTarget(
             name: "APNSWorkerClientTests",
             dependencies: [
-                "APNSWorkerClient", "AMQPClient", "APNSModel", "APNSJSON", "APNSRegistryMessages", "APNSTopologyNames",
+                client("APNSWorkerClient"), client("AMQPClient"), client("APNSModel"), client("APNSJSON"), client("APNSRegistryMessages"), client("APNSTopologyNames"),
                 "APNSTopology", "TestSupport", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
@@ -353,7 +306,7 @@ let package = Package(
         .testTarget(
             name: "APNSTopologyTests",
             dependencies: [
-                "APNSTopology", "AMQPClient", "APNSModel", "APNSTopologyNames",
+                "APNSTopology", client("AMQPClient"), client("APNSModel"), client("APNSTopologyNames"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
             ],
             swiftSettings: strictSettings
@@ -361,7 +314,7 @@ let package = Package(
         .testTarget(
             name: "APNSTracingTests",
             dependencies: [
-                "APNSTracing", "APNSWorkerClient", "APNSConfig", "APNSTopologyNames", "APNSTopology", "AMQPClient",
+                "APNSTracing", client("APNSWorkerClient"), "APNSConfig", client("APNSTopologyNames"), "APNSTopology", client("AMQPClient"),
                 "APNSSimulator", "TestSupport",
                 .product(name: "OTel", package: "swift-otel"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
@@ -375,7 +328,7 @@ let package = Package(
         .testTarget(
             name: "APNSConfigTests",
             dependencies: [
-                "APNSConfig", "APNSModel", "APNSTopologyNames", "APNSTopology", "AMQPClient",
+                "APNSConfig", client("APNSModel"), client("APNSTopologyNames"), "APNSTopology", client("AMQPClient"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -386,7 +339,7 @@ let package = Package(
         .testTarget(
             name: "AMQPClientTests",
             dependencies: [
-                "AMQPClient", "APNSModel", "APNSTopologyNames", "SeededRandom", "APNSTopology", "TestSupport",
+                client("AMQPClient"), client("APNSModel"), client("APNSTopologyNames"), "SeededRandom", "APNSTopology", "TestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 // The worker's service group run `whileConnected` (ConnectionServiceTests).
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -396,7 +349,7 @@ let package = Package(
         .testTarget(
             name: "APNSTransportTests",
             dependencies: [
-                "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSChannelManagement", "APNSTransport", "APNSSimulator", "TestSupport",
+                client("APNSModel"), "APNSBinaryProtocol", "APNSOutcome", "APNSChannelManagement", "APNSTransport", "APNSSimulator", "TestSupport",
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -412,9 +365,9 @@ let package = Package(
         .testTarget(
             name: "APNSRegistryTests",
             dependencies: [
-                "APNSRegistry", "APNSModel", "APNSJSON", "APNSRegistryMessages", "APNSFleet", "APNSTopologyNames",
-                "SeededRandom", "APNSConfig", "AMQPClient", "APNSTopology", "APNSSimulator", "TestSupport", "QueueConsumer",
-                "APNSTracing", "APNSWorkerClient", "APNSWorker",
+                "APNSRegistry", client("APNSModel"), client("APNSJSON"), client("APNSRegistryMessages"), "APNSFleet", client("APNSTopologyNames"),
+                "SeededRandom", "APNSConfig", client("AMQPClient"), "APNSTopology", "APNSSimulator", "TestSupport", "QueueConsumer",
+                "APNSTracing", client("APNSWorkerClient"), "APNSWorker",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
@@ -427,13 +380,13 @@ let package = Package(
         .testTarget(
             name: "QueueConsumerTests",
             // The re-consume against the real broker (ReconsumeBrokerTests).
-            dependencies: ["QueueConsumer", "AMQPClient", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["QueueConsumer", client("AMQPClient"), "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "APNSOperationsTests",
             dependencies: [
-                "APNSOperations", "AMQPClient", "APNSModel", "APNSTopologyNames", "APNSTopology", "TestSupport",
+                "APNSOperations", client("AMQPClient"), client("APNSModel"), client("APNSTopologyNames"), "APNSTopology", "TestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
@@ -441,8 +394,8 @@ let package = Package(
         .testTarget(
             name: "APNSWorkerTests",
             dependencies: [
-                "APNSModel", "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSChannelManagement", "APNSTopologyNames", "AMQPClient",
-                "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker", "CancellableWait", "TestSupport", "QueueConsumer",
+                client("APNSModel"), "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSChannelManagement", client("APNSTopologyNames"), client("AMQPClient"),
+                "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker", client("CancellableWait"), "TestSupport", "QueueConsumer",
                 "APNSConfig",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -454,8 +407,8 @@ let package = Package(
         .testTarget(
             name: "APNSAdminTests",
             dependencies: [
-                "APNSAdmin", "APNSModel", "APNSAdminQuery", "APNSChannelManagement", "APNSFleet",
-                "APNSRegistryMessages", "APNSTopologyNames", "APNSConfig", "AMQPClient", "APNSTopology",
+                "APNSAdmin", client("APNSModel"), "APNSAdminQuery", "APNSChannelManagement", "APNSFleet",
+                client("APNSRegistryMessages"), client("APNSTopologyNames"), "APNSConfig", client("AMQPClient"), "APNSTopology",
                 "APNSTransport", "APNSSimulator", "APNSWorker",
                 "APNSOperations", "APNSRegistry", "TestSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -11,6 +11,9 @@ let package = Package(
     platforms: [.macOS(.v15)],
     dependencies: [
         .package(name: "apns-worker", path: ".."),
+        // The client's own package, with the pure modules the worker builds on (APNSJSON, APNSModel,
+        // APNSRegistryMessages) and AMQPClient.
+        .package(path: "../Client"),
     ],
     targets: [
         // The declaration of LLVMFuzzerRunDriver.
@@ -18,7 +21,7 @@ let package = Package(
         .executableTarget(
             name: "FuzzJobParser",
             dependencies: [
-                "FuzzDriver", .product(name: "APNSModel", package: "apns-worker"), .product(name: "APNSJSON", package: "apns-worker"),
+                "FuzzDriver", .product(name: "APNSModel", package: "Client"), .product(name: "APNSJSON", package: "Client"),
             ]
         ),
         .executableTarget(
@@ -41,49 +44,49 @@ let package = Package(
         .executableTarget(
             name: "FuzzRegistration",
             dependencies: [
-                "FuzzDriver", .product(name: "APNSRegistryMessages", package: "apns-worker"), .product(name: "APNSModel", package: "apns-worker"),
+                "FuzzDriver", .product(name: "APNSRegistryMessages", package: "Client"), .product(name: "APNSModel", package: "Client"),
             ]
         ),
         .executableTarget(
             name: "FuzzGroupJob",
             dependencies: [
-                "FuzzDriver", .product(name: "APNSRegistryMessages", package: "apns-worker"), .product(name: "APNSModel", package: "apns-worker"),
+                "FuzzDriver", .product(name: "APNSRegistryMessages", package: "Client"), .product(name: "APNSModel", package: "Client"),
             ]
         ),
         .executableTarget(
             name: "FuzzFleet",
-            dependencies: ["FuzzDriver", .product(name: "APNSFleet", package: "apns-worker"), .product(name: "APNSModel", package: "apns-worker")]
+            dependencies: ["FuzzDriver", .product(name: "APNSFleet", package: "apns-worker"), .product(name: "APNSModel", package: "Client")]
         ),
         .executableTarget(
             name: "FuzzAMQPFields",
-            dependencies: ["FuzzDriver", .product(name: "AMQPClient", package: "apns-worker")]
+            dependencies: ["FuzzDriver", .product(name: "AMQPClient", package: "Client")]
         ),
         // The frame sequence of a delivery: body limits and body sizes from the wire.
         .executableTarget(
             name: "FuzzContentAssembler",
-            dependencies: ["FuzzDriver", .product(name: "AMQPClient", package: "apns-worker")]
+            dependencies: ["FuzzDriver", .product(name: "AMQPClient", package: "Client")]
         ),
         // An APNs answer: the apns-id header (parsed by hand) and the JSON body.
         .executableTarget(
             name: "FuzzAPNsAnswer",
-            dependencies: ["FuzzDriver", .product(name: "APNSModel", package: "apns-worker")]
+            dependencies: ["FuzzDriver", .product(name: "APNSModel", package: "Client")]
         ),
         // The broker host PeerSecurity reads from an AMQP URL, against the AMQP client's reading.
         .executableTarget(
             name: "FuzzPeerHost",
             dependencies: [
-                "FuzzDriver", .product(name: "APNSConfig", package: "apns-worker"), .product(name: "AMQPClient", package: "apns-worker"),
+                "FuzzDriver", .product(name: "APNSConfig", package: "apns-worker"), .product(name: "AMQPClient", package: "Client"),
             ]
         ),
         // RFC 3339 dates (fleet heartbeats) and the HTTP `Date` header, against Foundation's.
         .executableTarget(
             name: "FuzzRFC3339",
-            dependencies: ["FuzzDriver", .product(name: "APNSModel", package: "apns-worker")]
+            dependencies: ["FuzzDriver", .product(name: "APNSModel", package: "Client")]
         ),
         .executableTarget(
             name: "FuzzJobEnvelope",
             dependencies: [
-                "FuzzDriver", .product(name: "AMQPClient", package: "apns-worker"),
+                "FuzzDriver", .product(name: "AMQPClient", package: "Client"),
                 .product(name: "APNSTopology", package: "apns-worker"),
             ]
         ),

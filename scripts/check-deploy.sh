@@ -100,6 +100,12 @@ fi
 while read -r src; do
   [ -e "$src" ] || fail "Dockerfile COPY source $src does not exist"
 done < <(awk '$1 == "COPY" && $2 !~ /^--from/ { for (i = 2; i < NF; i++) print $i }' deploy/Dockerfile)
+# The build stage needs every package the worker's depends on by path (the client's, Client/):
+# its manifest before the resolve and its sources before the build.
+for dir in $(sed -n 's/^ *\.package(path: "\([^"]*\)").*/\1/p' Package.swift); do
+  grep -q "^COPY $dir/Package.swift " deploy/Dockerfile || fail "the Dockerfile does not copy $dir/Package.swift, a path dependency of Package.swift"
+  grep -q "^COPY $dir/Sources " deploy/Dockerfile || fail "the Dockerfile does not copy $dir/Sources, a path dependency of Package.swift"
+done
 # RUN commands (continuation lines joined) must parse as shell.
 python3 - deploy/Dockerfile > "$work/run.sh" <<'PY'
 import sys, re

@@ -3,8 +3,10 @@
 # only the APNSWorkerClient product) against the test broker, with a real worker and the APNs
 # simulator: the example publishes a job for a token Apple accepts and one for a token the
 # simulator answers 410 Unregistered, and must see the worker's feedback event for the second
-# (acked) and a delivery event for each job's end within its deadline. Also prints the example's resolved dependency graph and fails if
-# its build compiled Hummingbird, PostgresNIO, OTel, Mustache or swift-crypto.
+# (acked) and a delivery event for each job's end within its deadline. Fails first if the example's
+# resolution fetches a package the client's does not name, if README.md's graph of the client's
+# package is not Client/Package.swift's, or if its build compiled Hummingbird, PostgresNIO, OTel,
+# Mustache or swift-crypto.
 #   scripts/check-example.sh BIN_DIR   (BIN_DIR holds a built apns-worker; needs APNS_TEST_AMQP_URL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,8 +22,26 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "check-example: the packages SwiftPM resolves (and fetches) for the example:"
-(cd "$example" && swift package show-dependencies --format flatlist | sort -u)
+# What a sync server resolves, and so fetches: the client's package and the packages it names,
+# nothing of the worker's (SwiftPM fetches every dependency of a package it resolves, whatever
+# product is used).
+allowed="client swift-distributed-tracing swift-log"
+resolved=$(cd "$example" && swift package show-dependencies --format json) || { echo "check-example: FAIL: the example does not resolve" >&2; exit 1; }
+resolved=$(echo "$resolved" | python3 scripts/client-graph.py resolved)
+echo "check-example: the packages SwiftPM resolves (and fetches) for the example: $(echo $resolved)"
+extra=$(comm -23 <(echo "$resolved") <(tr ' ' '\n' <<< "$allowed" | sort))
+if [ -n "$extra" ]; then
+  echo "check-example: FAIL: the example's resolution fetches packages a sync server does not need: $(echo $extra)" >&2
+  exit 1
+fi
+# README.md's graph of the client's package is the one Client/Package.swift declares.
+edges=$(cd Client && swift package dump-package | python3 ../scripts/client-graph.py edges)
+readme=$(sed -n '/^<!-- client-edges/,/^<!-- \/client-edges/p' README.md | sed -n 's/^    //p')
+if [ "$edges" != "$readme" ]; then
+  echo "check-example: FAIL: README.md's client-edges block is not Client/Package.swift's graph; it is:" >&2
+  echo "$edges" | sed 's/^/    /' >&2
+  exit 1
+fi
 (cd "$example" && swift build) > "$work/example-build.log" 2>&1 || { tail -40 "$work/example-build.log" >&2; exit 1; }
 example_bin=$(cd "$example" && swift build --show-bin-path)
 # What it builds, also on incremental runs: the Swift modules it compiled (Modules/*.swiftmodule)
@@ -80,3 +100,4 @@ if [ "$status" -ne 0 ]; then
   exit 1
 fi
 echo "check-example: ok: the example sync server published through APNSWorkerClient and handled the worker's feedback and delivery events"
+

@@ -1,24 +1,21 @@
 // swift-tools-version: 6.2
-// An example sync server: a package of its own that depends on apns-worker by path and uses only
-// its `APNSWorkerClient` product, so its build shows what a sync server builds (no Hummingbird,
-// PostgresNIO, OTel or Mustache): `swift package show-dependencies`, `swift build -v`.
-import Foundation
+// An example sync server: a package of its own that depends on the client's package (Client/) by
+// path and uses its `APNSWorkerClient` product, so its resolution and build show what a sync
+// server's do: swift-log and swift-distributed-tracing, nothing of the worker (no Hummingbird,
+// PostgresNIO, OTel, Mustache, swift-crypto): `swift package show-dependencies`, `swift build -v`.
 import PackageDescription
-
-// SwiftPM names a path dependency after its directory (apns-worker, or a worktree's name).
-let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardizedFileURL
-let rootIdentity = root.lastPathComponent.lowercased()
 
 let package = Package(
     name: "SyncServerExample",
     platforms: [.macOS(.v15)],
     dependencies: [
-        .package(path: "../.."),
+        // SwiftPM names a path dependency after its directory.
+        .package(path: "../../Client"),
     ],
     targets: [
         .executableTarget(
             name: "SyncServerExample",
-            dependencies: [.product(name: "APNSWorkerClient", package: rootIdentity)],
+            dependencies: [.product(name: "APNSWorkerClient", package: "Client")],
             swiftSettings: [.enableUpcomingFeature("ExistentialAny"), .enableUpcomingFeature("MemberImportVisibility")]
         ),
     ],

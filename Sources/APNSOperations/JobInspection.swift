@@ -1,7 +1,7 @@
 /// Pure rules of the operator tools, with no IO: how a queued message reads as a `QueuedJob`,
 /// which jobs a filter selects, and how a requeued job's headers are rewritten.
 import AMQPClient
-import APNSJSON
+@_spi(APNSWorker) import APNSJSON
 import APNSModel
 import APNSTopology
 import APNSTopologyNames

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import APNSJSON
+@_spi(APNSWorker) @testable import APNSJSON
 
 /// The payload skimmer (JSONSkim.swift) against the full reader it stands in for: for every body,
 /// the same verdict (the same error at the same byte with the same words) and, for a good body,

@@ -5,6 +5,7 @@
 /// `JSONSkim` reads a job's payload without building it and must agree with the reader on every
 /// input (the tests and the job parser's fuzz target hold them to it); `JSONValue` is the value
 /// both produce; `FlatJSON` writes the small flat objects the worker makes itself. The readers'
-/// entry points are `package`: only the parsers of this package (`JobParser`, `GroupJobParser`)
-/// call them.
+/// entry points are SPI (`@_spi(APNSWorker)`): the parsers of the client's package (`JobParser`,
+/// `GroupJobParser`) and the worker's own modules call them; a sync server that imports this
+/// module without the SPI sees none of them.
 public enum APNSJSONModule {}

@@ -9,11 +9,11 @@
 /// objects of more than `linearKeyLimit` members.
 
 /// What kind of value the skimmer passed over, with an integer's value (for `content-available`).
-package enum JSONKind: Equatable {
+@_spi(APNSWorker) public enum JSONKind: Equatable {
     case null, bool, integer(Int64), number, string, array, object
 
     /// The same names as `JSONValue.typeName`, for the same error messages.
-    package var typeName: String {
+    @_spi(APNSWorker) public var typeName: String {
         switch self {
         case .null: "null"
         case .bool: "a boolean"
@@ -27,22 +27,22 @@ package enum JSONKind: Equatable {
 }
 
 /// What a job's payload holds, as far as the job parser asks.
-package struct JSONPayloadSummary {
+@_spi(APNSWorker) public struct JSONPayloadSummary {
     /// The payload's own kind.
-    package var kind: JSONKind = .null
+    @_spi(APNSWorker) public var kind: JSONKind = .null
     /// The kind of its `aps` member; nil when it has none (or is no object).
-    package var aps: JSONKind?
+    @_spi(APNSWorker) public var aps: JSONKind?
     /// `aps` members present (a `null` value counts as present, as a key in a dictionary would).
-    package var apsHasAlert = false, apsHasSound = false, apsHasBadge = false
+    @_spi(APNSWorker) public var apsHasAlert = false, apsHasSound = false, apsHasBadge = false
     /// `aps.content-available` is the integer 1.
-    package var contentAvailableIsOne = false
+    @_spi(APNSWorker) public var contentAvailableIsOne = false
 }
 
 /// The top-level `payload` member of a job, skimmed.
-package struct JSONSkimmedMember {
-    package var summary: JSONPayloadSummary
-    package var range: Range<Int>
-    package var hasWhitespace: Bool
+@_spi(APNSWorker) public struct JSONSkimmedMember {
+    @_spi(APNSWorker) public var summary: JSONPayloadSummary
+    @_spi(APNSWorker) public var range: Range<Int>
+    @_spi(APNSWorker) public var hasWhitespace: Bool
 }
 
 extension JSONReader.Parser {

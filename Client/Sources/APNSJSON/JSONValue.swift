@@ -82,9 +82,9 @@ extension JSONValue {
 /// A top-level object: its members, and the one member read without being built, if asked for.
 /// The members are a list, not a dictionary: a job has about ten, and hashing their keys was the
 /// largest single cost of parsing a job (`perf`, docs/benchmarks.md).
-package struct JSONTopLevelObject {
+@_spi(APNSWorker) public struct JSONTopLevelObject {
     private(set) var members: [(key: String, member: JSONTopLevelMember)] = []
-    package var skimmed: JSONSkimmedMember?
+    @_spi(APNSWorker) public var skimmed: JSONSkimmedMember?
     /// Every key, once there are more than `linearLimit`: a hostile body of thousands of keys
     /// stays linear to check for duplicates.
     private var keys: Set<String>?
@@ -94,7 +94,7 @@ package struct JSONTopLevelObject {
 
     init() { members.reserveCapacity(Self.typicalMembers) }
 
-    package subscript(key: String) -> JSONTopLevelMember? {
+    @_spi(APNSWorker) public subscript(key: String) -> JSONTopLevelMember? {
         for entry in members where entry.key == key { return entry.member }
         return nil
     }
@@ -113,9 +113,9 @@ package struct JSONTopLevelObject {
 }
 
 /// One member of the top-level object: its value and where the value's bytes lie in the body.
-package struct JSONTopLevelMember {
-    package var value: JSONValue
-    package var range: Range<Int>
+@_spi(APNSWorker) public struct JSONTopLevelMember {
+    @_spi(APNSWorker) public var value: JSONValue
+    @_spi(APNSWorker) public var range: Range<Int>
     /// Whether the value's text holds whitespace between tokens (so `compact` would change it).
-    package var hasWhitespace: Bool
+    @_spi(APNSWorker) public var hasWhitespace: Bool
 }

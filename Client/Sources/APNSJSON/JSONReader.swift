@@ -6,10 +6,10 @@
 /// Apple sees), keeps integers exact, and reports where each top-level member's value lies in the
 /// body so the payload can be sent to Apple with its original key order and lexemes.
 
-package enum JSONReader {
+@_spi(APNSWorker) public enum JSONReader {
     /// Offset of the first byte that is not part of well-formed UTF-8, or nil when all of it is.
     /// Rejects overlong forms, surrogates and code points above U+10FFFF, as RFC 3629 requires.
-    package static func firstInvalidUTF8Offset(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+    @_spi(APNSWorker) public static func firstInvalidUTF8Offset(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
         var i = 0
         let n = bytes.count
         while i < n {
@@ -50,7 +50,7 @@ package enum JSONReader {
 
     /// Parses a body whose top level must be an object. The body must already be valid UTF-8.
     /// The member named `skimming` (a job's `payload`) is checked but not built: see JSONSkim.swift.
-    package static func parseTopLevelObject(
+    @_spi(APNSWorker) public static func parseTopLevelObject(
         _ bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int, skimming skimmedKey: String? = nil
     ) throws(JSONSyntaxError) -> JSONTopLevelObject {
         var parser = Parser(bytes: bytes, maxDepth: maxDepth)
@@ -114,7 +114,7 @@ package enum JSONReader {
 
     /// The JSON text in `bytes` with every whitespace byte outside strings removed. Key order,
     /// escapes and number lexemes are kept exactly. `bytes` must be valid JSON.
-    package static func compact(_ bytes: UnsafeBufferPointer<UInt8>) -> [UInt8] {
+    @_spi(APNSWorker) public static func compact(_ bytes: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         // Copies runs between whitespace bytes in bulk; inside strings nothing is dropped.

@@ -1,4 +1,4 @@
-import APNSJSON
+@_spi(APNSWorker) import APNSJSON
 import Foundation
 
 /// Turns a message body into a `Job` or a precise `JobError` (contract §2). Pure: no IO, no

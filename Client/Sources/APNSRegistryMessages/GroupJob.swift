@@ -1,4 +1,4 @@
-import APNSJSON
+@_spi(APNSWorker) import APNSJSON
 import APNSModel
 import Foundation
 
