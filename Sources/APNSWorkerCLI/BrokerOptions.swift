@@ -13,6 +13,9 @@ struct BrokerOptions: ParsableArguments {
     @Option(name: .customLong("url"), help: "AMQP URL (overrides --config).")
     var url: String?
 
+    @Flag(help: "Also log connections and progress (info) on stderr; without it only warnings and errors.")
+    var verbose = false
+
     static let localURL = "amqp://guest:guest@127.0.0.1:5682/%2f"
     /// Where `run` (and the operator commands, when given neither `--config` nor `--bundle`)
     /// read the configuration.
@@ -36,6 +39,12 @@ struct BrokerOptions: ParsableArguments {
         amqp.heartbeat = heartbeat
         if let caFile { amqp.tls.caFile = caFile }
         return amqp
+    }
+
+    /// The logger of a one-shot command: its answer is what it prints, so its log (on stderr)
+    /// says only warnings and errors unless `--verbose` or `APNS_WORKER_LOG_LEVEL` asks for more.
+    func logger(_ label: String) -> Logger {
+        makeLogger(label, defaultLevel: verbose ? .info : .warning)
     }
 }
 

@@ -35,7 +35,7 @@ struct EventsCommand: AsyncParsableCommand {
 
     func run() async throws {
         let broker = self.broker.orDefaultConfiguration()
-        let logger = makeLogger("apns-worker.events", defaultLevel: .warning)
+        let logger = broker.logger("apns-worker.events")
         let amqp = try broker.amqpConfiguration(connectionName: "apns-worker events")
         let queue = "apns.events.watch.\(UUID().uuidString.lowercased())"
         try await AMQPConnection.withConnection(configuration: amqp, logger: logger) { connection in

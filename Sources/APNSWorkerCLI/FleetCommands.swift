@@ -27,7 +27,7 @@ struct FleetCommand: AsyncParsableCommand {
         let broker = self.broker.orDefaultConfiguration()
         let configuration = try broker.configPath.map { try loadConfiguration($0, credentials: .skipFiles) }
         let interval = configuration?.admin.heartbeatInterval ?? AdminSettings.defaultHeartbeatInterval
-        let logger = makeLogger("apns-worker.fleet", defaultLevel: .warning)
+        let logger = broker.logger("apns-worker.fleet")
         let amqp = try broker.amqpConfiguration(connectionName: "apns-worker fleet")
         let report = try await AMQPConnection.withConnection(configuration: amqp, logger: logger) { connection in
             try await FleetControl.listen(
@@ -96,7 +96,7 @@ struct PauseCommand<Choice: PauseChoice>: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let logger = makeLogger("apns-worker.\(Choice.paused ? "pause" : "resume")", defaultLevel: .warning)
+        let logger = broker.logger("apns-worker.\(Choice.paused ? "pause" : "resume")")
         let amqp = try broker.orDefaultConfiguration().amqpConfiguration(connectionName: "apns-worker \(Choice.paused ? "pause" : "resume")")
         try await AMQPConnection.withConnection(configuration: amqp, logger: logger) { connection in
             if Choice.paused {

@@ -59,7 +59,7 @@ struct QueueScopeOptions: ParsableArguments {
         let delays = configuration?.retry.delays ?? RetrySettings().delays
         let amqp = try broker.amqpConfiguration(connectionName: "apns-worker \(kind.rawValue)")
         return QueueInspector(
-            amqp: amqp, bundleIDs: bundles, retryDelays: delays, logger: makeLogger("apns-worker.\(kind.rawValue)", defaultLevel: .warning))
+            amqp: amqp, bundleIDs: bundles, retryDelays: delays, logger: broker.logger("apns-worker.\(kind.rawValue)"))
     }
 }
 

@@ -89,7 +89,7 @@ struct PublishCommand: AsyncParsableCommand {
             return value
         }
         let client = try await APNSWorkerClient.connect(
-            configuration: try broker.amqpConfiguration(connectionName: "apns-worker publish"), logger: makeLogger("apns-worker.publish"))
+            configuration: try broker.amqpConfiguration(connectionName: "apns-worker publish"), logger: broker.logger("apns-worker.publish"))
         for _ in 0..<count {
             let jobID = fixedID ?? UUID()
             do {

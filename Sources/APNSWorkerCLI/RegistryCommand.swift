@@ -150,7 +150,7 @@ func nowMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 func publishRegistration(_ registration: Registration, broker: BrokerOptions) async throws {
     let client = try await APNSWorkerClient.connect(
         configuration: try broker.amqpConfiguration(connectionName: "apns-worker registry"),
-        logger: makeLogger("apns-worker.registry", defaultLevel: .warning))
+        logger: broker.logger("apns-worker.registry"))
     do {
         try await client.publish(registration)
     } catch {

@@ -50,7 +50,7 @@ struct TopologyCommand: AsyncParsableCommand {
             let amqp = try broker.amqpConfiguration(connectionName: "apns-worker topology")
             let planned = report
             report = try await operatorCall {
-                try await AMQPConnection.withConnection(configuration: amqp, logger: makeLogger("apns-worker.topology", defaultLevel: .warning)) { connection in
+                try await AMQPConnection.withConnection(configuration: amqp, logger: broker.logger("apns-worker.topology")) { connection in
                     try await connection.declare(plan)
                     var counted = planned
                     for index in counted.queues.indices {

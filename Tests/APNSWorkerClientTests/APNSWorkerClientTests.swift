@@ -205,4 +205,33 @@ struct APNSWorkerClientTests {
             #expect(parsed == RegistrationMessage(op: .register, bundleID: "com.example.app", token: Self.token, group: group, at: 5))
         }
     }
+
+    /// A one-shot command prints its answer alone on stdout: the AMQP client's info lines
+    /// ("AMQP connected", "AMQP connection closed") only with `--verbose`, and then on stderr.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: workerExecutable)))
+    func theCLIPrintsItsAnswerAlone() async throws {
+        let url = try TestBroker.require().amqpURL
+        let bundle = uniqueName("com.example.client")
+        try await Self.withTap(exchange: TopologyNames.jobsExchange, kind: .direct, routingKey: bundle) { _, _ in
+            let publish = ["publish", "--url", url, "--bundle", bundle, "--token", Self.token, "--alert", "Hi"]
+            let quiet = try await runProcess(workerExecutable, publish)
+            #expect(quiet.status == 0, "\(quiet.stderr)")
+            #expect(quiet.stdout.hasPrefix("published ") && quiet.stdout.filter { $0 == "\n" }.count == 1, "\(quiet.stdout)")
+            #expect(!quiet.stderr.contains("AMQP"), "\(quiet.stderr)")
+            let verbose = try await runProcess(workerExecutable, publish + ["--verbose"])
+            #expect(verbose.status == 0, "\(verbose.stderr)")
+            #expect(verbose.stdout.hasPrefix("published ") && verbose.stdout.filter { $0 == "\n" }.count == 1, "\(verbose.stdout)")
+            #expect(verbose.stderr.contains("AMQP connected") && verbose.stderr.contains("AMQP connection closed"), "\(verbose.stderr)")
+        }
+        try await Self.withTap(exchange: TopologyNames.registry, kind: .fanout, routingKey: "") { _, _ in
+            let register = ["registry", "register", "--url", url, "--bundle", bundle, "--token", Self.token, "--group", uniqueName("account")]
+            let registered = try await runProcess(workerExecutable, register)
+            #expect(registered.status == 0 && registered.stdout == "published register to apns.registry (confirmed)\n", "\(registered.stdout)")
+            #expect(!registered.stderr.contains("AMQP"), "\(registered.stderr)")
+        }
+        let fleet = try await runProcess(workerExecutable, ["fleet", "--url", url, "--wait", "500ms"])
+        #expect(fleet.status == 0, "\(fleet.stderr)")
+        #expect(fleet.stdout.hasSuffix("\n") && fleet.stdout.split(separator: "\n").last?.hasPrefix("instances: ") == true, "\(fleet.stdout)")
+        #expect(!fleet.stdout.contains("AMQP") && !fleet.stderr.contains("AMQP"), "\(fleet.stdout)\(fleet.stderr)")
+    }
 }
