@@ -101,3 +101,53 @@ if [ "$status" -ne 0 ]; then
 fi
 echo "check-example: ok: the example sync server published through APNSWorkerClient and handled the worker's feedback and delivery events"
 
+# Its outbox: the broker restarts while the example publishes a change a second to three devices
+# of a bundle no worker serves; what it could not publish must arrive when the broker is back,
+# every job, in order per device (a job sent twice, at-least-once, counts once).
+: "${APNS_TEST_BROKER_DIR:?check-example: needs the directory of the test broker (scripts/test exports APNS_TEST_BROKER_DIR)}"
+outbox_bundle="com.example.sync-outbox.$$"
+devices="$(printf 'c%.0s' $(seq 64)),$(printf 'd%.0s' $(seq 64)),$(printf 'e%.0s' $(seq 64))"
+changes=20
+jobs_queue() { "$bin" topology --url "$APNS_TEST_AMQP_URL" --bundle "$outbox_bundle" --json |
+  python3 -c 'import json, sys; print(next(q.get("messages", 0) for q in json.load(sys.stdin)["queues"] if q["name"] == "apns." + sys.argv[1]))' "$outbox_bundle"; }
+jobs_queue > /dev/null  # declares the bundle's queue, so that its jobs wait there
+APNS_EXAMPLE_AMQP_URL=$APNS_TEST_AMQP_URL APNS_EXAMPLE_BUNDLE=$outbox_bundle APNS_EXAMPLE_TOKENS=$devices \
+  APNS_EXAMPLE_CHANGES=$changes APNS_EXAMPLE_CHANGE_INTERVAL_MS=1000 APNS_EXAMPLE_PUBLISH_DEADLINE_SECONDS=2 \
+  APNS_EXAMPLE_DEADLINE_SECONDS=400 "$example_bin/SyncServerExample" > "$work/outbox.log" 2>&1 &
+example_pid=$!
+pids+=($example_pid)
+for _ in $(seq 1 600); do [ "$(jobs_queue 2>/dev/null || echo 0)" -ge 6 ] && break; sleep 0.2; done
+kill -0 "$example_pid" 2>/dev/null || { echo "check-example: FAIL: the example ended before the broker restart: $(tail -5 "$work/outbox.log")" >&2; exit 1; }
+echo "check-example: restarting the broker under the example ($(jobs_queue) jobs published)"
+scripts/broker.sh stop "$APNS_TEST_BROKER_DIR"
+sleep 3  # a broker that stays down for a while: the example's publishes fail and its outbox fills
+scripts/broker.sh start "$APNS_TEST_BROKER_DIR" > /dev/null
+status=0
+wait "$example_pid" || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "check-example: FAIL: the example sync server exited $status across the broker restart:" >&2
+  tail -20 "$work/outbox.log" >&2
+  exit 1
+fi
+grep -q '^outbox: kept' "$work/outbox.log" || { echo "check-example: FAIL: the restart never held a job in the outbox (the check proved nothing)" >&2; exit 1; }
+# Every job of the bundle's queue, in queue order, through the management API.
+mgmt=${APNS_TEST_RABBITMQ_MGMT_URL:?check-example: needs APNS_TEST_RABBITMQ_MGMT_URL}
+curl -fsS -u guest:guest -H 'content-type: application/json' -X POST \
+  -d '{"count": 100000, "ackmode": "ack_requeue_false", "encoding": "auto"}' \
+  "$mgmt/api/queues/%2F/apns.$outbox_bundle/get" > "$work/outbox-jobs.json"
+python3 - "$work/outbox-jobs.json" "$devices" "$changes" <<'PY' || exit 1
+import json, sys
+messages, devices, changes = json.load(open(sys.argv[1])), sys.argv[2].split(","), int(sys.argv[3])
+seen, order = set(), {device: [] for device in devices}
+for message in messages:
+    job = json.loads(message["payload"])
+    if job["id"] in seen:
+        continue
+    seen.add(job["id"])
+    order[job["token"]].append(job["userInfo"]["change"])
+for device, got in order.items():
+    if got != list(range(1, changes + 1)):
+        sys.exit(f"check-example: FAIL: device {device[:8]}…'s jobs arrived as changes {got}, not 1 to {changes} in order")
+print(f"check-example: ok: the example's outbox kept what the broker restart refused: {len(seen)} jobs "
+      f"({len(messages) - len(seen)} sent twice), every device's in order")
+PY
