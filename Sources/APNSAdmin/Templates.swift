@@ -31,6 +31,7 @@ enum Templates {
           .w12 { width: 12%; } .w13 { width: 13%; } .w14 { width: 14%; } .w15 { width: 15%; } .w16 { width: 16%; }
           details.cut summary { display: block; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; cursor: pointer; }
           details.cut[open] summary { white-space: pre-wrap; word-break: break-all; }
+          td.id summary { max-width: 22em; }
           #instances th { background: rgb(0, 128, 0); color: #fff; }
           #bundles th { background: rgb(0, 102, 204); color: #fff; }
           #queues th { background: rgb(80, 80, 80); color: #fff; }
@@ -72,7 +73,7 @@ enum Templates {
         <th>last minute<br>delivered / invalid / retried / dead</th><th>in flight</th><th>connections</th>
         <th>queued<br>work / retry / dead</th><th></th></tr>
         {{#bundles}}
-        <tr class="bundle-row" data-bundle="{{bundleID}}"><td>{{bundleID}}</td><td{{#alarming}} class="held"{{/alarming}}>{{state}}</td>
+        <tr class="bundle-row" data-bundle="{{bundleID}}"><td class="id"><details class="cut"><summary title="{{bundleID}}">{{bundleID}}</summary></details></td><td{{#alarming}} class="held"{{/alarming}}>{{state}}</td>
         <td>{{delivered}}</td><td>{{invalidToken}}</td><td>{{retried}}</td><td>{{dead}}</td>
         <td class="rates">{{deliveredPerMinute}} / {{invalidPerMinute}} / {{retriedPerMinute}} / {{deadPerMinute}}</td><td>{{inFlight}}</td>
         <td>{{connections}}</td><td class="depths">{{workDepth}} / {{retryDepth}} / {{deadDepth}}</td>
