@@ -168,7 +168,7 @@ struct AdminBrowserTests {
 
                 // Paused fleet-wide: every page says so at the top, in a red frame.
                 try await fleet.setPaused(harness.bundle, true)
-                try await waitUntil("the fleet report to list the bundle as paused") { fleet.report().paused == [harness.bundle] }
+                try await waitUntil("the fleet report to list the bundle as paused") { fleet.report().paused.contains(harness.bundle) }
                 let pausedDOM = try await runProcess(Self.chromium, common + ["--dump-dom", url])
                 #expect(pausedDOM.stdout.contains(#"<p class="alert" id="paused-alert">"#))
                 #expect(pausedDOM.stdout.contains(#"<td class="held">PAUSED</td>"#))
