@@ -350,6 +350,7 @@ let package = Package(
             name: "APNSTransportTests",
             dependencies: [
                 client("APNSModel"), "APNSBinaryProtocol", "APNSOutcome", "APNSChannelManagement", "APNSTransport", "APNSSimulator", "TestSupport",
+                "SeededRandom",
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -82,7 +82,7 @@ let package = Package(
         .target(
             name: "APNSWorkerClient",
             dependencies: [
-                "AMQPClient", "APNSModel", "APNSRegistryMessages", "APNSTopologyNames", .product(name: "Logging", package: "swift-log"),
+                "AMQPClient", "APNSJSON", "APNSModel", "APNSRegistryMessages", "APNSTopologyNames", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: strictSettings

@@ -90,6 +90,19 @@ let package = Package(
                 .product(name: "APNSTopology", package: "apns-worker"),
             ]
         ),
+        // The client's readers of events a sync server consumes (contract §4, §7, §8).
+        .executableTarget(
+            name: "FuzzDeliveryEvent",
+            dependencies: [
+                "FuzzDriver", .product(name: "APNSWorkerClient", package: "apns-worker"), .product(name: "APNSModel", package: "apns-worker"),
+            ]
+        ),
+        .executableTarget(
+            name: "FuzzFeedbackEvent",
+            dependencies: [
+                "FuzzDriver", .product(name: "APNSWorkerClient", package: "apns-worker"), .product(name: "APNSModel", package: "apns-worker"),
+            ]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

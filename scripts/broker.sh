@@ -89,8 +89,10 @@ CONF
     exec nohup "$RMQ_BIN/rabbitmq-server" > "$dir/log/stdout.log" 2>&1
   ) &
   echo $! > "$dir/server.shell.pid"
-  # rabbitmqctl wait blocks until the app is up, or fails early if the node died.
-  if ! timeout 120 "$RMQ_BIN/rabbitmqctl" -n "$node" wait --timeout 110 "$RABBITMQ_PID_FILE" > "$dir/log/wait.log" 2>&1; then
+  # rabbitmqctl wait blocks until the app is up, or fails early if the node died. A node
+  # starting beside a test run and a soak on two cores was seen to take more than 110 s; the
+  # wait costs nothing when the node is quick.
+  if ! timeout 250 "$RMQ_BIN/rabbitmqctl" -n "$node" wait --timeout 240 "$RABBITMQ_PID_FILE" > "$dir/log/wait.log" 2>&1; then
     echo "broker.sh: node $node did not start; last log lines:" >&2
     tail -n 30 "$dir/log/stdout.log" >&2 || true
     exit 1

@@ -9,8 +9,13 @@ would be such a schema).
         every `<kind>/valid-*.json` of the corpus must validate against `<kind>.schema.json`
         and every `<kind>/invalid-<field>--<rule>.json` must not; nor must a
         `schema-stricter-<field>--<why>.json`, which the worker accepts: a UTF-8 byte limit
-        JSON Schema can only approximate from below (it counts characters). The worker's own parsers read
-        the same corpus in ContractCorpusTests (swift test): schema and parser cannot drift apart.
+        JSON Schema can only approximate from below (it counts characters). A
+        `beyond-schema-<field>--<rule>.json` breaks a rule JSON Schema cannot say (a key twice in
+        one object, which the parsed document no longer shows; nesting depth; the reader's clock):
+        it must validate, and the parsers must refuse it. The worker's and the client's parsers
+        read the same corpus in ContractCorpusTests (swift test): schema and parser cannot drift
+        apart. Formats are asserted (`date-time` by check-jsonschema's own RFC 3339 check: the
+        jsonschema library alone skips it unless an optional package is installed).
     python check-asyncapi.py SCHEMA_DIR --captured DIR
         every `<kind>/*.json` under DIR, messages the worker itself wrote during the tests
         (APNS_TEST_CAPTURE_DIR), must validate; every kind named in --expect-kinds must be there.
@@ -22,7 +27,14 @@ import sys
 
 import jsonschema
 import regress
+from check_jsonschema.formats.implementations import validate_rfc3339
 from jsonschema import ValidationError
+
+# The draft's format checker asserts `date-time` only when rfc3339-validator is installed, and
+# passes every string otherwise: check-jsonschema's own implementation is asserted instead.
+FORMAT_CHECKER = jsonschema.FormatChecker(formats=())
+FORMAT_CHECKER.checkers.update(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
+FORMAT_CHECKER.checks("date-time")(validate_rfc3339)
 
 ENGINES = {
     "ECMA-262 (u flag)": lambda pattern: regress.Regex(pattern, "u").find,
@@ -61,7 +73,7 @@ class Judge:
         with open(os.path.join(schemas, f"{kind}.schema.json")) as f:
             schema = json.load(f)
         self.validators = {
-            name: cls(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+            name: cls(schema, format_checker=FORMAT_CHECKER)
             for name, cls in VALIDATORS.items()
         }
 
@@ -94,9 +106,9 @@ def check_corpus(schemas, corpus):
     failures = cases = 0
     for kind, name, errors in judged_documents(schemas, corpus):
         cases += 1
-        expected_valid = name.startswith("valid-")
+        expected_valid = name.startswith(("valid-", "beyond-schema-"))
         if not expected_valid and not name.startswith(("invalid-", "schema-stricter-")):
-            print(f"check-asyncapi: FAIL: {kind}/{name}: name neither valid-…, invalid-… nor schema-stricter-…", file=sys.stderr)
+            print(f"check-asyncapi: FAIL: {kind}/{name}: name neither valid-…, invalid-…, schema-stricter-… nor beyond-schema-…", file=sys.stderr)
             failures += 1
         elif expected_valid and errors:
             print(f"check-asyncapi: FAIL: {kind}/{name} should validate: {errors[0].json_path}: {errors[0].message}", file=sys.stderr)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks the deploy files without a Docker engine (none runs on the CI machine), by running what
 # can run here: docker-compose's own validation, the compose file's commands against the real
-# binary, systemd's unit verifier, and the Dockerfile's packages and shell commands.
+# binary, systemd's unit verifier, and the Dockerfile's packages and shell commands. With a test
+# broker (APNS_TEST_AMQP_URL, as scripts/test exports it) the worker's compose healthcheck runs
+# against a real worker started from compose.conf.
 #   scripts/check-deploy.sh BIN_DIR     (BIN_DIR holds a built apns-worker; scripts/test passes it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +11,12 @@ bin_dir=$(cd "${1:?usage: scripts/check-deploy.sh BIN_DIR}" && pwd)
 bin="$bin_dir/apns-worker"
 work=$(mktemp -d "${TMPDIR:-/tmp}/apns-check-deploy.XXXXXX")
 simulator_pid=""
-cleanup() { [ -n "$simulator_pid" ] && kill "$simulator_pid" 2>/dev/null; rm -rf "$work"; return 0; }
+worker_pid=""
+cleanup() {
+  [ -n "$simulator_pid" ] && kill "$simulator_pid" 2>/dev/null
+  [ -n "$worker_pid" ] && kill "$worker_pid" 2>/dev/null && wait "$worker_pid" 2>/dev/null
+  rm -rf "$work"; return 0
+}
 trap cleanup EXIT
 failures=0
 fail() { echo "check-deploy: FAIL: $*" >&2; failures=$((failures + 1)); }
@@ -35,6 +42,13 @@ worker = services["worker"]
 assert worker["deploy"]["replicas"] >= 1, "worker needs deploy.replicas"
 assert "ports" not in worker, "worker must not publish fixed host ports, or --scale would collide"
 assert worker["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
+# Every service has a healthcheck; the worker's asks its admin server for /health.
+for name, service in services.items():
+    assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+test = worker["healthcheck"]["test"]
+assert test[0] == "CMD" and test[1:3] == ["bash", "-c"] and "GET /health " in test[3], f"worker healthcheck: {test}"
+# `docker-compose config` keeps compose's escape; the container gets "$$" as "$".
+open(sys.argv[1] + ".health", "w").write(test[3].replace("$$", "$") + "\n")
 print("check-deploy: ok: compose services, replicas, healthchecks")
 PY
 if (unset APNS_WORKER_ADMIN_TOKEN; docker-compose -f docker-compose.yml config -q) 2>/dev/null; then
@@ -82,6 +96,33 @@ if "$bin" check-config "$work/compose.conf" > "$work/check.out" 2>&1; then
   ok "deploy/compose.conf passes check-config with the simulator's credentials"
 else
   fail "deploy/compose.conf: $(cat "$work/check.out")"
+fi
+# The worker's healthcheck command (as compose hands it to the container, `$$` unescaped) against
+# a worker of compose.conf on a free loopback port, with the test broker and without the
+# registry: healthy while it serves, unhealthy once it has stopped. APNs (the simulator's host
+# name) does not resolve here, which /health does not depend on.
+if [ -n "${APNS_TEST_AMQP_URL:-}" ] && [ -s "$work/compose.yml.health" ]; then
+  admin_port=$(sed -n 's/^listen = .*:\([0-9]*\)$/\1/p' deploy/compose.conf)
+  grep -q "/dev/tcp/127.0.0.1/$admin_port" "$work/compose.yml.health" || fail "the worker's healthcheck does not call compose.conf's admin port $admin_port"
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  sed -e "s/^listen = .*/listen = 127.0.0.1:$port/" -e '/^\[registry\]/,/^$/d' -e '/^url = amqp/d' "$work/compose.conf" > "$work/health.conf"
+  sed "s#/127.0.0.1/$admin_port#/127.0.0.1/$port#" "$work/compose.yml.health" > "$work/health.sh"
+  APNS_WORKER_AMQP_URL=$APNS_TEST_AMQP_URL "$bin" run --config "$work/health.conf" > "$work/worker.log" 2>&1 &
+  worker_pid=$!
+  healthy=""
+  for _ in $(seq 1 300); do
+    kill -0 "$worker_pid" 2>/dev/null || break
+    if bash "$work/health.sh" 2> /dev/null; then healthy=yes; break; fi
+    sleep 0.2
+  done
+  kill -TERM "$worker_pid" 2>/dev/null; wait "$worker_pid" 2>/dev/null || true; worker_pid=""
+  if [ -z "$healthy" ]; then
+    fail "the worker's compose healthcheck never passed against a running worker: $(tail -3 "$work/worker.log")"
+  elif bash "$work/health.sh" 2> /dev/null; then
+    fail "the worker's compose healthcheck passes with no worker listening"
+  else
+    ok "the worker's compose healthcheck passes against a running worker of compose.conf, fails once it has stopped"
+  fi
 fi
 worker_cmd=$(/usr/bin/python3 -c 'import sys,yaml; print(" ".join(yaml.safe_load(open(sys.argv[1]))["services"]["worker"]["command"]))' "$work/compose.yml")
 [ "$worker_cmd" = "run --config /etc/apns-worker/compose.conf" ] || fail "worker command: $worker_cmd"

@@ -12,6 +12,7 @@ command into WORK for the shell script's next steps.
 
     python check-kubernetes.py MANIFEST_DIR RENDERED WORK
     python check-kubernetes.py render KUSTOMIZATION_DIR     (offline: resources + secretGenerator)
+    python check-kubernetes.py mount RENDERED SECRET DIR    (a Secret's keys as the files a pod sees)
 """
 import os
 import re
@@ -41,7 +42,8 @@ def render(directory):
             sys.exit("check-kubernetes: the offline renderer takes only fixed-name secretGenerators from files: install kubectl")
         data = {}
         for entry in generator["files"]:
-            key, _, path = entry.partition("=")
+            key, _, path = entry.rpartition("=")
+            key = key or os.path.basename(path)
             with open(os.path.join(directory, path), "rb") as f:
                 data[key] = base64.b64encode(f.read()).decode()
         metadata = {"name": generator["name"]}
@@ -51,8 +53,24 @@ def render(directory):
     print(yaml.safe_dump_all(documents, sort_keys=False), end="")
 
 
+def mount(rendered_path, name, directory):
+    """Writes the keys of Secret NAME as a secret volume without items shows them: one file per
+    key, named by the key."""
+    with open(rendered_path) as f:
+        found = [d for d in yaml.safe_load_all(f) if d and d.get("kind") == "Secret" and d["metadata"]["name"] == name]
+    if len(found) != 1:
+        sys.exit(f"check-kubernetes: the rendering has {len(found)} Secrets named {name}")
+    os.makedirs(directory, exist_ok=True)
+    for key, value in found[0].get("data", {}).items():
+        with open(os.path.join(directory, key), "wb") as f:
+            f.write(base64.b64decode(value))
+
+
 if len(sys.argv) == 3 and sys.argv[1] == "render":
     render(sys.argv[2])
+    sys.exit(0)
+if len(sys.argv) == 5 and sys.argv[1] == "mount":
+    mount(*sys.argv[2:])
     sys.exit(0)
 
 manifests, rendered_path, work = sys.argv[1:]
@@ -125,8 +143,14 @@ def one(kind):
 
 
 configmap = one("ConfigMap")
-secret = one("Secret")
+secrets_by_name = {d["metadata"]["name"]: d for d in rendered if d.get("kind") == "Secret"}
 deployment = one("Deployment")
+secret_name = next(
+    e["valueFrom"]["secretKeyRef"]["name"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    if e["name"] == "APNS_WORKER_AMQP_URL")
+if secret_name not in secrets_by_name:
+    sys.exit(f"check-kubernetes: APNS_WORKER_AMQP_URL names Secret {secret_name}, which the kustomization does not render")
+secret = secrets_by_name[secret_name]
 pdb = one("PodDisruptionBudget")
 policy = one("NetworkPolicy")
 scaled = one("ScaledObject")
@@ -149,10 +173,11 @@ for name in os.listdir(manifests):
         if any(d.get("kind") == "Secret" for d in load(name)):
             fail(f"{name} is a Secret in the repository: generate it from the operator's files (secrets/README.md)")
 generators = {g["name"]: g for g in kustomization.get("secretGenerator", [])}
-if secret["metadata"]["name"] not in generators:
-    fail("the Secret must come from kustomization.yaml's secretGenerator (the operator's files)")
-elif not all(f.split("=", 1)[1].startswith("secrets/") for f in generators[secret["metadata"]["name"]]["files"]):
-    fail("the secretGenerator must read secrets/, which git ignores")
+for name in secrets_by_name:
+    if name not in generators:
+        fail(f"the Secret {name} must come from kustomization.yaml's secretGenerator (the operator's files)")
+    elif not all(f.rpartition("=")[2].startswith("secrets/") for f in generators[name]["files"]):
+        fail(f"the secretGenerator of {name} must read secrets/, which git ignores")
 if "replicas" in deployment["spec"]:
     fail("the Deployment must not set replicas: KEDA owns the count, and apply would reset it")
 if pdb["spec"].get("unhealthyPodEvictionPolicy") != "AlwaysAllow":
@@ -205,19 +230,78 @@ if volumes["config"]["configMap"]["name"] != configmap["metadata"]["name"]:
 config_path = container["args"][container["args"].index("--config") + 1]
 if config_path != f'{mounts["config"]}/apns-worker.conf':
     fail(f"--config {config_path} is not the ConfigMap's file")
-mounted_files = {f'{mounts["credentials"]}/{item["path"]}': item["key"] for item in volumes["credentials"]["secret"]["items"]}
+# Each credential file the configuration names is a key of a mounted Secret. A secret volume
+# without items shows every key under its own name; with items, the names are written here too.
+mounted_files = {}
+for volume_name, volume in volumes.items():
+    source = volume.get("secret")
+    if not source or volume_name not in mounts:
+        continue
+    data = secrets_by_name.get(source["secretName"], {}).get("data", {})
+    pairs = [(item["path"], item["key"]) for item in source.get("items", [])] or [(key, key) for key in data]
+    for path, key in pairs:
+        mounted_files[f"{mounts[volume_name]}/{path}"] = (source["secretName"], key, key in data)
 for key_file in re.findall(r"^(?:tokenKeyFile|certFile|keyFile) = (\S+)", conf, re.M):
-    if mounted_files.get(key_file) not in secret_keys:
-        fail(f"{key_file} is not mounted from a key of the Secret")
-if volumes["credentials"]["secret"]["secretName"] != secret["metadata"]["name"]:
-    fail("the credentials volume must be the Secret")
+    if not mounted_files.get(key_file, (None, None, False))[2]:
+        fail(f"{key_file} is not mounted from a key of a Secret the kustomization renders")
+
+# The APNs key travels with its key ID: the file is named as Apple names it, AuthKey_<keyId>.p8,
+# by the Secret's key alone (the Deployment mounts its Secret whole and names no key file), and
+# the name is the section's keyId, so a rotation that changed one but not the other is refused by
+# the worker (a missing file, or a key of another ID) instead of signing with a mismatched pair.
+for section in re.split(r"(?m)^(?=\[apns )", conf)[1:]:
+    key_file = re.search(r"^tokenKeyFile = (\S+)", section, re.M)
+    key_id = re.search(r"^keyId = (\S+)", section, re.M)
+    if not key_file:
+        continue
+    name = os.path.basename(key_file.group(1))
+    if not key_id or name != f"AuthKey_{key_id.group(1)}.p8":
+        fail(f"tokenKeyFile {key_file.group(1)} must be named AuthKey_<keyId>.p8, as Apple names it (keyId {key_id and key_id.group(1)})")
+    mounted = mounted_files.get(key_file.group(1))
+    if mounted:
+        volume = next(v for v in volumes.values() if v.get("secret", {}).get("secretName") == mounted[0])
+        if volume["secret"].get("items"):
+            fail(f"the volume of Secret {mounted[0]} must not list items: the key's file name would be pinned in the Deployment too")
+        if set(secrets_by_name[mounted[0]].get("data", {})) != {name}:
+            fail(f"Secret {mounted[0]} must hold the APNs key alone, under its file name {name}")
+if "AuthKey_" in yaml.safe_dump(deployment):
+    fail("the Deployment names an APNs key file: the key's name belongs to its Secret and the ConfigMap only")
 
 resources = container["resources"]
 def mebibytes(quantity):
     return int(quantity[:-2]) * {"Mi": 1, "Gi": 1024}[quantity[-2:]]
-# docs/benchmarks.md: the highest peak RSS measured is 62 MB.
-if not 62 < mebibytes(resources["requests"]["memory"]) <= mebibytes(resources["limits"]["memory"]):
+
+
+# The worker's memory bound (README, "Memory bound"): 48 MiB idle (release build) and the fleet
+# view's 16 MiB, plus about 100 KiB per job in flight at the worst case: 86.5 KiB measured with every
+# body at its 64 KiB bound (217 MiB at 2,000 jobs, docs/benchmarks.md, "Bodies held at once")
+# and 16 KiB of headers at their bound. [amqp] maxInFlight bounds the jobs in flight.
+def worst_case_mib(max_in_flight):
+    return 48 + 16 + max_in_flight * (86.5 + 16) / 1024
+
+
+max_in_flight = re.search(r"^maxInFlight = (\d+)", conf, re.M)
+bound = worst_case_mib(int(max_in_flight.group(1)) if max_in_flight else 2000)
+limit = mebibytes(resources["limits"]["memory"])
+if not 62 < mebibytes(resources["requests"]["memory"]) <= limit:
     fail("the memory request must exceed the measured peak RSS (62 MB) and not the limit")
+if limit < 1.25 * bound:
+    fail(f"the memory limit {limit} MiB leaves too little room over the worker's worst case, {bound:.0f} MiB at maxInFlight "
+         f"{max_in_flight.group(1) if max_in_flight else '2000 (default)'}: at least 1.25 times it ({1.25 * bound:.0f} MiB)")
+
+# One node cannot take every replica: a hard spread over hosts (or a required anti-affinity).
+labels = deployment["spec"]["template"]["metadata"]["labels"]
+spread = [
+    c for c in pod.get("topologySpreadConstraints", [])
+    if c.get("topologyKey") == "kubernetes.io/hostname" and c.get("whenUnsatisfiable") == "DoNotSchedule" and c.get("maxSkew") == 1
+    and all(labels.get(k) == v for k, v in c.get("labelSelector", {}).get("matchLabels", {}).items())
+    and c.get("labelSelector", {}).get("matchLabels")]
+anti = [
+    t for t in pod.get("affinity", {}).get("podAntiAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", [])
+    if t.get("topologyKey") == "kubernetes.io/hostname"]
+if not spread and not anti:
+    fail("the pods need a topologySpreadConstraint over kubernetes.io/hostname (maxSkew 1, DoNotSchedule) selecting them, "
+         "or a required podAntiAffinity: otherwise one node can take both replicas")
 
 labels = deployment["spec"]["template"]["metadata"]["labels"]
 for name, selector in (("Deployment", deployment["spec"]["selector"]), ("PodDisruptionBudget", pdb["spec"]["selector"])):

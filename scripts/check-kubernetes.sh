@@ -8,8 +8,10 @@
 # KEDA resources against KEDA's CRD schemas vendored in deploy/kubernetes/schemas/, the
 # manifests against each other (names, Secret keys, ports, the grace period against
 # shutdownDeadline, one KEDA trigger per bundle, no replicas under KEDA, the PDB's eviction
-# policy, the NetworkPolicy, no service account token, no placeholder), the ConfigMap's
-# configuration with `apns-worker check-config` and the Secret's values, and, when a test broker
+# policy, the NetworkPolicy, no service account token, no placeholder, the memory limit against
+# the worker's bound, the spread over nodes, the APNs key's file name), the ConfigMap's
+# configuration with `apns-worker check-config` and the Secret's values, the APNs key's rotation
+# as the README describes it (each half of it alone refused), and, when a test broker
 # is given (APNS_TEST_AMQP_URL, as scripts/test exports it), the readiness probe's command
 # against a running worker.
 #   scripts/check-kubernetes.sh BIN_DIR     (BIN_DIR holds a built apns-worker; scripts/test passes it)
@@ -38,8 +40,15 @@ printf '%s' "$(openssl rand -hex 24)" > "$secrets/metrics-token"
 printf 'postgres://apns:%s@postgres.example.internal:5432/apns?sslmode=verify-full' "$(openssl rand -hex 12)" > "$secrets/registry-url"
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$secrets/AuthKey_KEY1234567.p8" 2> /dev/null
 
+render() {
+  if command -v kubectl > /dev/null; then
+    kubectl kustomize "$1"
+  else
+    "$tools/bin/python" scripts/check-kubernetes.py render "$1"
+  fi
+}
 if command -v kubectl > /dev/null; then
-  kubectl kustomize "$work/kustomize" > "$work/rendered.yaml"
+  render "$work/kustomize" > "$work/rendered.yaml"
   renderer="kubectl kustomize ($(kubectl version --client 2>/dev/null | sed -n 's/^Kustomize Version: //p'))"
   # As shipped, without the operator's files, it must not render (nor apply) at all.
   if kubectl kustomize "$manifests" > /dev/null 2>&1; then
@@ -47,7 +56,7 @@ if command -v kubectl > /dev/null; then
     exit 1
   fi
 else
-  "$tools/bin/python" scripts/check-kubernetes.py render "$work/kustomize" > "$work/rendered.yaml"
+  render "$work/kustomize" > "$work/rendered.yaml"
   renderer="the offline renderer (kubectl not installed)"
 fi
 echo "check-kubernetes: ok: rendered with $renderer: $(grep -c '^kind:' "$work/rendered.yaml") resources"
@@ -67,6 +76,48 @@ env APNS_WORKER_AMQP_URL="$(cat "$work/amqp-url")" APNS_WORKER_ADMIN_TOKEN="$(ca
   APNS_WORKER_ADMIN_METRICSTOKEN="$(cat "$work/metrics-token")" APNS_WORKER_REGISTRY_URL="$(cat "$work/registry-url")" \
   "$bin" check-config --skip-credentials "$work/apns-worker.conf"
 echo "check-kubernetes: ok: apns-worker check-config on the ConfigMap's configuration"
+
+# The APNs key's rotation (README, "Rotating credentials"): a new AuthKey_<keyId>.p8 in secrets/,
+# the old key ID replaced by the new one in configmap.yaml and kustomization.yaml, applied. The
+# kubelet updates the ConfigMap's and the Secret's folders separately, so the worker sees each
+# half alone for a while: it must take the two new halves together, and refuse each mix (the
+# configuration in force stays) rather than sign with a key under another key ID.
+config_of() { "$tools/bin/python" -c 'import sys, yaml
+print(next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "ConfigMap")["data"]["apns-worker.conf"], end="")' "$1"; }
+key_secret=apns-worker-apns-key
+key_dir=$(sed -n 's#^tokenKeyFile = \(.*\)/AuthKey_[^/]*$#\1#p' "$work/apns-worker.conf" | head -1)
+old_id=$(sed -n 's/^keyId = //p' "$work/apns-worker.conf" | head -1)
+new_id=NEWKEY0001
+cp -r "$work/kustomize" "$work/rotated"
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$work/rotated/secrets/AuthKey_$new_id.p8" 2> /dev/null
+rm "$work/rotated/secrets/AuthKey_$old_id.p8"
+sed -i "s/$old_id/$new_id/g" "$work/rotated/configmap.yaml" "$work/rotated/kustomization.yaml"
+render "$work/rotated" > "$work/rotated.yaml"
+config_of "$work/rotated.yaml" > "$work/new.conf"
+cp "$work/apns-worker.conf" "$work/old.conf"
+# The operator's slip: the new file named, its key ID not.
+sed "s/^keyId = .*/keyId = $old_id/" "$work/new.conf" > "$work/slip.conf"
+"$tools/bin/python" scripts/check-kubernetes.py mount "$work/rendered.yaml" "$key_secret" "$work/old-key"
+"$tools/bin/python" scripts/check-kubernetes.py mount "$work/rotated.yaml" "$key_secret" "$work/new-key"
+grep -q "^keyId = $new_id$" "$work/new.conf" && [ -s "$work/new-key/AuthKey_$new_id.p8" ] && [ "$(ls "$work/new-key")" = "AuthKey_$new_id.p8" ] \
+  || { echo "check-kubernetes: FAIL: the rotation did not give the ConfigMap keyId $new_id and the Secret $key_secret AuthKey_$new_id.p8 alone" >&2; exit 1; }
+pairs_checked() { # CONF KEY_DIR: check-config with the key folder where the pod mounts it
+  sed "s#^tokenKeyFile = $key_dir/#tokenKeyFile = $2/#" "$1" > "$work/pair.conf"
+  env APNS_WORKER_AMQP_URL="$(cat "$work/amqp-url")" APNS_WORKER_ADMIN_TOKEN="$(cat "$work/admin-token")" \
+    APNS_WORKER_ADMIN_METRICSTOKEN="$(cat "$work/metrics-token")" APNS_WORKER_REGISTRY_URL="$(cat "$work/registry-url")" \
+    "$bin" check-config "$work/pair.conf" > "$work/pair.out" 2>&1
+}
+for pair in "old.conf old-key pass" "new.conf new-key pass" "old.conf new-key refuse" "new.conf old-key refuse" "slip.conf new-key refuse"; do
+  read -r conf keys expected <<< "$pair"
+  if pairs_checked "$work/$conf" "$work/$keys"; then got=pass; else got=refuse; fi
+  if [ "$got" != "$expected" ]; then
+    echo "check-kubernetes: FAIL: key rotation: the configuration $conf with the key folder $keys: the worker would $got it, not $expected it: $(tail -2 "$work/pair.out")" >&2
+    exit 1
+  fi
+done
+grep -q "is the key of $new_id, not of keyId $old_id" "$work/pair.out" \
+  || { echo "check-kubernetes: FAIL: key rotation: the slip (new file, old keyId) was not refused for the key ID: $(cat "$work/pair.out")" >&2; exit 1; }
+echo "check-kubernetes: ok: the APNs key's rotation ($old_id to $new_id): both halves taken together, each half alone and a new file under the old keyId refused"
 
 # The readiness probe's own command against a running worker: ready with the token, not without.
 if [ -n "${APNS_TEST_AMQP_URL:-}" ]; then

@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET…]    default: 60 seconds, every target
 #   targets: FuzzJobParser FuzzBinaryFraming FuzzFeedbackTuple FuzzConfig FuzzAMQPFields
 #            FuzzJobEnvelope FuzzAdminQuery FuzzRegistration FuzzGroupJob FuzzFleet FuzzContentAssembler
-#            FuzzAPNsAnswer FuzzPeerHost FuzzRFC3339
+#            FuzzAPNsAnswer FuzzPeerHost FuzzRFC3339 FuzzDeliveryEvent FuzzFeedbackEvent
 #
 # Each target starts from its committed seeds (Fuzz/Corpus/TARGET) in a scratch copy
 # (Fuzz/work/TARGET: new inputs do not touch the committed corpus). A crash, a sanitizer report,
@@ -15,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 all_targets=(FuzzJobParser FuzzBinaryFraming FuzzFeedbackTuple FuzzConfig FuzzAMQPFields FuzzJobEnvelope)
 all_targets+=(FuzzAdminQuery FuzzRegistration FuzzGroupJob FuzzFleet FuzzContentAssembler FuzzAPNsAnswer FuzzPeerHost FuzzRFC3339)
+all_targets+=(FuzzDeliveryEvent FuzzFeedbackEvent)
 seconds=${1:-60}
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "usage: $0 [SECONDS] [TARGET…]" >&2; exit 2; }
 shift || true

@@ -10,7 +10,10 @@ enum Templates {
     /// the live graph (its own self-refreshing frame), per-bundle fleet totals with pause and
     /// resume, queue depths and latency, and the retry and dead jobs with their actions. The
     /// tables' header colours are distinctive on purpose: the headless-browser test finds them
-    /// in a screenshot.
+    /// in a screenshot. The job tables fit the window's width (a laptop's 1,366 px and up): their
+    /// columns are shares of it, and a value longer than its column shows its first line cut
+    /// with an ellipsis, the whole of it one click away (`details.cut`), as the dashboards of
+    /// Sidekiq and RabbitMQ do; a job's error or body otherwise runs to dozens of lines.
     static let statusPage = """
         <!DOCTYPE html>
         <html lang="en">
@@ -21,6 +24,14 @@ enum Templates {
           body { font-family: sans-serif; margin: 16px; color: #222; background: #fff; }
           table { border-collapse: collapse; margin-bottom: 24px; }
           th, td { border: 1px solid #bbb; padding: 4px 8px; text-align: left; vertical-align: top; }
+          td { overflow-wrap: anywhere; }
+          table.jobs { width: 100%; table-layout: fixed; }
+          table.jobs td { overflow: hidden; }
+          .w5 { width: 5%; } .w6 { width: 6%; } .w7 { width: 7%; } .w8 { width: 8%; } .w9 { width: 9%; } .w11 { width: 11%; }
+          .w12 { width: 12%; } .w13 { width: 13%; } .w14 { width: 14%; } .w15 { width: 15%; } .w16 { width: 16%; }
+          details.cut summary { display: block; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; cursor: pointer; }
+          details.cut[open] summary { white-space: pre-wrap; word-break: break-all; }
+          td.id summary { max-width: 22em; }
           #instances th { background: rgb(0, 128, 0); color: #fff; }
           #bundles th { background: rgb(0, 102, 204); color: #fff; }
           #queues th { background: rgb(80, 80, 80); color: #fff; }
@@ -28,7 +39,7 @@ enum Templates {
           #dead-jobs th { background: rgb(204, 51, 0); color: #fff; }
           .held, .paused { color: rgb(204, 0, 0); font-weight: bold; }
           .alert { padding: 8px 12px; border: 3px solid rgb(204, 0, 0); font-size: 18px; font-weight: bold; margin-bottom: 12px; }
-          .body { font-family: monospace; min-width: 320px; max-width: 480px; word-break: break-all; }
+          .body { font-family: monospace; }
           .notice { padding: 6px; background: #fff3cd; }
           iframe { border: 1px solid #bbb; width: 940px; height: 300px; }
           form.inline { display: inline; }
@@ -62,7 +73,7 @@ enum Templates {
         <th>last minute<br>delivered / invalid / retried / dead</th><th>in flight</th><th>connections</th>
         <th>queued<br>work / retry / dead</th><th></th></tr>
         {{#bundles}}
-        <tr class="bundle-row" data-bundle="{{bundleID}}"><td>{{bundleID}}</td><td{{#alarming}} class="held"{{/alarming}}>{{state}}</td>
+        <tr class="bundle-row" data-bundle="{{bundleID}}"><td class="id"><details class="cut"><summary title="{{bundleID}}">{{bundleID}}</summary></details></td><td{{#alarming}} class="held"{{/alarming}}>{{state}}</td>
         <td>{{delivered}}</td><td>{{invalidToken}}</td><td>{{retried}}</td><td>{{dead}}</td>
         <td class="rates">{{deliveredPerMinute}} / {{invalidPerMinute}} / {{retriedPerMinute}} / {{deadPerMinute}}</td><td>{{inFlight}}</td>
         <td>{{connections}}</td><td class="depths">{{workDepth}} / {{retryDepth}} / {{deadDepth}}</td>
@@ -88,11 +99,16 @@ enum Templates {
         {{/queues}}
         </table>
         <h2>Retry jobs</h2>
-        <table id="retry-jobs">
-        <tr><th>bundle</th><th>queue</th><th>job id</th><th>attempt</th><th>last reason</th><th>published</th><th>token</th><th>body</th><th></th></tr>
+        <table id="retry-jobs" class="jobs">
+        <tr><th class="w14">bundle</th><th class="w16">queue</th><th class="w13">job id</th><th class="w7">attempt</th><th class="w9">last reason</th>
+        <th class="w11">published</th><th class="w6">token</th><th class="w15">body</th><th class="w9"></th></tr>
         {{#retryJobs}}
-        <tr class="retry-job" data-job-id="{{jobID}}"><td>{{bundleID}}</td><td>{{queue}}</td><td>{{jobID}}</td><td>{{attempts}}</td><td>{{lastReason}}</td>
-        <td>{{publishedAt}}</td><td>{{token}}</td><td class="body">{{body}}</td>
+        <tr class="retry-job" data-job-id="{{jobID}}"><td><details class="cut"><summary title="{{bundleID}}">{{bundleID}}</summary></details></td>
+        <td><details class="cut"><summary title="{{queue}}">{{queue}}</summary></details></td>
+        <td><details class="cut"><summary title="{{jobID}}">{{jobID}}</summary></details></td><td>{{attempts}}</td>
+        <td><details class="cut"><summary>{{lastReason}}</summary></details></td>
+        <td>{{publishedAt}}</td><td><details class="cut"><summary title="{{token}}">{{token}}</summary></details></td>
+        <td class="body"><details class="cut"><summary>{{body}}</summary></details></td>
         <td>{{#requeuePath}}<form class="inline" method="post" action="{{requeuePath}}"><button type="submit">Requeue now</button></form>
         <form class="inline" method="post" action="{{purgePath}}"><button type="submit">Purge</button></form>{{/requeuePath}}</td></tr>
         {{/retryJobs}}
@@ -105,12 +121,16 @@ enum Templates {
         {{#bundleChoices}}<option value="{{value}}"{{#selected}} selected{{/selected}}>{{value}}</option>{{/bundleChoices}}</select>
         Reason <input name="reason" value="{{deadReason}}" placeholder="e.g. BadDeviceToken"> <button type="submit">Filter</button></form>
         <p>With this filter: <a href="{{bulkRequeuePath}}">requeue every selected dead job…</a> · <a href="{{bulkPurgePath}}">purge every selected dead job…</a> (each asks to confirm)</p>
-        <table id="dead-jobs">
-        <tr><th>bundle</th><th>job id</th><th>reason</th><th>status</th><th>attempts</th><th>failed at</th>
-        <th>token</th><th>error</th><th>body</th><th></th></tr>
+        <table id="dead-jobs" class="jobs">
+        <tr><th class="w13">bundle</th><th class="w12">job id</th><th class="w9">reason</th><th class="w5">status</th><th class="w7">attempts</th>
+        <th class="w11">failed at</th><th class="w7">token</th><th class="w14">error</th><th class="w14">body</th><th class="w8"></th></tr>
         {{#deadJobs}}
-        <tr class="dead-job" data-job-id="{{jobID}}"><td>{{bundleID}}</td><td>{{jobID}}</td><td>{{reason}}</td><td>{{status}}</td>
-        <td>{{attempts}}</td><td>{{failedAt}}</td><td>{{token}}</td><td>{{error}}</td><td class="body">{{body}}</td>
+        <tr class="dead-job" data-job-id="{{jobID}}"><td><details class="cut"><summary title="{{bundleID}}">{{bundleID}}</summary></details></td>
+        <td><details class="cut"><summary title="{{jobID}}">{{jobID}}</summary></details></td>
+        <td><details class="cut"><summary title="{{reason}}">{{reason}}</summary></details></td><td>{{status}}</td>
+        <td>{{attempts}}</td><td>{{failedAt}}</td><td><details class="cut"><summary title="{{token}}">{{token}}</summary></details></td>
+        <td class="error"><details class="cut"><summary>{{error}}</summary></details></td>
+        <td class="body"><details class="cut"><summary>{{body}}</summary></details></td>
         <td>{{#requeuePath}}<form method="post" action="{{requeuePath}}"><button type="submit">Requeue</button></form>
         <form method="post" action="{{purgePath}}"><button type="submit">Purge</button></form>{{/requeuePath}}</td></tr>
         {{/deadJobs}}

@@ -18,14 +18,19 @@ public struct JobLedger: Sendable {
     public private(set) var expected: [String: ExpectedEnd] = [:]
     /// Ids published more than once because a publish was not confirmed.
     public private(set) var republished: Set<String> = []
+    /// Where and when each job was published, said of a job that is lost so that it can be
+    /// traced in the worker's log and the run's events.
+    public private(set) var origins: [String: String] = [:]
 
     public init() {}
 
     public var count: Int { expected.count }
 
     /// Records a job (its id compared case-insensitively, as APNs answers it in upper or lower case).
-    public mutating func published(_ id: String, expecting end: ExpectedEnd) {
+    /// `origin`: where and when it was published (a bundle, a time into the run).
+    public mutating func published(_ id: String, expecting end: ExpectedEnd, origin: String? = nil) {
         expected[id.lowercased()] = end
+        if let origin { origins[id.lowercased()] = origin }
     }
 
     public mutating func publishedAgain(_ id: String) {
@@ -54,6 +59,8 @@ public struct JobLedger: Sendable {
         public var ended: Int
         /// Jobs seen at no end at all.
         public var lost: [String]
+        /// The lost jobs, each with the end it had to reach and where it was published.
+        public var lostDescribed: [String] = []
         /// Jobs meant to be delivered (or to give feedback) found in a dead queue, with the reason.
         public var goodDeadLettered: [(id: String, reason: String)]
         /// Jobs at an end other than theirs, not dead (a 200 for a job meant to be dead, …).
@@ -64,7 +71,7 @@ public struct JobLedger: Sendable {
         /// Why the soak fails on jobs, one line each; empty when it does not.
         public var failures: [String] {
             var lines: [String] = []
-            if !lost.isEmpty { lines.append("\(lost.count) of \(published) jobs lost (at no end), e.g. \(lost.prefix(3).joined(separator: ", "))") }
+            if !lost.isEmpty { lines.append("\(lost.count) of \(published) jobs lost (at no end): \(lostDescribed.prefix(10).joined(separator: ", "))") }
             if !goodDeadLettered.isEmpty {
                 let examples = goodDeadLettered.prefix(3).map { "\($0.id) (\($0.reason))" }.joined(separator: ", ")
                 lines.append("\(goodDeadLettered.count) good jobs dead-lettered, e.g. \(examples)")
@@ -102,6 +109,7 @@ public struct JobLedger: Sendable {
                 verdict.goodDeadLettered.append((id, reason))
             } else if delivered == 0 && dead[id] == nil && !feedback.contains(id) {
                 verdict.lost.append(id)
+                verdict.lostDescribed.append("\(id) (\(end.rawValue)\(origins[id].map { ", " + $0 } ?? ""))")
             } else {
                 verdict.wrongEnd.append(id)
             }

@@ -12,7 +12,7 @@ struct ReconnectLoop: Sendable {
         try await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
     }
 
-    /// Runs once `gate` opens, until shutdown (`isShuttingDown`, graceful shutdown or task
+    /// Runs once `gate` opens (at once without one), until shutdown (`isShuttingDown`, graceful shutdown or task
     /// cancellation) ends the loop.
     /// - Parameters:
     ///   - attempt: one connection from connect to close; returns whether it was useful (a useful
@@ -21,9 +21,11 @@ struct ReconnectLoop: Sendable {
     /// - Returns: false when the gate never opened.
     @discardableResult
     func run(
-        after gate: FirstUseGate, isShuttingDown: () -> Bool, backingOff: () -> Void = {}, attempt: () async -> Bool
+        after gate: FirstUseGate? = nil, isShuttingDown: () -> Bool, backingOff: () -> Void = {}, attempt: () async -> Bool
     ) async -> Bool {
-        guard await gate.waitUntilOpenOrShutdown() else { return false }
+        if let gate {
+            guard await gate.waitUntilOpenOrShutdown() else { return false }
+        }
         var backoff = self.backoff
         while !isShuttingDown() && !Task.isCancelled {
             let useful = await attempt()

@@ -90,7 +90,9 @@ extension OutcomeRouter {
             if status == 0 { status = retryStatus }
         }
         var groupJobID: String?
-        if case .string(let id)? = job.userInfo["groupJobId"] { groupJobID = id }
+        // A group job's fan-out writes a UUID there (contract §6); anyone else's job may carry any
+        // value, which the event does not repeat (the schema and the client take a UUID only).
+        if case .string(let id)? = job.userInfo["groupJobId"], JobParser.canonicalUUID(id) != nil { groupJobID = id }
         return EventFacts(
             reason: reason, status: status, attempts: attempts, apnsID: apnsID, apnsUniqueID: uniqueID,
             environment: job.environment, groupJobID: groupJobID)

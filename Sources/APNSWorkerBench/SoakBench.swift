@@ -160,8 +160,9 @@ struct SoakBench: AsyncParsableCommand {
             output: output, writeConfiguration: writeConfiguration)
         let collectors = Task {
             await withTaskGroup(of: Void.self) { group in
-                for bundle in bundles { group.addTask { await run.collect(queue: TopologyNames.deadQueue(bundle), feedback: false) } }
-                group.addTask { await run.collect(queue: feedbackQueue, feedback: true) }
+                for bundle in bundles { group.addTask { await run.collect(queue: TopologyNames.deadQueue(bundle), .dead) } }
+                group.addTask { await run.collect(queue: feedbackQueue, .feedback) }
+                for queue in [TopologyNames.unrouted, TopologyNames.feedbackUnrouted] { group.addTask { await run.collect(queue: queue, .unrouted) } }
             }
         }
         var failures: [String] = []
@@ -206,6 +207,9 @@ struct SoakBench: AsyncParsableCommand {
             failures.append("no resource could be judged (\(state.samples.filter(\.judged).count) judged samples): run longer or with a shorter --cycle")
         }
         failures += state.problems
+        if !state.unrouted.isEmpty {
+            failures.append("\(state.unrouted.count) messages routed to no queue: \(state.unrouted.prefix(10).joined(separator: ", "))")
+        }
         if settle, leftOver > 0 {
             failures.append("\(leftOver) messages left in the work queues a minute after every job reached its end: copies no end accounts for")
         }

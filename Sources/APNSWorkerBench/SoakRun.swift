@@ -14,6 +14,8 @@ struct SoakState: Sendable {
     var ledger = JobLedger()
     var dead: [String: String] = [:]
     var feedback: Set<String> = []
+    /// Messages found in `apns.unrouted` and `apns.feedback.unrouted`: "queue: id".
+    var unrouted: [String] = []
     var faults = SimulatorFaults.none
     var reloads = 0
     var restarts = 0
@@ -146,7 +148,7 @@ final class SoakRun: Sendable {
             }
         }
         state.withLock { state in
-            state.ledger.published(id, expecting: end)
+            state.ledger.published(id, expecting: end, origin: "\(bundle), published \(Int(elapsed.timeInterval)) s into the run\(ambiguous ? ", twice" : "")")
             if ambiguous { state.ledger.publishedAgain(id) }
         }
     }
@@ -257,9 +259,19 @@ final class SoakRun: Sendable {
 
     // MARK: Ends seen at the broker
 
-    /// Consumes `queue` (a dead queue, or the soak's queue bound to `apns.feedback`) for the
-    /// whole run, riding broker restarts, and records each message's job.
-    func collect(queue: String, feedback: Bool) async {
+    /// What a collected queue holds.
+    enum Collected: Sendable {
+        /// A bundle's dead queue: an end.
+        case dead
+        /// The soak's queue bound to `apns.feedback`: an end.
+        case feedback
+        /// `apns.unrouted` or `apns.feedback.unrouted`: no end, and no message of the soak's
+        /// should ever be there (every bundle it publishes to keeps its queue and binding).
+        case unrouted
+    }
+
+    /// Consumes `queue` for the whole run, riding broker restarts, and records each message's job.
+    func collect(queue: String, _ kind: Collected) async {
         while !Task.isCancelled {
             do {
                 let consumer = try await connection.consume(queue: queue, prefetch: 100)
@@ -267,11 +279,15 @@ final class SoakRun: Sendable {
                     let message = delivery.message
                     let body = (try? JSONSerialization.jsonObject(with: Data(message.body))) as? [String: Any]
                     state.withLock { state in
-                        if feedback {
+                        switch kind {
+                        case .feedback:
                             if let id = body?["jobId"] as? String { state.feedback.insert(id.lowercased()) }
-                        } else {
+                        case .dead:
                             let id = message.properties.messageID ?? (body?["id"] as? String) ?? "(no id)"
                             state.dead[id.lowercased()] = message.properties.headers?[JobHeaders.reason]?.stringValue ?? ""
+                        case .unrouted:
+                            let id = message.properties.messageID ?? (body?["id"] as? String) ?? (body?["jobId"] as? String) ?? "(no id)"
+                            state.unrouted.append("\(queue): \(id.lowercased()) (routing key \(message.routingKey))")
                         }
                     }
                     connection.ackNow(delivery)

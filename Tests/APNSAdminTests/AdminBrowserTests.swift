@@ -15,7 +15,8 @@ import TestSupport
 /// The admin server on a real socket: HTTP requests with curl, and the HTML page opened in
 /// headless Chromium with a fleet service running, its screenshot checked for the header
 /// colours of the instances, bundles, retry and dead-job tables and for the live graph's plot
-/// area, and its DOM for the rows.
+/// area, and its DOM for the rows. The window is a small laptop's width (1,366 px): every
+/// table's header must end left of the page's right margin there, so none runs past the edge.
 @Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the test broker (scripts/test)"))
 struct AdminBrowserTests {
     static let chromium = "/usr/bin/chromium"
@@ -29,6 +30,9 @@ struct AdminBrowserTests {
     static let graphColour = "235,242,250"
     /// The frame of the held and paused banners.
     static let alertColour = "204,0,0"
+    /// The narrowest laptop screen the page is drawn for, and the body's margin (`Templates`).
+    static let laptopWidth = 1366
+    static let pageMargin = 16
 
     /// Runs a second `AdminService` of the harness's worker on a free port for `body`.
     /// With `fleet`, that fleet service runs beside it (heartbeats on the harness's worker connection).
@@ -118,7 +122,7 @@ struct AdminBrowserTests {
                     "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
                     // Tall: on a shared test broker every other suite's workers are in the fleet
                     // too, and their rows push the retry and dead tables down the page.
-                    "--user-data-dir=\(directory)/profile", "--window-size=1400,8000",
+                    "--user-data-dir=\(directory)/profile", "--window-size=\(Self.laptopWidth),8000",
                 ]
 
                 let dom = try await runProcess(Self.chromium, common + ["--dump-dom", url])
@@ -139,10 +143,21 @@ struct AdminBrowserTests {
                 #expect(!dom.stdout.contains("<script>"))
                 #expect(!dom.stdout.contains("<b>bogus</b>"))
                 #expect(dom.stdout.contains("&lt;script&gt;alert('x')&lt;/script&gt;"))
+                // A dead job's long error is one cut line, the whole of it a click away.
+                #expect(dom.stdout.contains(#"<td class="error"><details class="cut"><summary>pushType: unknown push type"#))
 
-                let counts = try await Self.screenshotColours(
+                let shot = try await Self.screenshotColours(
                     url, options: common, path: directory + "/page.png", keepAs: "",
                     [Self.bundleHeaderColour, Self.deadJobsHeaderColour, Self.instancesHeaderColour, Self.retryJobsHeaderColour, Self.graphColour])
+                let counts = shot.counts
+                // Every table within the window: its header's rightmost pixel left of the body's
+                // right margin (with --hide-scrollbars a wider table is cut at the window's edge,
+                // its header reaching the screenshot's last column).
+                #expect(shot.width == Self.laptopWidth, "screenshot width \(shot.width)")
+                for colour in [Self.instancesHeaderColour, Self.bundleHeaderColour, Self.retryJobsHeaderColour, Self.deadJobsHeaderColour] {
+                    let right = shot.rightmost[colour] ?? -1
+                    #expect(right >= 0 && right < Self.laptopWidth - Self.pageMargin, "table header \(colour) ends at x = \(right), past the page's right margin at \(Self.laptopWidth) px")
+                }
                 // Each header row is 10 to 16 cells wide and ~20 px high: thousands of pixels.
                 #expect((counts[Self.bundleHeaderColour] ?? 0) > 2000, "bundle table header pixels: \(counts)")
                 #expect((counts[Self.deadJobsHeaderColour] ?? 0) > 2000, "dead-job table header pixels: \(counts)")
@@ -153,14 +168,14 @@ struct AdminBrowserTests {
 
                 // Paused fleet-wide: every page says so at the top, in a red frame.
                 try await fleet.setPaused(harness.bundle, true)
-                try await waitUntil("the fleet report to list the bundle as paused") { fleet.report().paused == [harness.bundle] }
+                try await waitUntil("the fleet report to list the bundle as paused") { fleet.report().paused.contains(harness.bundle) }
                 let pausedDOM = try await runProcess(Self.chromium, common + ["--dump-dom", url])
                 #expect(pausedDOM.stdout.contains(#"<p class="alert" id="paused-alert">"#))
                 #expect(pausedDOM.stdout.contains(#"<td class="held">PAUSED</td>"#))
                 // The banner is at the top: a short window is enough (and quicker to count).
-                let short = common.map { $0.hasPrefix("--window-size=") ? "--window-size=1400,1000" : $0 }
+                let short = common.map { $0.hasPrefix("--window-size=") ? "--window-size=\(Self.laptopWidth),1000" : $0 }
                 let paused = try await Self.screenshotColours(
-                    url, options: short, path: directory + "/paused.png", keepAs: "-paused", [Self.alertColour])
+                    url, options: short, path: directory + "/paused.png", keepAs: "-paused", [Self.alertColour]).counts
                 // The banner's 3-px frame alone is ~8,000 px.
                 #expect((paused[Self.alertColour] ?? 0) > 4000, "alert frame pixels: \(paused)")
                 try await fleet.setPaused(harness.bundle, false)
@@ -168,10 +183,18 @@ struct AdminBrowserTests {
         }
     }
 
+    /// What `png_colors.py` found in a screenshot: its width, and per colour the pixels of it and
+    /// the largest x of one.
+    struct Colours {
+        var width = 0
+        var counts: [String: Int] = [:]
+        var rightmost: [String: Int] = [:]
+    }
+
     /// Takes a screenshot of `url` and counts the pixels of each colour in it. With
     /// `APNS_TEST_SCREENSHOT=/path/page.png`, a copy is kept for a person to look at (named with
     /// `keepAs` before the extension).
-    static func screenshotColours(_ url: String, options: [String], path: String, keepAs suffix: String, _ colours: [String]) async throws -> [String: Int] {
+    static func screenshotColours(_ url: String, options: [String], path: String, keepAs suffix: String, _ colours: [String]) async throws -> Colours {
         let shot = try await runProcess(Self.chromium, options + ["--screenshot=\(path)", url])
         #expect(shot.status == 0, "chromium --screenshot: \(shot.stderr.suffix(500))")
         if let keep = ProcessInfo.processInfo.environment["APNS_TEST_SCREENSHOT"] {
@@ -182,11 +205,17 @@ struct AdminBrowserTests {
         let result = try await runProcess(
             "/usr/bin/env", ["python3", repositoryRoot + "/Tests/APNSAdminTests/Scripts/png_colors.py", path] + colours)
         #expect(result.status == 0, "png_colors.py: \(result.stderr)")
-        var counts: [String: Int] = [:]
+        var found = Colours()
         for line in result.stdout.split(separator: "\n") {
             let parts = line.split(separator: " ")
-            if parts.count == 2 { counts[String(parts[0])] = Int(parts[1]) }
+            guard parts.count == 3 else { continue }
+            if parts[0] == "size" {
+                found.width = Int(parts[1]) ?? 0
+            } else {
+                found.counts[String(parts[0])] = Int(parts[1])
+                found.rightmost[String(parts[0])] = Int(parts[2])
+            }
         }
-        return counts
+        return found
     }
 }

@@ -49,7 +49,7 @@ struct PrometheusRulesTests {
         defer { server.kill9() }
         let base = "http://127.0.0.1:\(port)"
         do {
-            try await waitUntil("Prometheus to answer", timeout: .seconds(60)) {
+            try await waitUntil("Prometheus to answer", timeout: .seconds(180)) {
                 guard server.isRunning else { throw TestSupportError("prometheus exited: \(server.log)") }
                 return (try? await AdminBrowserTests.get(base + "/-/ready", bearer: false).status) == 200
             }
@@ -94,7 +94,7 @@ struct PrometheusRulesTests {
                 try await Self.withPrometheus(scraping: adminPort) { base in
                     let b = harness.bundle
                     // Two successful scrapes with the metrics token (up is 0 for a refused one).
-                    try await waitUntil("two scrapes of the worker", timeout: .seconds(60)) {
+                    try await waitUntil("two scrapes of the worker", timeout: .seconds(180)) {
                         try await Self.query(base, #"sum_over_time(up{job="apns-worker"}[1m]) >= 2"#).count == 1
                     }
                     try await harness.publishMalformedJob()

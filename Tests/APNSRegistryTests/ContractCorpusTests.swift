@@ -1,9 +1,12 @@
-// The examples of docs/asyncapi-examples/ through the worker's own parsers: every `valid-*.json`
-// must parse, every `invalid-<field>--<rule>.json` must be refused for <field>. The same files
-// go through the JSON Schemas of docs/schemas/ in scripts/check-asyncapi.sh, so a schema and a
-// parser that disagree fail one side or the other. A `schema-stricter-*.json` is text within a
-// UTF-8 byte limit that the schema, counting characters, refuses: the parser must accept it
-// (scripts/check-asyncapi.py checks that the schema refuses it). Cases for contract rules the
+// The examples of docs/asyncapi-examples/ through the worker's own parsers, and the client's for
+// what the worker writes and a sync server reads (feedback and delivery events): every
+// `valid-*.json` must parse, every `invalid-<field>--<rule>.json` must be refused for <field>. The
+// same files go through the JSON Schemas of docs/schemas/ in scripts/check-asyncapi.sh, so a
+// schema and a parser that disagree fail one side or the other. A `schema-stricter-*.json` is
+// text within a UTF-8 byte limit that the schema, counting characters, refuses: the parser must
+// accept it (scripts/check-asyncapi.py checks that the schema refuses it). A
+// `beyond-schema-<field>--<rule>.json` breaks a rule JSON Schema cannot say (a key twice,
+// nesting, the reader's clock): the schema accepts it, the parser must refuse it for <field>. Cases for contract rules the
 // parsers do not enforce yet are listed, with the rule, in
 // docs/asyncapi-examples/pending-parser-rules.txt; a listed case the parser now gets right fails
 // until it is taken off the list.
@@ -11,6 +14,10 @@ import APNSFleet
 import APNSModel
 import APNSRegistry
 import APNSRegistryMessages
+// Scoped: APNSModel has a DeliveryEvent of its own (the one the worker writes), and the module's
+// name is also its client class's, so `APNSWorkerClient.DeliveryEvent` would not name this one.
+import struct APNSWorkerClient.DeliveryEvent
+import struct APNSWorkerClient.FeedbackEvent
 import Foundation
 import Testing
 import TestSupport
@@ -22,8 +29,9 @@ struct ContractCorpusTests {
     /// (an empty string when the parser names none).
     typealias Parser = @Sendable ([UInt8]) -> String??
 
-    /// The kinds the worker reads, each with its parser. Feedback and delivery events, dead-letter headers and retry headers
-    /// are what the worker writes: their examples are checked against the schemas only.
+    /// The kinds the worker reads, each with its parser, and the events the client reads, with
+    /// the client's. Dead-letter and retry headers are what the worker writes and nothing here
+    /// reads: their examples are checked against the schemas only.
     static let parsers: [String: Parser] = [
         "job": { body in
             verdict(JobParser.parse(body: body, bundleID: "com.example.app", messageID: nil, defaultEnvironment: .production, transport: .http2))
@@ -35,8 +43,15 @@ struct ContractCorpusTests {
         "group-job": { body in verdict(GroupJobParser.parse(body: body, messageID: nil)) },
         "registration": { body in verdict(RegistrationMessage.parse(body: body)) },
         "fleet-message": { body in FleetMessage.decode(body) == nil ? .some("") : .some(nil) },
+        "feedback-event": { body in
+            if case .failure = FeedbackEvent.parse(body) { return .some("") }
+            return .some(nil)
+        },
+        "delivery-event": { body in DeliveryEvent.parse(body) == nil ? .some("") : .some(nil) },
     ]
-    static let schemaOnly: Set<String> = ["feedback-event", "delivery-event", "dead-letter-headers", "retry-headers"]
+    /// The parsers that name no field: refusing the message is their whole answer.
+    static let refuseWhole: Set<String> = ["fleet-message", "feedback-event", "delivery-event"]
+    static let schemaOnly: Set<String> = ["dead-letter-headers", "retry-headers"]
 
     static func verdict<T>(_ result: Result<T, JobError>) -> String?? {
         switch result {
@@ -63,12 +78,13 @@ struct ContractCorpusTests {
                 let name = String(file.dropLast(".json".count))
                 let body = Array(try Data(contentsOf: URL(fileURLWithPath: corpus + "/" + kind + "/" + file)))
                 var field: String? = nil
-                if name.hasPrefix("invalid-") {
-                    let rest = name.dropFirst("invalid-".count)
-                    guard let separator = rest.range(of: "--") else { throw TestSupportError("\(kind)/\(file): name it invalid-<field>--<rule>") }
+                if let prefix = ["invalid-", "beyond-schema-"].first(where: name.hasPrefix) {
+                    let rest = name.dropFirst(prefix.count)
+                    guard let separator = rest.range(of: "--") else { throw TestSupportError("\(kind)/\(file): name it \(prefix)<field>--<rule>") }
                     field = String(rest[..<separator.lowerBound])
                 } else if !name.hasPrefix("valid-") && !name.hasPrefix("schema-stricter-") {
-                    throw TestSupportError("\(kind)/\(file): name it valid-…, invalid-<field>--<rule> or schema-stricter-<field>--<why>")
+                    throw TestSupportError(
+                        "\(kind)/\(file): name it valid-…, invalid-<field>--<rule>, beyond-schema-<field>--<rule> or schema-stricter-<field>--<why>")
                 }
                 cases.append(Case(kind: kind, name: name, body: body, faultyField: field))
             }
@@ -109,8 +125,7 @@ struct ContractCorpusTests {
         let verdict = Self.parsers[example.kind]!(example.body)!
         let agrees: Bool
         if let field = example.faultyField {
-            // The fleet decoder names no field: refusing the message is its whole answer.
-            agrees = verdict == field || (example.kind == "fleet-message" && verdict == "")
+            agrees = verdict == field || (Self.refuseWhole.contains(example.kind) && verdict == "")
         } else {
             agrees = verdict == nil
         }

@@ -88,6 +88,33 @@ import Testing
         #expect(try RegistrationMessage.parse(body: body(Int64.max), now: Int64.max - 1).get().at == Int64.max)
     }
 
+    /// The error says what is wrong with `at`, not a type it already has (`-1` was "must be an
+    /// integer, got an integer").
+    @Test(arguments: [
+        ("-1", "must be 0 or more (ms since the epoch), got -1"),
+        ("1.5", "must be a whole number of ms since the epoch, got a fraction or a number beyond 2^63−1"),
+        ("9223372036854775808", "must be a whole number of ms since the epoch, got a fraction or a number beyond 2^63−1"),
+        (#""1""#, "must be an integer (ms since the epoch), got a string"),
+    ])
+    func anAtThatIsNotAMomentSaysWhy(at: String, message: String) {
+        let body = Array(#"{"op":"unregister","bundleId":"b","token":"ab","at":\#(at)}"#.utf8)
+        guard case .failure(let error) = RegistrationMessage.parse(body: body) else {
+            Issue.record("accepted at \(at)")
+            return
+        }
+        #expect(error.field == "at" && error.message == message)
+    }
+
+    /// `group` is not needed on an unregister, but one that is there has §6's type and rule.
+    @Test func aGroupOnAnUnregisterIsCheckedAndNotKept() throws {
+        func body(_ group: String) -> [UInt8] { Array(#"{"op":"unregister","bundleId":"b","token":"ab","group":\#(group),"at":1}"#.utf8) }
+        #expect(try RegistrationMessage.parse(body: body(#""acct""#)).get().group == nil)
+        #expect(try RegistrationMessage.parse(body: body("null")).get().group == nil)
+        for group in ["42", #""""#, #""a\nb""#, "[]"] {
+            #expect(Self.field(RegistrationMessage.parse(body: body(group))) == "group", "\(group)")
+        }
+    }
+
     @Test func bodiesUpTo64KiBAreReadAndLargerOnesAreMalformed() throws {
         let head = #"{"op":"unregister","bundleId":"b","token":"ab","at":1,"pad":""#
         let fill = { (size: Int) in Array(head.utf8) + [UInt8](repeating: UInt8(ascii: "x"), count: size - head.utf8.count - 2) + Array(#""}"#.utf8) }

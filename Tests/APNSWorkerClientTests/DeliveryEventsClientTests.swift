@@ -18,6 +18,9 @@ struct DeliveryEventsClientTests {
         return logger
     }
 
+    /// Job ids as the worker writes them: canonical UUIDs (the client takes nothing else).
+    static let jobs = (0...3).map { "5e2d0c8b-7e4b-4c8a-9a51-6c0e8c7b7d1\($0)" }
+
     /// An event as the worker writes it (`APNSModel`'s type; the client reads its own).
     static func event(bundle: String, job: String, end: APNSModel.DeliveryEvent.End, attempts: Int = 1) -> AMQPOutboundMessage {
         let event = APNSModel.DeliveryEvent(
@@ -54,31 +57,31 @@ struct DeliveryEventsClientTests {
         try await AMQPConnection.withConnection(
             configuration: try AMQPConfiguration(urlStrings: [broker.amqpURL], connectionName: "client-test-events"), logger: Self.logger
         ) { publisher in
-            let dead = Self.event(bundle: bundle, job: "job-1", end: .dead)
+            let dead = Self.event(bundle: bundle, job: Self.jobs[1], end: .dead)
             for message in [
-                Self.event(bundle: bundle, job: "job-0", end: .delivered), dead, dead,
+                Self.event(bundle: bundle, job: Self.jobs[0], end: .delivered), dead, dead,
                 AMQPOutboundMessage(
                     exchange: TopologyNames.eventsExchange, routingKey: "\(bundle).dead", body: Array("not an event".utf8),
                     properties: .persistentJSON, mandatory: false),
-                Self.event(bundle: bundle, job: "job-2", end: .retried, attempts: 2),
-                Self.event(bundle: uniqueName("com.example.other"), job: "job-3", end: .dead),
+                Self.event(bundle: bundle, job: Self.jobs[2], end: .retried, attempts: 2),
+                Self.event(bundle: uniqueName("com.example.other"), job: Self.jobs[3], end: .dead),
             ] {
                 try await publisher.publishAgainAfterNacks(message)
             }
             let first = try await Self.next(events)
-            #expect(first.event.jobID == "job-1" && first.event.end == .dead && first.event.reason == "BadExpirationDate")
+            #expect(first.event.jobID == Self.jobs[1] && first.event.end == .dead && first.event.reason == "BadExpirationDate")
             #expect(first.event.bundleID == bundle && first.event.status == 400 && first.event.target == .token("abcd"))
-            #expect(first.messageID == "job-1.dead.1")
+            #expect(first.messageID == "\(Self.jobs[1]).dead.1")
             #expect(first.ack())
             // Its repeat is skipped, and so is the message that is no event.
             let second = try await Self.next(events)
-            #expect(second.event.jobID == "job-2" && second.event.end == .retried && second.event.attempts == 2)
+            #expect(second.event.jobID == Self.jobs[2] && second.event.end == .retried && second.event.attempts == 2)
             // Not acked: it comes back to the next consumer of the queue.
             await client.close()
             let again = try await APNSWorkerClient.connect(url: broker.amqpURL, logger: Self.logger)
             let more = try await again.events(queue: queue, bundleIDs: [bundle], ends: [.dead, .retried])
             let redelivered = try await Self.next(more)
-            #expect(redelivered.event.jobID == "job-2" && redelivered.redelivered)
+            #expect(redelivered.event.jobID == Self.jobs[2] && redelivered.redelivered)
             #expect(redelivered.ack())
             await again.close()
             #expect(try await publisher.inspectQueue(queue).messageCount == 0, "the delivered event and the other bundle's were never bound")

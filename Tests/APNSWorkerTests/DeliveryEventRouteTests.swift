@@ -51,7 +51,7 @@ import Testing
     }
 
     @Test func aDeliveredJobsEventCarriesApplesIDsAndTheJobsFacts() throws {
-        let (job, context) = try Self.parsed(#","environment":"sandbox","userInfo":{"groupJobId":"g-7"}"#)
+        let (job, context) = try Self.parsed(#","environment":"sandbox","userInfo":{"groupJobId":"0b6c3a52-3c1e-5f4e-9b0d-2a7e8f1c4d21"}"#)
         let apnsID = UUID()
         let (end, json) = answered(.http(HTTPAnswer(status: 200, apnsID: apnsID, uniqueID: "u-1")), job, context)
         let event = try #require(json)
@@ -67,7 +67,7 @@ import Testing
         #expect(event["at"] as? String == "2023-11-14T22:13:20Z")
         #expect(event["token"] as? String == Self.token)
         #expect(event["environment"] as? String == "sandbox")
-        #expect(event["groupJobId"] as? String == "g-7")
+        #expect(event["groupJobId"] as? String == "0b6c3a52-3c1e-5f4e-9b0d-2a7e8f1c4d21")
     }
 
     @Test func anInvalidTokenADeadAnswerAndExhaustedRetriesEachHaveTheirReasonAndStatus() throws {

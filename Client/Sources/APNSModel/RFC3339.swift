@@ -6,7 +6,7 @@ import Foundation
 /// seconds rounded down, UTC. Read: `YYYY-MM-DDTHH:MM:SS`, an optional fraction of 1 to 9 digits,
 /// then `Z` or `±HH:MM`, nothing before or after: what every instance writes, and RFC 3339's
 /// `date-time` within what Foundation's `.iso8601` decoder also accepted (offsets up to 18 hours,
-/// fractions to the nanosecond, upper-case `T` and `Z`). Stricter than that decoder, which let a
+/// fractions to the nanosecond), and `T` and `Z` in either case as RFC 3339 allows. Stricter than that decoder, which let a
 /// day past the month's end roll over, took `24:00:00`, `GMT+1` and text after the date.
 /// Proleptic Gregorian throughout; Foundation's calendar switches to the Julian one before
 /// 1582-10-15, so for earlier dates (which no instance sends) the two differ by some days.
@@ -54,8 +54,10 @@ public enum RFC3339 {
             return value
         }
         func byte(_ at: Int, is expected: Character) -> Bool { at < bytes.count && bytes[at] == expected.asciiValue }
+        // RFC 3339 §5.6: `T` and `Z` may be written in lower case.
+        func letter(_ at: Int, is expected: Character) -> Bool { at < bytes.count && bytes[at] | 0x20 == expected.asciiValue! | 0x20 }
         guard let year = number(0, 4), byte(4, is: "-"), let month = number(5, 2), byte(7, is: "-"),
-            let day = number(8, 2), byte(10, is: "T"), let hour = number(11, 2), byte(13, is: ":"),
+            let day = number(8, 2), letter(10, is: "T"), let hour = number(11, 2), byte(13, is: ":"),
             let minute = number(14, 2), byte(16, is: ":"), let second = number(17, 2),
             (1...12).contains(month), (1...UTCDateTime.days(inMonth: month, of: year)).contains(day),
             hour <= 23, minute <= 59, second <= 60
@@ -74,7 +76,7 @@ public enum RFC3339 {
         }
 
         let offsetSeconds: Int
-        if byte(at, is: "Z") {
+        if letter(at, is: "Z") {
             offsetSeconds = 0
             at += 1
         } else if byte(at, is: "+") || byte(at, is: "-") {

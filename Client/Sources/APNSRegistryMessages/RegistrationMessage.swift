@@ -8,10 +8,12 @@ import Foundation
 /// Every field becomes a database value, so every one is checked here, before PostgreSQL sees it
 /// (contract §4, §6): `bundleId` 1 to 155 bytes of letters, digits, `.` and `-`; `group` 1 to 200
 /// bytes of UTF-8 without control characters; a body over 64 KiB is malformed.
-/// Decisions where the contract is silent: `null` means absent; unknown fields are ignored; a
+/// Decisions where the contract is silent: `null` means absent; unknown fields are ignored, and
+/// the body is read as §2 reads a job's (nesting over 64 levels or a key twice is malformed); a
 /// token is 2 to `maxTokenHexDigits` hex digits of whole bytes (stored lower case; Apple's tokens
-/// are 32 bytes, documented as variable, 100 bytes leaves room); `group` on an unregister is
-/// ignored; `at` must be a whole number (`1e3` counts, as in JSON Schema) of 0 or more and at most `maxFutureMilliseconds` ahead of the clock of
+/// are 32 bytes, documented as variable, 100 bytes leaves room); `group` on an unregister is not
+/// needed, but one that is there is held to §6's type and rule like any other field (the schema
+/// says so too: a field's type does not depend on `op`); `at` must be a whole number (`1e3` counts, as in JSON Schema) of 0 or more and at most `maxFutureMilliseconds` ahead of the clock of
 /// whoever parses it (issue 35: a device's changes apply in `at` order, so an `at` of
 /// `Int64.max` would make every later change to the device lose, for ever). Only the future is
 /// bounded: a message waits in a queue, so it is read later than it was written, never earlier,
@@ -34,6 +36,8 @@ public struct RegistrationMessage: Sendable, Hashable {
 
     public static let maxTokenHexDigits = 200
     public static let maxBodyBytes = 64 * 1024
+    /// Deepest nesting read, as for a job (contract §2).
+    public static let maxDepth = 64
     /// How far ahead of the reader's clock `at` may be: 10 minutes, ample for clocks that NTP
     /// keeps within milliseconds, and the longest a forged or broken `at` can hold a device.
     public static let maxFutureMilliseconds: Int64 = 10 * 60 * 1000
@@ -63,7 +67,7 @@ public struct RegistrationMessage: Sendable, Hashable {
         guard body.count <= maxBodyBytes else { throw malformed("body", "the body is \(body.count) bytes; at most \(maxBodyBytes) are accepted") }
         let value: JSONValue
         do {
-            value = try JSONValue(parsing: body, maxDepth: 16)
+            value = try JSONValue(parsing: body, maxDepth: maxDepth)
         } catch {
             throw malformed("body", error.description)
         }
@@ -87,10 +91,9 @@ public struct RegistrationMessage: Sendable, Hashable {
             throw malformed("token", "must be 2 to \(maxTokenHexDigits) hex digits of whole bytes")
         }
         var group: String? = nil
-        if op == .register {
-            let g = try string("group", required: true)!
+        if let g = try string("group", required: op == .register) {
             if let problem = GroupJob.problem(group: g) { throw malformed("group", problem) }
-            group = g
+            if op == .register { group = g }
         }
         var environment = APNSEnvironment.production
         if let name = try string("environment", required: false) {
@@ -98,9 +101,11 @@ public struct RegistrationMessage: Sendable, Hashable {
             environment = env
         }
         guard let atValue = fields["at"], atValue != .null else { throw malformed("at", "is required") }
-        guard let at = atValue.wholeNumberValue, at >= 0 else {
+        guard let at = atValue.wholeNumberValue else {
+            if case .number = atValue { throw malformed("at", "must be a whole number of ms since the epoch, got a fraction or a number beyond 2^63−1") }
             throw malformed("at", "must be an integer (ms since the epoch), got \(atValue.typeName)")
         }
+        guard at >= 0 else { throw malformed("at", "must be 0 or more (ms since the epoch), got \(at)") }
         let latest = now.addingReportingOverflow(maxFutureMilliseconds)
         guard latest.overflow || at <= latest.partialValue else {
             throw malformed(

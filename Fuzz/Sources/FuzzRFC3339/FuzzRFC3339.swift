@@ -42,9 +42,18 @@ func wholeSeconds(_ date: Date) -> Double {
     date.timeIntervalSinceReferenceDate.rounded(.down) + 978_307_200
 }
 
+/// RFC 3339 (§5.6) allows `t` and `z`, which Foundation's style refuses: the oracle reads them
+/// upper-case.
+func upperCasingTAndZ(_ text: String) -> String {
+    var bytes = Array(text.utf8)
+    if bytes.count > 10, bytes[10] == UInt8(ascii: "t") { bytes[10] = UInt8(ascii: "T") }
+    if bytes.last == UInt8(ascii: "z") { bytes[bytes.count - 1] = UInt8(ascii: "Z") }
+    return String(decoding: bytes, as: UTF8.self)
+}
+
 func checkText(_ text: String) {
     if let date = RFC3339.date(from: text) {
-        guard let foundations = try? Date(text, strategy: .iso8601) else { fatalError("read \(text), which Foundation refuses") }
+        guard let foundations = try? Date(upperCasingTAndZ(text), strategy: .iso8601) else { fatalError("read \(text), which Foundation refuses") }
         let seconds = wholeSeconds(date)
         if seconds >= Double(gregorianFrom), abs(date.timeIntervalSince(foundations)) > 1e-6 {
             fatalError("\(text): \(date.timeIntervalSince1970), Foundation \(foundations.timeIntervalSince1970)")

@@ -2,7 +2,10 @@
 """Counts the pixels of given colours in a PNG (8-bit RGB or RGBA, non-interlaced), standard
 library only: the admin page test looks for its tables' header colours in Chromium's screenshot.
 
-usage: png_colors.py FILE R,G,B [R,G,B ...]   prints one line per colour: "R,G,B COUNT"
+usage: png_colors.py FILE R,G,B [R,G,B ...]
+prints "size WIDTH HEIGHT", then one line per colour: "R,G,B COUNT RIGHTMOST", RIGHTMOST the
+largest x of a pixel of that colour (-1 if none): a table whose header colour reaches the
+screenshot's right edge runs past the window.
 A pixel counts when each channel is within 2 of the colour (anti-aliasing at the edges aside).
 """
 import struct
@@ -59,16 +62,19 @@ def read_png(path):
 
 def main():
     path, colours = sys.argv[1], [tuple(int(v) for v in arg.split(",")) for arg in sys.argv[2:]]
-    width, _, channels, rows = read_png(path)
+    width, height, channels, rows = read_png(path)
     counts = [0] * len(colours)
+    rightmost = [-1] * len(colours)
     for line in rows:
         for x in range(width):
             r, g, b = line[x * channels], line[x * channels + 1], line[x * channels + 2]
             for index, (cr, cg, cb) in enumerate(colours):
                 if abs(r - cr) <= 2 and abs(g - cg) <= 2 and abs(b - cb) <= 2:
                     counts[index] += 1
-    for (cr, cg, cb), count in zip(colours, counts):
-        print("%d,%d,%d %d" % (cr, cg, cb, count))
+                    rightmost[index] = max(rightmost[index], x)
+    print("size %d %d" % (width, height))
+    for (cr, cg, cb), count, right in zip(colours, counts, rightmost):
+        print("%d,%d,%d %d %d" % (cr, cg, cb, count, right))
 
 
 if __name__ == "__main__":
