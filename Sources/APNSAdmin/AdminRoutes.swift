@@ -109,7 +109,9 @@ struct AdminRoutes: Sendable {
 
     func ready() -> Response {
         let status = worker.status()
-        let body = Readiness(ready: status.isReady, broker: status.broker, heldBundles: status.heldBundles, registry: status.registry)
+        let body = Readiness(
+            ready: status.isReady, broker: status.broker, topologyDeclared: status.topologyDeclared, heldBundles: status.heldBundles,
+            registry: status.registry)
         return Self.json(body, status: status.isReady ? .ok : .serviceUnavailable)
     }
 
@@ -289,6 +291,8 @@ struct AdminRoutes: Sendable {
 struct Readiness: Codable {
     var ready: Bool
     var broker: String
+    /// False from start-up until the worker's queues are declared.
+    var topologyDeclared: Bool
     var heldBundles: [String]
     /// `ok` or `held` (PostgreSQL unavailable); absent without a registry.
     var registry: String?

@@ -39,6 +39,8 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
         var units: [BundleUnit<Broker>] = []
         /// False once `run()` ended: a unit made later is abandoned, never run.
         var accepting = true
+        /// The start-up declaration of the topology went through (`/ready` waits for it).
+        var topologyDeclared = false
     }
 
     /// A worker over pipelines the caller made, with transports the caller runs; its units cannot
@@ -91,6 +93,9 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
         set { inForce.withLock { $0 = newValue } }
     }
 
+    /// Whether `run()` has declared the topology (the worker is not ready before).
+    var isTopologyDeclared: Bool { state.withLock { $0.topologyDeclared } }
+
     /// The running bundles' pipelines, in configuration order.
     public var pipelines: [BundlePipeline<Broker>] {
         state.withLock { $0.units.map(\.pipeline) }
@@ -104,6 +109,7 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
     public func run() async throws {
         try await broker.declareWaitingForTheBroker(topology, logger: logger)
         logger.info("topology declared", metadata: ["amqp.queues": "\(topology.queues.count)", "apns.bundles": "\(pipelines.count)"])
+        state.withLock { $0.topologyDeclared = true }
         try await applyStoredPauses()
         try await withThrowingDiscardingTaskGroup { group in
             for await unit in starts.cancelOnGracefulShutdown() {

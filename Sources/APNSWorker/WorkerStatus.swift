@@ -55,6 +55,10 @@ public struct WorkerStatus: Sendable, Hashable, Codable {
     public var registry: String? = nil
     /// The configuration in force (contract §3, changes while running), when the worker knows it.
     public var configuration: ConfigurationInForce? = nil
+    /// Whether the worker has declared its topology since it started: until then a job published
+    /// for one of its bundles may find no queue on a new broker (it would go to `apns.unrouted`),
+    /// so the worker is not ready however well connected it is.
+    public var topologyDeclared = true
 
     public init(broker: String, bundles: [Bundle]) {
         self.broker = broker
@@ -63,8 +67,9 @@ public struct WorkerStatus: Sendable, Hashable, Codable {
 
     public var brokerConnected: Bool { broker == AMQPConnectionState.connected.rawValue }
     public var heldBundles: [String] { bundles.filter(\.held).map(\.bundleID) }
-    /// Ready to take jobs: connected to the broker, no bundle held, the registry (if any) not held (`/ready`).
-    public var isReady: Bool { brokerConnected && heldBundles.isEmpty && registry != "held" }
+    /// Ready to take jobs: the topology declared, connected to the broker, no bundle held, the
+    /// registry (if any) not held (`/ready`).
+    public var isReady: Bool { topologyDeclared && brokerConnected && heldBundles.isEmpty && registry != "held" }
 }
 
 /// Whatever can describe a running worker; `WorkerService` in production.
@@ -86,6 +91,7 @@ extension WorkerService: WorkerStatusProviding {
                     connections: Dictionary(uniqueKeysWithValues: connections.map { ($0.key.rawValue, $0.value) }))
             })
         status.configuration = configurationInForce
+        status.topologyDeclared = isTopologyDeclared
         status.pools = (source as? TransportRegistry)?.reports() ?? []
         return status
     }
