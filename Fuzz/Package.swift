@@ -94,13 +94,13 @@ let package = Package(
         .executableTarget(
             name: "FuzzDeliveryEvent",
             dependencies: [
-                "FuzzDriver", .product(name: "APNSWorkerClient", package: "apns-worker"), .product(name: "APNSModel", package: "apns-worker"),
+                "FuzzDriver", .product(name: "APNSWorkerClient", package: "Client"), .product(name: "APNSModel", package: "Client"),
             ]
         ),
         .executableTarget(
             name: "FuzzFeedbackEvent",
             dependencies: [
-                "FuzzDriver", .product(name: "APNSWorkerClient", package: "apns-worker"), .product(name: "APNSModel", package: "apns-worker"),
+                "FuzzDriver", .product(name: "APNSWorkerClient", package: "Client"), .product(name: "APNSModel", package: "Client"),
             ]
         ),
     ],
