@@ -3,6 +3,7 @@
 #
 #   scripts/broker.sh start DIR   start a node whose state lives in DIR; prints shell exports
 #   scripts/broker.sh stop DIR    stop that node and wait for it to exit
+#   scripts/broker.sh kill DIR    kill -9 that node at once, as a crash would (the soak's --kill-broker)
 #
 # Runs /usr/lib/rabbitmq/bin/rabbitmq-server directly: the /usr/sbin wrappers switch to the
 # rabbitmq user, which fails in containers and CI sandboxes. Ports come from the environment
@@ -132,6 +133,16 @@ stop)
   for _ in $(seq 1 40); do alive || break; sleep 0.25; done
   kill -9 "${pids[@]}" 2>/dev/null || true
   ;;
+kill)
+  [ -d "$dir" ] || exit 0
+  dir=$(cd "$dir" && pwd)
+  node_env
+  for file in "$RABBITMQ_PID_FILE" "$dir/server.shell.pid"; do
+    [ -f "$file" ] && pid=$(cat "$file") && [[ "$pid" =~ ^[0-9]+$ ]] && kill -9 "$pid" 2>/dev/null
+  done
+  # epmd keeps the name a moment; the next start waits for it in its own way.
+  sleep 1
+  ;;
 *)
-  echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
+  echo "usage: $0 start|stop|kill DIR" >&2; exit 2 ;;
 esac

@@ -57,6 +57,9 @@ struct SoakBench: AsyncParsableCommand {
     @Option(help: "The apns-worker executable to soak (default: the one beside this binary).")
     var worker: String?
 
+    @Flag(help: "Broker stops are kill -9s of the node (a crash), not graceful stops: nothing it confirmed may be lost.")
+    var killBroker = false
+
     @Flag(help: "Then draw soak.png from samples.csv (scripts/soak-plot.sh beside --broker-script; installs gnuplot).")
     var plot = false
 
@@ -157,7 +160,7 @@ struct SoakBench: AsyncParsableCommand {
         let run = SoakRun(
             schedule: schedule, sampleEvery: sampleEvery, rate: rate, bundles: bundles, broker: broker, simulator: setup.simulator,
             worker: worker, connection: connection, sampler: SoakSampler(pid: worker.pid, broker: broker, adminPort: adminPort),
-            output: output, writeConfiguration: writeConfiguration)
+            output: output, killBroker: killBroker, writeConfiguration: writeConfiguration)
         let collectors = Task {
             await withTaskGroup(of: Void.self) { group in
                 for bundle in bundles { group.addTask { await run.collect(queue: TopologyNames.deadQueue(bundle), .dead) } }

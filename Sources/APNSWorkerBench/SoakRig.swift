@@ -98,6 +98,11 @@ struct SoakBroker: Sendable {
         _ = await runSoakProcess("/bin/bash", [script, "stop", directory], environment: environment)
     }
 
+    /// `kill -9` of the node, as a crash: what it confirmed must survive (contract §4).
+    func kill() async {
+        _ = await runSoakProcess("/bin/bash", [script, "kill", directory], environment: environment)
+    }
+
     /// The management API's JSON at `path` (after `/api`), nil while it does not answer.
     func managementJSON(_ path: String) async -> Any? {
         await curlJSON(managementURL + "/api" + path, user: "guest:guest")

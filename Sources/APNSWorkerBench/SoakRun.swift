@@ -39,6 +39,8 @@ final class SoakRun: Sendable {
     let output: SoakOutput
     /// Rewrites the worker's configuration for a number of reloads done.
     let writeConfiguration: @Sendable (Int) throws -> Void
+    /// Broker stops are `kill -9`s of the node (`--kill-broker`).
+    let killBroker: Bool
     let state = Mutex(SoakState())
     let started = ContinuousClock.now
 
@@ -49,9 +51,10 @@ final class SoakRun: Sendable {
 
     init(
         schedule: SoakSchedule, sampleEvery: Duration, rate: Int, bundles: [String], broker: SoakBroker, simulator: APNSSimulator,
-        worker: SoakWorker, connection: AMQPConnection, sampler: SoakSampler, output: SoakOutput,
+        worker: SoakWorker, connection: AMQPConnection, sampler: SoakSampler, output: SoakOutput, killBroker: Bool = false,
         writeConfiguration: @escaping @Sendable (Int) throws -> Void
     ) {
+        self.killBroker = killBroker
         self.schedule = schedule
         self.sampleEvery = sampleEvery
         self.rate = rate
@@ -193,7 +196,7 @@ final class SoakRun: Sendable {
             } catch {
                 note("the configuration could not be written: \(error)")
             }
-        case .stopBroker: await broker.stop()
+        case .stopBroker: if killBroker { await broker.kill() } else { await broker.stop() }
         case .startBroker:
             // A node that does not come back is the machine's trouble, not the worker's: tried
             // again, and said; the jobs then wait and the drain tells what that cost.
