@@ -33,6 +33,33 @@ struct RecoveryTests {
         }
     }
 
+    /// A broker that stops answering with its socket still open (its process frozen, as a
+    /// hung host or a partition looks from here) is noticed by the heartbeats alone: after two
+    /// missed intervals librabbitmq gives up the socket, the connection says it is lost, and it
+    /// connects again once the broker answers. Without heartbeats nothing would ever say so.
+    @Test func missedHeartbeatsEndAFrozenBrokersConnectionAndItReconnects() async throws {
+        try await withPrivateBroker { broker in
+            let pidText = try String(contentsOfFile: broker.directory + "/rabbitmq.pid", encoding: .utf8)
+            let pid = try #require(pid_t(pidText.trimmingCharacters(in: .whitespacesAndNewlines)))
+            try await withConnection(configuration(broker.coordinates, heartbeat: .seconds(2))) { connection in
+                #expect(connection.state == .connected)
+                #expect(kill(pid, SIGSTOP) == 0)
+                var frozen = true
+                defer { if frozen { kill(pid, SIGCONT) } }
+                // Two missed 2 s intervals; the deadline is long for a loaded machine, and a
+                // connection that never noticed would wait it out and fail here.
+                try await eventually(.seconds(60), "the frozen broker noticed") { connection.state != .connected }
+                kill(pid, SIGCONT)
+                frozen = false
+                try await eventually(.seconds(120), "connected again") { connection.state == .connected && connection.connectionCount >= 2 }
+                let queue = uniqueName("heartbeat")
+                try await connection.declareQueue(classicQueue(queue))
+                try await connection.publish(message("after the freeze", to: queue))
+                try await connection.deleteQueue(queue)
+            }
+        }
+    }
+
     @Test func staleDeliveryTagsAreNotAckedAfterAReconnect() async throws {
         let broker = try TestBroker.require()
         let name = uniqueName("stale")
