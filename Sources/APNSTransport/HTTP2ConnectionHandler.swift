@@ -81,9 +81,6 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private var deadlineSweep: Scheduled<Void>?
     static let deadlineResolution = TimeAmount.milliseconds(50)
 
-    /// How many streams are open; for tests and logs.
-    var openStreams: Int { streams.count }
-
     /// `firstStreamID` and `lastStreamIDToUse` are for tests that start near the end of the
     /// stream-id space.
     init(

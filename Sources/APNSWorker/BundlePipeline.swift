@@ -217,7 +217,6 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
 
 /// The bundle pipeline as a queue consumer's work: the work queue, a probe by `basic.get`.
 extension BundlePipeline: ConsumerWork {
-    package var prefetch: UInt16 { settings.prefetch }
     package var maxBodySize: Int { JobParser.Limits().maxBodyBytes }
 
     package var oversizedDeadLetter: AMQPOversizedDeadLetter? {

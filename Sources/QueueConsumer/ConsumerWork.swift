@@ -11,7 +11,6 @@ package protocol ConsumerWork: Sendable {
 
     var broker: Broker { get }
     var queue: String { get }
-    var prefetch: UInt16 { get }
     /// A body larger than this is never assembled (`AMQPDeliveredMessage.oversizedBodySize`).
     var maxBodySize: Int { get }
 

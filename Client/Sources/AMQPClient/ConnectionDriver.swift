@@ -22,7 +22,6 @@ enum AMQPMethod {
     static let channelClose: amqp_method_number_t = 0x0014_0028
     static let channelCloseOk: amqp_method_number_t = 0x0014_0029
     static let basicCancel: amqp_method_number_t = 0x003C_001E
-    static let basicCancelOk: amqp_method_number_t = 0x003C_001F
     static let basicReturn: amqp_method_number_t = 0x003C_0032
     static let basicDeliver: amqp_method_number_t = 0x003C_003C
     static let basicGetOk: amqp_method_number_t = 0x003C_0047
