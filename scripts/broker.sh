@@ -44,6 +44,18 @@ node_env() {
   export RABBITMQ_CONF_ENV_FILE=$dir/rabbitmq-env.conf
 }
 
+# pids=(the live ones of: the shell that started the node, and the node's own process, beam.smp,
+# its child): killing the shell alone left a node that did not stop in time running, orphaned,
+# on its ports.
+node_pids() {
+  pids=()
+  local file pid
+  for file in "$dir/server.shell.pid" "$RABBITMQ_PID_FILE"; do
+    [ -f "$file" ] && pid=$(cat "$file") && [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && pids+=("$pid")
+  done
+  return 0
+}
+
 case "$cmd" in
 start)
   [ -x "$RMQ_BIN/rabbitmq-server" ] || { echo "broker.sh: rabbitmq-server is not installed (apt-get install rabbitmq-server)" >&2; exit 1; }
@@ -120,12 +132,7 @@ stop)
   [ -d "$dir" ] || exit 0
   dir=$(cd "$dir" && pwd)
   node_env
-  # The shell that started the node, and the node's own process (beam.smp, its child): killing
-  # the shell alone left a node that did not stop in time running, orphaned, on its ports.
-  pids=()
-  for file in "$dir/server.shell.pid" "$RABBITMQ_PID_FILE"; do
-    [ -f "$file" ] && pid=$(cat "$file") && [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && pids+=("$pid")
-  done
+  node_pids
   # rabbitmqctl stop can hang for minutes on a node that is already gone: only ask a live one.
   [ ${#pids[@]} -gt 0 ] || exit 0
   timeout 60 "$RMQ_BIN/rabbitmqctl" -n "$node" stop "$RABBITMQ_PID_FILE" > /dev/null 2>&1 || true
@@ -137,9 +144,8 @@ kill)
   [ -d "$dir" ] || exit 0
   dir=$(cd "$dir" && pwd)
   node_env
-  for file in "$RABBITMQ_PID_FILE" "$dir/server.shell.pid"; do
-    [ -f "$file" ] && pid=$(cat "$file") && [[ "$pid" =~ ^[0-9]+$ ]] && kill -9 "$pid" 2>/dev/null
-  done
+  node_pids
+  [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2>/dev/null || true
   # epmd keeps the name a moment; the next start waits for it in its own way.
   sleep 1
   ;;

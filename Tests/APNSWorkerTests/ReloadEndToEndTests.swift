@@ -114,20 +114,6 @@ struct ReloadEndToEndTests {
         return ids
     }
 
-    /// `publish`, with up to 100 jobs waiting for their confirms at once: one by one, 600 jobs
-    /// took longer on a loaded machine than the worker took to send them.
-    static func publishAtOnce(_ h: WorkerHarness, _ count: Int, to bundle: String, from first: Int) async throws -> [String] {
-        let ids = (0..<count).map { _ in UUID() }
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for (index, id) in ids.enumerated() {
-                if index >= 100 { try await group.next() }
-                group.addTask { try await h.publishJob(token: WorkerHarness.token(first + index), id: id, bundle: bundle) }
-            }
-            try await group.waitForAll()
-        }
-        return ids.map { $0.uuidString.lowercased() }
-    }
-
     // MARK: - Bundles added, removed, added again
 
     @Test func aBundleAddedRemovedAndAddedAgainLosesAndRepeatsNoJob() async throws {
@@ -168,7 +154,9 @@ struct ReloadEndToEndTests {
         var faults = SimulatorFaults()
         faults.latency = .seconds(2)
         h.simulator.setFaults(faults)
-        idsB += try await Self.publishAtOnce(h, 600, to: b, from: 1_000)
+        // Many confirms awaited at once: one by one, 600 jobs took longer on a loaded machine
+        // than the worker took to send them.
+        idsB += try await h.publishMany(600, bundle: b, firstToken: 1_000).map { $0.uuidString.lowercased() }
         try await Self.waitTelling(worker, "some of B's new jobs in flight") { Self.acceptances(h, bundle: b).count > 20 }
         try config.write([(a, config.tokenSection())])
         worker.signal(SIGHUP)

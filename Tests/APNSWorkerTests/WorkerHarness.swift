@@ -238,13 +238,14 @@ final class WorkerHarness: Sendable {
             AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: routingKey ?? bundle, body: body, properties: properties))
     }
 
-    /// Publishes `count` good jobs concurrently (bounded), returning their ids.
-    func publishMany(_ count: Int) async throws -> [UUID] {
+    /// Publishes `count` good jobs, up to 200 waiting for their confirms at once, to `bundle`
+    /// (the harness's own by default) with the tokens `token(firstToken)` on; their ids.
+    func publishMany(_ count: Int, bundle: String? = nil, firstToken: Int = 0) async throws -> [UUID] {
         let ids = (0..<count).map { _ in UUID() }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for (index, id) in ids.enumerated() {
                 if index >= 200 { try await group.next() }
-                group.addTask { try await self.publishJob(token: Self.token(index), id: id) }
+                group.addTask { try await self.publishJob(token: Self.token(firstToken + index), id: id, bundle: bundle) }
             }
             try await group.waitForAll()
         }

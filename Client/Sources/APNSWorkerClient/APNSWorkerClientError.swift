@@ -50,3 +50,15 @@ public enum APNSWorkerClientError: Error, Sendable, Hashable, CustomStringConver
         }
     }
 }
+
+extension AMQPConsumer.Iterator {
+    /// The next delivery of an event consumer (feedback, delivery events); a consumer that
+    /// failed is said as the client's error.
+    mutating func nextDelivery() async throws -> AMQPDelivery? {
+        do {
+            return try await next()
+        } catch let error as AMQPError {
+            throw APNSWorkerClientError.classify(error) ?? .broker(error.description)
+        }
+    }
+}

@@ -88,13 +88,7 @@ public struct DeliveryEvents: AsyncSequence, Sendable {
         /// The next event; messages that are no event, and repeats when asked, are acked and skipped.
         public mutating func next() async throws -> DeliveryEventDelivery? {
             while true {
-                let next: AMQPDelivery?
-                do {
-                    next = try await deliveries.next()
-                } catch let error as AMQPError {
-                    throw APNSWorkerClientError.classify(error) ?? .broker(error.description)
-                }
-                guard let delivery = next else { return nil }
+                guard let delivery = try await deliveries.nextDelivery() else { return nil }
                 let messageID = delivery.message.properties.messageID ?? ""
                 guard delivery.message.oversizedBodySize == nil, let event = DeliveryEvent.parse(delivery.message.body) else {
                     connection.ackNow(delivery)

@@ -45,13 +45,7 @@ public struct FeedbackEvents: AsyncSequence, Sendable {
         /// then requeued) or the consumer failed.
         public mutating func next() async throws -> FeedbackDelivery? {
             while true {
-                let next: AMQPDelivery?
-                do {
-                    next = try await deliveries.next()
-                } catch let error as AMQPError {
-                    throw APNSWorkerClientError.classify(error) ?? .broker(error.description)
-                }
-                guard let delivery = next else { return nil }
+                guard let delivery = try await deliveries.nextDelivery() else { return nil }
                 let problem: MalformedFeedback
                 if let size = delivery.message.oversizedBodySize {
                     problem = MalformedFeedback("the body is \(size) bytes; at most \(FeedbackEvent.maxBodyBytes) are accepted")
