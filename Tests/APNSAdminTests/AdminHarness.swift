@@ -98,7 +98,13 @@ final class AdminHarness: Sendable {
         let result: Result<T, any Error> = await withTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try? await group.run() }
             let result: Result<T, any Error>
-            do { result = .success(try await body(harness)) } catch { result = .failure(error) }
+            do {
+                // Every test starts from a ready worker (its topology declared, its broker
+                // connected), as an operator's probe would see it; on a loaded machine that
+                // takes a moment after `run()` starts.
+                try await waitUntil("the harness's worker is ready", timeout: .seconds(60)) { worker.status().isReady }
+                result = .success(try await body(harness))
+            } catch { result = .failure(error) }
             await group.triggerGracefulShutdown()
             await tasks.waitForAll()
             return result

@@ -101,7 +101,7 @@ struct HandBackEndToEndTests {
     @Test func copiesCarryTheMessageIDTheJobArrivedWith() async throws {
         var options = WorkerHarness.Options()
         // The retry copy waits in its queue for the test to read it.
-        options.retryDelays = "10m"
+        options.retryDelays = [.seconds(600)]
         let h = try await WorkerHarness.start(broker: try TestBroker.require(), options: options)
         let worker = try h.startWorker()
         defer { worker.kill9() }

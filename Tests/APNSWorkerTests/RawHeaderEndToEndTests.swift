@@ -70,7 +70,7 @@ struct RawHeaderEndToEndTests {
     @Test func aReceivedHeaderTableReachesTheRetryCopyAndTheDeadLetterByteForByte() async throws {
         var options = WorkerHarness.Options()
         // The retry copy waits in its queue for the test to read it.
-        options.retryDelays = "10m"
+        options.retryDelays = [.seconds(600)]
         let h = try await WorkerHarness.start(broker: try TestBroker.require(), options: options)
         let worker = try h.startWorker()
         defer { worker.kill9() }

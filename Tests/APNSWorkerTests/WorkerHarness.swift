@@ -29,7 +29,8 @@ final class WorkerHarness: Sendable {
     let feedbackQueue: String
 
     struct Options {
-        var retryDelays = "300ms, 600ms"
+        /// `[retry] delays`; the harness declares the same retry queues the worker will.
+        var retryDelays: [Duration] = [.milliseconds(300), .milliseconds(600)]
         var maxAttempts = 3
         /// `[amqp] prefetch`, written: the most unacked jobs each bundle's consumer holds (with
         /// `maxInFlight` shared between the bundles, at most its share); the window stays there.
@@ -138,7 +139,7 @@ final class WorkerHarness: Sendable {
             \(options.amqpLines)
 
             [retry]
-            delays = \(options.retryDelays)
+            delays = \(options.retryDelays.map { "\(Int($0 / .milliseconds(1)))ms" }.joined(separator: ", "))
             maxAttempts = \(options.maxAttempts)
 
             [admin]
@@ -163,7 +164,7 @@ final class WorkerHarness: Sendable {
         // feedback queue and publish before any worker runs.
         // A busy node may not have formed its Raft cluster yet (541): wait as the worker does.
         try await connection.declareWaitingForTheBroker(
-            TopologyPlan(bundleIDs: bundles, retryDelays: [.milliseconds(300), .milliseconds(600)], queueType: .quorum), logger: clientLogger)
+            TopologyPlan(bundleIDs: bundles, retryDelays: options.retryDelays, queueType: .quorum), logger: clientLogger)
         let feedbackQueue = uniqueName("e2e.feedback")
         _ = try await connection.declareQueue(QueueDeclaration(name: feedbackQueue))
         try await connection.bind(BindingDeclaration(queue: feedbackQueue, exchange: TopologyNames.feedbackExchange, routingKey: bundle))
