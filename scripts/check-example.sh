@@ -4,7 +4,7 @@
 # simulator: the example publishes a job for a token Apple accepts and one for a token the
 # simulator answers 410 Unregistered, and must see the worker's feedback event for the second
 # (acked) and a delivery event for each job's end within its deadline. Fails first if the example's
-# resolution fetches a package the client's does not name, if README.md's graph of the client's
+# resolution fetches a package the client's does not name, if docs/integrating.md's graph of the client's
 # package is not Client/Package.swift's, or if its build compiled Hummingbird, PostgresNIO, OTel,
 # Mustache or swift-crypto.
 #   scripts/check-example.sh BIN_DIR   (BIN_DIR holds a built apns-worker; needs APNS_TEST_AMQP_URL)
@@ -34,11 +34,11 @@ if [ -n "$extra" ]; then
   echo "check-example: FAIL: the example's resolution fetches packages a sync server does not need: $(echo $extra)" >&2
   exit 1
 fi
-# README.md's graph of the client's package is the one Client/Package.swift declares.
+# docs/integrating.md's graph of the client's package is the one Client/Package.swift declares.
 edges=$(cd Client && swift package dump-package | python3 ../scripts/client-graph.py edges)
-readme=$(sed -n '/^<!-- client-edges/,/^<!-- \/client-edges/p' README.md | sed -n 's/^    //p')
+readme=$(sed -n '/^<!-- client-edges/,/^<!-- \/client-edges/p' docs/integrating.md | sed -n 's/^    //p')
 if [ "$edges" != "$readme" ]; then
-  echo "check-example: FAIL: README.md's client-edges block is not Client/Package.swift's graph; it is:" >&2
+  echo "check-example: FAIL: docs/integrating.md's client-edges block is not Client/Package.swift's graph; it is:" >&2
   echo "$edges" | sed 's/^/    /' >&2
   exit 1
 fi

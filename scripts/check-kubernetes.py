@@ -272,7 +272,7 @@ def mebibytes(quantity):
     return int(quantity[:-2]) * {"Mi": 1, "Gi": 1024}[quantity[-2:]]
 
 
-# The worker's memory bound (README, "Memory bound"): 48 MiB idle (release build) and the fleet
+# The worker's memory bound (docs/operating.md, "Memory bound"): 48 MiB idle (release build) and the fleet
 # view's 16 MiB, plus about 100 KiB per job in flight at the worst case: 86.5 KiB measured with every
 # body at its 64 KiB bound (217 MiB at 2,000 jobs, docs/benchmarks.md, "Bodies held at once")
 # and 16 KiB of headers at their bound. [amqp] maxInFlight bounds the jobs in flight.

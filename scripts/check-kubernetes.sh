@@ -11,7 +11,7 @@
 # policy, the NetworkPolicy, no service account token, no placeholder, the memory limit against
 # the worker's bound, the spread over nodes, the APNs key's file name), the ConfigMap's
 # configuration with `apns-worker check-config` and the Secret's values, the APNs key's rotation
-# as the README describes it (each half of it alone refused), and, when a test broker
+# as docs/operating.md describes it (each half of it alone refused), and, when a test broker
 # is given (APNS_TEST_AMQP_URL, as scripts/test exports it), the readiness probe's command
 # against a running worker.
 #   scripts/check-kubernetes.sh BIN_DIR     (BIN_DIR holds a built apns-worker; scripts/test passes it)
@@ -77,7 +77,7 @@ env APNS_WORKER_AMQP_URL="$(cat "$work/amqp-url")" APNS_WORKER_ADMIN_TOKEN="$(ca
   "$bin" check-config --skip-credentials "$work/apns-worker.conf"
 echo "check-kubernetes: ok: apns-worker check-config on the ConfigMap's configuration"
 
-# The APNs key's rotation (README, "Rotating credentials"): a new AuthKey_<keyId>.p8 in secrets/,
+# The APNs key's rotation (docs/operating.md, "Rotating credentials"): a new AuthKey_<keyId>.p8 in secrets/,
 # the old key ID replaced by the new one in configmap.yaml and kustomization.yaml, applied. The
 # kubelet updates the ConfigMap's and the Secret's folders separately, so the worker sees each
 # half alone for a while: it must take the two new halves together, and refuse each mix (the

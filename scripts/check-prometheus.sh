@@ -2,8 +2,8 @@
 # Checks the Prometheus files of deploy/prometheus/ offline with Debian's promtool (installed by
 # scripts/install-deps.sh): the rule file's syntax and expressions, the example configuration AS
 # SHIPPED (its rule file and token file are next to it), and the rules' unit tests
-# (apns-worker.rules.test.yml: each alert fired and kept quiet, and issue 36's 50-minute
-# scenario). The rules against a running worker's real /metrics are tested by
+# (apns-worker.rules.test.yml: each alert fired and kept quiet, and a 50-minute incident
+# in which each relevant alert fires). The rules against a running worker's real /metrics are tested by
 # APNSAdminTests.PrometheusRulesTests (a real Prometheus).
 #   scripts/check-prometheus.sh        (scripts/test runs it)
 set -euo pipefail
@@ -11,11 +11,11 @@ cd "$(dirname "$0")/../deploy/prometheus"
 promtool check rules apns-worker.rules.yml
 promtool check config prometheus.example.yml
 promtool test rules apns-worker.rules.test.yml
-# Every alert has a runbook entry in the README, and every unit test file names each alert.
+# Every alert has a runbook entry in docs/operating.md, and every unit test file names each alert.
 alerts=$(sed -n 's/^ *- alert: *//p' apns-worker.rules.yml)
 missing=0
 for alert in $alerts; do
-  grep -q "^#### \`$alert\`" ../../README.md || { echo "check-prometheus: FAIL: no runbook entry (#### \`$alert\`) in README.md" >&2; missing=1; }
+  grep -q "^#### \`$alert\`" ../../docs/operating.md || { echo "check-prometheus: FAIL: no runbook entry (#### \`$alert\`) in docs/operating.md" >&2; missing=1; }
   grep -q "alertname: $alert\$" apns-worker.rules.test.yml || { echo "check-prometheus: FAIL: no unit test of $alert" >&2; missing=1; }
 done
 # Every metric the rules read is one the worker exports (a wrong name is no error to

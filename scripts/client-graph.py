@@ -3,7 +3,7 @@
 scripts/check-example.sh.
 
   client-graph.py resolved < show-dependencies.json   every package resolved, one identity a line
-  client-graph.py edges < dump-package.json           the package's module edges, as README.md shows them
+  client-graph.py edges < dump-package.json           the package's module edges, as docs/integrating.md shows them
 """
 import json
 import sys

@@ -1,5 +1,5 @@
 /// The placeholder tokens the project's own examples ship (deploy/kubernetes, config/, the
-/// README): an admin or metrics token that still holds one was never filled in, and a worker
+/// docs): an admin or metrics token that still holds one was never filled in, and a worker
 /// running with it would open its admin to anyone who has read the examples. The loader refuses
 /// them, so `check-config` and start-up fail with one line naming the file, line and key. (A
 /// placeholder password in a broker or registry URL only fails to log in, and the shipped

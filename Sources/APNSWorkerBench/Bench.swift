@@ -1,4 +1,4 @@
-/// `apns-worker-bench`: throughput, latency and memory figures for the README, in release mode.
+/// `apns-worker-bench`: throughput, latency and memory figures for docs/benchmarks.md, in release mode.
 import ArgumentParser
 
 @main

@@ -1,5 +1,5 @@
 /// `apns-worker-bench pure`: throughput of the pure codecs (APNSModel, APNSBinaryProtocol,
-/// APNSProviderToken; no IO), for the README.
+/// APNSProviderToken; no IO), for docs/benchmarks.md.
 /// Each case runs a warm-up, then several rounds of a fixed number of iterations timed with a
 /// monotonic clock; the fastest round is reported.
 import APNSBinaryProtocol

@@ -109,7 +109,7 @@ struct TransportBench: AsyncParsableCommand {
         }
     }
 
-    /// One run's line for the README: rate, latency percentiles, failures.
+    /// One run's line for docs/benchmarks.md: rate, latency percentiles, failures.
     private func line(_ run: LoadRun, label: String, count: Int) -> String {
         String(
             format: "%@: %.0f notifications/s, p50 %.2f ms, p99 %.2f ms, %d not 200 (%.2f s)",
