@@ -5,7 +5,7 @@ with the test credentials the shell script wrote into the copy's secrets/. KEDA'
 and TriggerAuthentication are validated against the openAPIV3Schema of the CRDs vendored in
 schemas/, strictly: a field the schema does not know is an error, as the API server's strict
 field validation would report it. Then the manifests against each other and against the
-worker's configuration in the ConfigMap, and what makes them safe to apply twice (issue 36): no
+worker's configuration in the ConfigMap, and what makes them safe to apply twice: no
 placeholder anywhere, the Secret generated from the operator's files, no replica count under
 KEDA. Writes Kubernetes' own resources, the configuration, the Secret's values and the readiness
 command into WORK for the shell script's next steps.
@@ -164,7 +164,7 @@ secret_values = {k: base64.b64decode(v).decode() for k, v in secret.get("data", 
 secret_values.update(secret.get("stringData", {}))
 secret_keys = set(secret_values)
 
-# --- safe to apply twice (issue 36) ----------------------------------------------------------
+# --- safe to apply twice ----------------------------------------------------------
 for marker in ("replace-me", "replace_me", "changeme", "change-me"):
     if marker in rendered_text.lower():
         fail(f"the rendered kustomization holds the placeholder {marker!r}")
