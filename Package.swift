@@ -59,7 +59,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         // Traces over OTLP/HTTP protobuf only: the gRPC exporter (grpc-swift-2 and its transport)
-        // is a trait left off, so a fresh clone never builds it (docs/decisions.md, "Tracing").
+        // is a trait left off, so a fresh clone never builds it (docs/decisions.md, "Traces across
+        // the queue").
         .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
         .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Peak RSS (VmHWM) of one `apns-worker run` with [tracing] on while it fans out one group job
-# of DEVICES devices (issue 35 item 7) and delivers them to the simulator.
+# of DEVICES devices and delivers them to the simulator.
 #   scripts/measure-group-fanout-rss.sh BINARY LABEL [DEVICES]   (BINARY: an apns-worker executable)
 # Uses the repository's scripts/broker.sh, scripts/postgres.sh and scripts/otlp-receiver.sh
 # (ports from APNS_BROKER_PORT etc., as scripts/test).

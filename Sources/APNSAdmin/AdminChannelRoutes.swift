@@ -6,7 +6,7 @@
 /// are: Apple's 4xx status with `{"status","reason"}`. Apple refusing the worker's own
 /// credentials (401, 403, 407) or failing itself (5xx) is 502 with the same shape plus `error`:
 /// passed through, it would read as the admin's own authentication failing, or the admin being
-/// busy (issue 35). A service that cannot be reached is 502 as well. A request the bundle's token
+/// busy. A service that cannot be reached is 502 as well. A request the bundle's token
 /// key cannot sign for (`keyEnvironment`, `keyTopics`) is not sent: the answer Apple would give,
 /// mapped the same way, with `error` saying why.
 import APNSChannelManagement

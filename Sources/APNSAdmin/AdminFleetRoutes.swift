@@ -32,7 +32,7 @@ struct AdminFleetRoutes: Sendable {
                 return AdminRoutes.error(.badRequest, "\(error)")
             }
             // A page, not the whole view: a forged view's every bundle as one JSON passed the
-            // deployment's memory limit (issue 35); `next` leads to the rest.
+            // deployment's memory limit; `next` leads to the rest.
             var headers = HTTPFields()
             headers[.contentType] = "application/json"
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: fleet.page(pageRequest, now: Date()).body)))

@@ -4,7 +4,7 @@
 /// Behind the admin token like every other route; tokens are shown whole here (never in logs).
 /// A group, bundle ID or token that contract §6 would refuse in a registration is a 400 before
 /// PostgreSQL is asked, and a value PostgreSQL refuses anyway is a 400 too: only a registry that
-/// cannot answer (lost or refused connection, timeout) is a 503 (issue 35).
+/// cannot answer (lost or refused connection, timeout) is a 503.
 import APNSAdminQuery
 import APNSModel
 import APNSRegistry

@@ -363,7 +363,7 @@ struct StatusReport: Codable {
     var broker: String
     var heldBundles: [String]
     var bundles: [Bundle]
-    /// The connection pools, each once with the bundles that share it (issue 39).
+    /// The connection pools, each once with the bundles that share it.
     var pools: [WorkerStatus.Pool]
     var queueError: String?
     /// The configuration in force: when it was read, its fingerprint, what waits for a restart.

@@ -41,7 +41,7 @@ struct StatusPage {
         let shownRetry = Array(retryJobs.prefix(limit))
         // What the page draws of the fleet's bundles, summed once for the whole page (every
         // bundle row and queue row reads the sums): this instance's bundles and the busiest
-        // others, however many a forged view holds (issue 35: a row each passed 256 MiB).
+        // others, however many a forged view holds (a row each passed 256 MiB).
         let summary = bundleSummary
         let totals = summary?.totals ?? [:]
         let bundles = summary?.shown ?? status.bundles.map(\.bundleID)

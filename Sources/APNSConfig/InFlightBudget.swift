@@ -15,7 +15,7 @@ public struct InFlightBudget: Sendable, Hashable {
     /// The default `[amqp] maxInFlight`: one bundle's window may hold 2,000 jobs (40,000 jobs/s at
     /// a 50 ms round trip, above what the worker's CPU drains at 0 ms; 20,000 at 100 ms), four
     /// bundles start at the full default prefetch of 500, and 50 draining bundles hold 2,000 jobs
-    /// (about 8.4 MiB at 4.3 KB a job; issue 35's worst case of bodies unchanged) instead of 25,000.
+    /// (about 8.4 MiB at 4.3 KB a job; the worst case of bodies held unchanged) instead of 25,000.
     public static let defaultMaxInFlight = 2000
     /// The least a bundle's consumer takes when the budget is shared thin. A bundle's throughput
     /// is about its jobs in flight divided by the APNs round trip: 32 is 16 streams on each of

@@ -1,6 +1,6 @@
 /// `APNS_WORKER_LOG_LEVEL`, checked once when any `apns-worker` command starts: a value that
 /// names no log level is one configuration error naming the variable (exit 1), as for a bad key,
-/// instead of the quiet fall-back to the default it was (issue 35). Apart from swift-log so the
+/// instead of the quiet fall-back to the default it was. Apart from swift-log so the
 /// rule is tested without a logger; the names are swift-log's `Logger.Level` raw values.
 public enum LogLevelEnvironment {
     public static let variable = "APNS_WORKER_LOG_LEVEL"

@@ -1,10 +1,10 @@
-/// How many jobs each bundle's consumer takes when bundles share a connection pool (issue 39).
+/// How many jobs each bundle's consumer takes when bundles share a connection pool.
 /// A pool carries `connections` × the streams a connection allows at once; a job taken beyond
 /// that waits for a stream, and one that waits past its request deadline is a timeout, retried
 /// and at last dead for no fault of its own. Per bundle that never happened (2 × 1,000 streams
 /// against a prefetch of at most 500), but a thousand bundles of one team at the budget's floor
 /// of 32 would hold 32,000 jobs against one pool's 2,000 streams. So the bundles of a pool split
-/// its streams: each takes the smaller of its budget share and its part of the pool. (Issue 38's
+/// its streams: each takes the smaller of its budget share and its part of the pool. (The in-flight
 /// window sizes this to the measured round trip; this is the bound it starts under.) Pure.
 public enum PoolPrefetch {
     public struct Member: Sendable, Hashable {

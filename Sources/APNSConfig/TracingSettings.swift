@@ -14,7 +14,7 @@ public struct TracingSettings: Sendable, Hashable {
     /// `parentBased`: true for producers the operator trusts: a job's span continues the
     /// producer's `traceparent` as its parent and follows its sampling decision, `sampleRatio`
     /// deciding only for jobs without one (OpenTelemetry's `parentbased_traceidratio`). False
-    /// (the default, issue 35): anyone who may publish could force sampling with a sampled
+    /// (the default): anyone who may publish could force sampling with a sampled
     /// `traceparent` (or a chosen trace id), so a job's span starts a trace of the worker's own,
     /// linked to the producer's span, and `sampleRatio` decides for every job (`traceidratio`).
     public var parentBased: Bool = false

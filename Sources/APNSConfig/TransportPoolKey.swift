@@ -1,5 +1,5 @@
-/// Which connection pool a bundle's notifications to one environment travel on (issue 39;
-/// docs/decisions.md, "Connection pools: one design for issues 38 and 39"). Bundles whose keys
+/// Which connection pool a bundle's notifications to one environment travel on
+/// (docs/decisions.md, "Connection pools per credential"). Bundles whose keys
 /// are equal share one pool and one provider token. Pure: the credential files' bytes come from
 /// the caller, so the rules are tested without a file system.
 import APNSModel

@@ -292,7 +292,7 @@ public struct BundleConfiguration: Sendable, Hashable {
     /// error replay is simplest on one ordered stream.
     public var connections: Int
     /// Whether the operator wrote `connections`: then it is also the most connections the
-    /// in-flight window may open (issue 38); otherwise the window may open more, as it needs.
+    /// in-flight window may open; otherwise the window may open more, as it needs.
     public var connectionsSet: Bool
     /// The rollout gate (`allowSyncServers`, `denySyncServers`, `rolloutPercentage`).
     public var rollout: RolloutGate

@@ -4,7 +4,7 @@ import Foundation
 /// What the admin page draws of the fleet's bundles: this instance's own, then the busiest of
 /// the rest, at most `limit` of those, with the fleet's sums of the drawn ones only. A forged
 /// view holds thousands of bundles (about 14,000 of 255-byte IDs fit in its bytes); a row each
-/// took the worker past its memory limit (issue 35), so the page's rows, and what it sums for
+/// took the worker past its memory limit, so the page's rows, and what it sums for
 /// them, no longer grow with the view. The held bundles are found in every bundle (held is
 /// loud), and listed by their first names with a count. Pure: time is a `Date`.
 public struct FleetBundleSummary: Sendable, Hashable {

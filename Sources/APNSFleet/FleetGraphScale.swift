@@ -1,6 +1,6 @@
 /// The y axis of the fleet graph (`FleetGraph` in APNSAdmin), from rates built of heartbeats:
 /// its top, its ticks and the labels of ticks and lines. Total: any rate, finite or not, gives
-/// numbers an `Int` holds (issue 35: a label's `Int(_:)` trapped on forged heartbeats). Here in
+/// numbers an `Int` holds (a label's `Int(_:)` trapped on forged heartbeats). Here in
 /// APNSFleet so the heartbeat fuzz target (Fuzz/FuzzFleet) draws what it decodes.
 import Foundation
 

@@ -3,7 +3,7 @@ import Foundation
 /// One page of `GET /api/fleet` (contract §5: every live instance), as the JSON it answers.
 ///
 /// The whole fleet in one answer was a JSON of every kept bundle: about 14,000 under a forged
-/// view, which took the worker past its memory limit (issue 35). A page holds live instances in
+/// view, which took the worker past its memory limit. A page holds live instances in
 /// order of their ids, after `after`, at most `limit` of them and `maxBytes` of their JSON
 /// (always at least one: a kept instance came in a heartbeat of at most 64 KiB), each encoded
 /// on its own as it is added; `next` is the last id of a page that is not the end, to be given

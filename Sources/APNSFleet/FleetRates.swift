@@ -131,7 +131,7 @@ public struct FleetRates: Sendable {
         return (0..<Int64(bucketCount)).reversed().map { back in
             let index = last - back
             // Summed as saturating integers, then capped: a Double sum of 1,001 slots each near
-            // `Int.max` is finite but no longer an `Int`, and the graph converts it (issue 35).
+            // `Int.max` is finite but no longer an `Int`, and the graph converts it.
             let jobs = self.jobs(in: index, bundleID: bundleID)
             var perSecond: [JobEnd: Double] = [:]
             for end in JobEnd.fleetEnds {

@@ -19,7 +19,7 @@ public struct GroupFanOutTracing: Sendable {
 
     /// Links on one group job's span: OpenTelemetry's default span link limit
     /// (`OTEL_SPAN_LINK_COUNT_LIMIT`). A group of 100,000 devices would otherwise hold 100,000
-    /// links in memory until its span ends, and export them in one span (issue 35); the span
+    /// links in memory until its span ends, and export them in one span; the span
     /// says how many were left out (`apns.links_omitted`), and each job span still has its
     /// `create` span, a child of the group job's span, as parent.
     public static let maximumLinks = 128

@@ -116,7 +116,7 @@ public final class RegistryRecorder: JobEndObserver, Service {
     }
 
     /// Writes `marks`; returns those to keep for the next flush (the registry could not answer).
-    /// A value PostgreSQL refuses in one mark must not hold back the others for ever (issue 35):
+    /// A value PostgreSQL refuses in one mark must not hold back the others for ever:
     /// the batch is then written mark by mark, each refused mark is dropped and logged with
     /// PostgreSQL's reason, and the rest are applied.
     private func write(_ marks: [InvalidMark]) async -> [InvalidMark] {

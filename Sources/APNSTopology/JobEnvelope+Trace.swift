@@ -77,7 +77,7 @@ public struct JobEnvelopeTraceInjector: Injector {
 }
 
 /// The span of a received message (a job, a group job) and what it makes of the producer's
-/// context (issue 35). Anyone with publish rights on the vhost can put a sampled `traceparent`
+/// context. Anyone with publish rights on the vhost can put a sampled `traceparent`
 /// on a message, so by default the producer's context is not the span's parent: the span starts
 /// a trace of the worker's own, which the worker's sampler keeps or drops (`[tracing]
 /// sampleRatio` on a trace id the worker chose), with a link to the producer's span so the two

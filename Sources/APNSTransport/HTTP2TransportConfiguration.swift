@@ -33,13 +33,13 @@ public struct HTTP2TransportConfiguration: Sendable {
     public var connections: Int = 1
     /// The most connections open at once: those above `connections` are opened when the
     /// in-flight window wants more streams than the open ones allow, and closed after carrying
-    /// nothing for `idleConnectionTimeout` (issue 38). nil: `connections`, none opened on demand.
+    /// nothing for `idleConnectionTimeout`. nil: `connections`, none opened on demand.
     public var maxConnections: Int?
     /// How long a connection opened on demand may carry nothing before it is closed (and how
     /// often idleness is checked).
     public var idleConnectionTimeout: Duration = .seconds(60)
     /// How long the whole pool may carry nothing before its `connections` close too; it then
-    /// reports `idle`, as before its first job, and its next job opens them again (issue 39).
+    /// reports `idle`, as before its first job, and its next job opens them again.
     /// nil: they stay open. Counted in idle checks, so rounded up to `idleConnectionTimeout`.
     public var poolIdleTimeout: Duration?
     /// What `apns-worker run` uses: long enough that a bundle with a job every minute or two keeps

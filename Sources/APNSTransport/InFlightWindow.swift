@@ -1,5 +1,5 @@
 /// How many notifications one pool (credential + environment) should keep in flight, as a pure
-/// value (issue 38, docs/decisions.md "The in-flight window"): measured round trip and completion
+/// value (docs/decisions.md "The in-flight window"): measured round trip and completion
 /// rate in, a target out. No clock of its own: every event is given the monotonic time in
 /// nanoseconds, so tests drive it with plain numbers.
 ///

@@ -84,7 +84,7 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
             clock: clock, announce: { [logger] news in BundlePipeline.announce(news, logger: logger, alerts: alerts, now: clock.now) })
         self.consumer = consumer
         bundleStatistics.countInFlight { consumer.inFlight }
-        // The consumer holds its share of what the transport's window asks (issue 38), never
+        // The consumer holds its share of what the transport's window asks, never
         // less than the prefetch it starts with; a pipeline gone (its bundle removed while
         // running) stops listening.
         // It never takes more than its share of the budget, which a reload may change.

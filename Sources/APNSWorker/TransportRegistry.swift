@@ -1,5 +1,5 @@
 /// The worker's connection pools to APNs, one per pool key (credential, environment, endpoint),
-/// shared by every bundle whose key is equal (issue 39; docs/decisions.md, "Connection pools").
+/// shared by every bundle whose key is equal (docs/decisions.md, "Connection pools").
 /// A ServiceLifecycle `Service`: pools appear and go at run time (a bundle's unit acquires its
 /// pools when it starts and releases them when it stops), so `run()` runs each pool in a task
 /// group of its own rather than the service group owning a fixed list of transports.

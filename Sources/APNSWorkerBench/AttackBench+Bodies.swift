@@ -1,5 +1,5 @@
-/// `apns-worker-bench attack bodies`: the worst case of "bodies held at once" (issue 35,
-/// docs/inputs.md): every consumer of the worker takes as many messages as its prefetch allows,
+/// `apns-worker-bench attack bodies`: the worst case of "bodies held at once" (docs/inputs.md,
+/// "Still open"): every consumer of the worker takes as many messages as its prefetch allows,
 /// each at its 64 KiB body limit, and none of them ends. Jobs: `--body-bundles` bundles, each
 /// with more jobs than its prefetch share of the in-flight budget, every job padded to the limit
 /// with JSON whitespace (valid, so it is sent and held), and the simulator answering nothing for

@@ -1,5 +1,5 @@
 /// `apns-worker-bench attack`: the worker's peak memory (`VmHWM`) while hostile input arrives
-/// (issue 35; docs/benchmarks.md "Memory under attack"). `fleet`: forged heartbeats of
+/// (docs/benchmarks.md "Memory under attack"). `fleet`: forged heartbeats of
 /// `--instances` instances with `--bundles` bundles of 255-byte keys each flood `apns.fleet`
 /// while `/fleet/graph` and `/api/fleet` are polled. `dead`: `--jobs` dead jobs of `--mib` MiB sit
 /// in the bundle's dead queue while the admin page and `/api/dead?limit=500` are fetched.

@@ -1,4 +1,4 @@
-/// `apns-worker-bench round-trip`: the whole worker at Apple's distance (issue 38). For each round
+/// `apns-worker-bench round-trip`: the whole worker at Apple's distance. For each round
 /// trip the in-process simulator adds (`SimulatorFaults.latency`, as `apns-worker simulator
 /// --latency-ms`), a fresh `apns-worker run` drains N preloaded jobs; reported per round trip:
 /// jobs/s, jobs in flight and ready connections (sampled from its `/metrics` while it drains),

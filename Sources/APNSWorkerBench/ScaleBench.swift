@@ -1,7 +1,7 @@
-/// `apns-worker-bench scale`: what the worker costs as the work grows (issue 30). Real
+/// `apns-worker-bench scale`: what the worker costs as the work grows. Real
 /// `apns-worker run` processes against a real broker and the in-process simulator:
 /// - `bundles`: the same total of jobs spread over 1, 10 and 50 bundles (one queue each), of one
-///   team (one shared connection pool, issue 39) or with `--teams each` a team per bundle (a
+///   team (one shared connection pool) or with `--teams each` a team per bundle (a
 ///   pool each): cost per job, connections to the sink, start-up, and resident memory per added
 ///   bundle;
 /// - `instances`: 1, 2 and 4 worker processes draining the same 20 bundles: what one more

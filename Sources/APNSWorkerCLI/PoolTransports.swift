@@ -16,7 +16,7 @@ enum PoolTransports {
     /// The transport of a new pool. Every pool connects on its first notification: a bundle's
     /// other environment rarely gets one, and an idle credential keeps no connections to Apple.
     /// - Parameters:
-    ///   - windowFloor: where the pool's in-flight window (issue 38) starts: a bundle's share.
+    ///   - windowFloor: where the pool's in-flight window starts: a bundle's share.
     ///   - windowCeiling: the most it grows to (`[amqp] maxInFlight`; each consumer feeding the
     ///     pool takes at most its own share of it, `BundleInFlightBounds`).
     static func make(
@@ -34,7 +34,7 @@ enum PoolTransports {
         if let caFile = bundle.caFile { configuration.trustRoots = .caFile(caFile) }
         configuration.connections = bundle.connections
         configuration.connectOnFirstUse = true
-        // A pool that carried nothing for five minutes closes (issue 39; docs/decisions.md).
+        // A pool that carried nothing for five minutes closes (docs/decisions.md).
         configuration.poolIdleTimeout = HTTP2TransportConfiguration.defaultPoolIdleTimeout
         configuration.requestTimeout = settings.requestTimeout
         configuration.connectTimeout = settings.connectTimeout

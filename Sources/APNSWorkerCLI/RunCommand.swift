@@ -83,7 +83,7 @@ struct RunCommand: AsyncParsableCommand {
         let statistics = WorkerStatistics()
         let tokenSources = TokenSources()
         // One connection pool per credential, environment and endpoint, shared by the bundles
-        // whose keys are equal (issue 39), opened on its first job; a bundle unit acquires its
+        // whose keys are equal, opened on its first job; a bundle unit acquires its
         // pools when it starts and releases them when it stops (a change while running).
         // A pool's in-flight window starts at a bundle's share and may grow to the whole budget:
         // what bounds the total is each bundle's cap (`BundleInFlightBounds`, which follows the

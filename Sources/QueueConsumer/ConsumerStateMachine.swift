@@ -88,7 +88,7 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         case startConsumer
         case cancelConsumer
         /// Consume again with the prefetch `limit` now says, then cancel the consumer before: the
-        /// broker applies `basic.qos` only to consumers started after it (issue 38).
+        /// broker applies `basic.qos` only to consumers started after it.
         case reconsume
         /// Take a probe and report it with `probeTaken`.
         case probe
@@ -332,7 +332,7 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         return (found ? .refuse : nil, isDraining ? drain(now: now) : takeAgain(now: now))
     }
 
-    /// The work wants `wanted` jobs in flight (its transport's window, issue 38). The bound
+    /// The work wants `wanted` jobs in flight (its transport's window). The bound
     /// follows, and a running consumer is started again with it as its prefetch, only when the
     /// window grew past the bound or fell to a quarter of it: a window that wavers does not
     /// churn consumers, and one that shrank a little keeps the jobs it has. `force`: a bound,

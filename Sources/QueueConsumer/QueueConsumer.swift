@@ -65,7 +65,7 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
     /// The in-flight bound and prefetch now (the transport's window, within the work's bounds).
     package var limit: Int { machine.withLock { $0.limit } }
 
-    /// The work's transport wants `wanted` jobs in flight (issue 38): the bound follows, and the
+    /// The work's transport wants `wanted` jobs in flight: the bound follows, and the
     /// broker's prefetch by re-consuming (`ConsumerStateMachine.resize`).
     package func resize(to wanted: Int, force: Bool = false) {
         event { $0.resize(to: wanted, force: force) }

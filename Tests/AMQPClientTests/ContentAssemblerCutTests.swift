@@ -2,7 +2,7 @@ import Testing
 
 @testable import AMQPClient
 
-/// Bodies cut as they are read (issue 35 item 5, contract §5): a consumer that cuts bodies (the
+/// Bodies cut as they are read (contract §5): a consumer that cuts bodies (the
 /// operator listings) gets the first `limit` bytes of a larger body and its size, and never
 /// holds more than the limit of it, whatever the header claims.
 @Suite struct ContentAssemblerCutTests {

@@ -2,7 +2,7 @@ import Testing
 
 @testable import AMQPClient
 
-/// The body limit of `ContentAssembler` (issue 24): a body larger than the receiver's limit is
+/// The body limit of `ContentAssembler`: a body larger than the receiver's limit is
 /// read and dropped frame by frame, never reserved or kept, whatever size its header claims.
 @Suite struct ContentAssemblerLimitTests {
     static let limit = 64 * 1024

@@ -46,7 +46,7 @@ struct FrameSizeTests {
 
     /// The broker sends a content header unsplit, as large as its own frame_max allows. At the
     /// client's old 16 KiB, librabbitmq refused 17 KiB of headers, the connection dropped and the
-    /// redelivered message dropped it again, forever (issue 35). Now every one arrives, once and
+    /// redelivered message dropped it again, forever. Now every one arrives, once and
     /// not redelivered; over 16 KiB of properties it is marked, its header table not kept.
     @Test func headersUpToTheBrokersFrameSizeArriveWithoutAReconnect() async throws {
         let broker = try TestBroker.require()
@@ -67,7 +67,7 @@ struct FrameSizeTests {
                 }
                 let consumer = try await connection.consume(queue: queue, prefetch: 10, maxBodySize: 1024)
                 let iterator = consumer.makeAsyncIterator()
-                // Before issue 35 the second one dropped the connection, again and again: bounded.
+                // Before, the second one dropped the connection, again and again: bounded.
                 let deliveries = try await withTimeout(.seconds(60), "every message, without a reconnect") { [iterator] in
                     var stream = iterator
                     var received: [AMQPDelivery] = []

@@ -20,7 +20,7 @@ import Testing
 
     /// Bytes that are not UTF-8 read as U+FFFD (three bytes each), grew past 255 bytes, and a
     /// retry or dead letter of such a job could no longer be encoded: the connection dropped and
-    /// the job came back, forever (issue 35).
+    /// the job came back, forever.
     @Test func shortStringsThatAreNotUTF8RoundTripByteForByte() throws {
         let value = [UInt8](repeating: 0xFF, count: 255)
         let wire = Self.wireProperties(value)

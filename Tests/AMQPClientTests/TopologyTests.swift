@@ -77,7 +77,7 @@ struct TopologyTests {
         }
     }
 
-    /// Quorum queues declared by a version before x-delivery-limit (issue 24) still start: the
+    /// Quorum queues declared by a version before x-delivery-limit still start: the
     /// limit is lenient, so the existing queue is taken as it is, with a warning. Any other
     /// argument that differs still stops the declaration.
     @Test func aQueueDeclaredBeforeTheDeliveryLimitStillStarts() async throws {
@@ -91,7 +91,7 @@ struct TopologyTests {
             for index in before.queues.indices where before.queues[index].name.contains(bundle) {
                 before.queues[index].arguments["x-delivery-limit"] = nil
                 if !before.queues[index].name.contains(".retry.") {
-                    // Nor the dead-lettering of oversized messages (issue 24).
+                    // Nor the dead-lettering of oversized messages.
                     for argument in ["x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", "x-overflow"] {
                         before.queues[index].arguments[argument] = nil
                     }

@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 /// What a publisher can put in a field table comes back out of AMQPClient intact enough to be
-/// sent again (found by FuzzAMQPFields, issue 24).
+/// sent again (found by FuzzAMQPFields).
 @Suite struct WireFormatTests {
     /// A key of 200 bytes that are not UTF-8 decodes to 600 bytes of U+FFFD; written back as it
     /// was, its length byte wrapped and the table (a dead letter's headers) no longer decoded.

@@ -11,7 +11,7 @@ import NIOCore
 import Testing
 import TestSupport
 
-/// Issue 25, the admin's access model: the Host allowlist without a token (DNS rebinding), login
+/// The admin's access model: the Host allowlist without a token (DNS rebinding), login
 /// by POST with a session cookie that is not the token, the bound on operator requests, and
 /// the admin over TLS. No broker: the routes that matter here answer without one.
 @Suite struct AdminAccessTests {
@@ -106,7 +106,7 @@ import TestSupport
         }
     }
 
-    /// Issue 36: Prometheus scrapes with a read-only credential of its own. The metrics token
+    /// Prometheus scrapes with a read-only credential of its own. The metrics token
     /// opens `GET /metrics` and nothing else (not the API, the probes, the page, a login, a
     /// purge); the admin token still opens `/metrics` too.
     @Test func theMetricsTokenOpensMetricsAndNothingElse() async throws {

@@ -109,7 +109,7 @@ struct SimulatorChannels: BroadcastChannelManaging {
         }
     }
 
-    /// Issue 35: Apple refusing the worker's provider token is an upstream failure (502 with
+    /// Apple refusing the worker's provider token is an upstream failure (502 with
     /// Apple's status and reason), never the admin's own 403, which would send the operator
     /// looking at the admin token.
     @Test func applesRefusalOfTheWorkersCredentialsIsABadGatewayNotTheAdminsOwn403() async throws {

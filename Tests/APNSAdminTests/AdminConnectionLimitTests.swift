@@ -1,4 +1,4 @@
-/// The admin server's connection bounds (issue 35 item 7, `AdminConnectionLimits`), on a real
+/// The admin server's connection bounds (`AdminConnectionLimits`), on a real
 /// socket: an idle connection is closed by the server, and past the cap a new connection waits
 /// until one closes. A small Python client holds the raw connections (curl cannot keep one open
 /// and idle); it reports the order of events, never a duration.

@@ -120,7 +120,7 @@ struct AdminFleetRouteTests {
         }
     }
 
-    /// Issue 35: under a view full of forged bundles (heartbeats of 170 bundles with 255-byte
+    /// Under a view full of forged bundles (heartbeats of 170 bundles with 255-byte
     /// keys, as the attack bench sends), `/api/fleet` was one JSON of every bundle and `/` drew a
     /// row each, past the deployment's memory limit. Each answer is bounded now, and following
     /// `next` reaches every live instance once.

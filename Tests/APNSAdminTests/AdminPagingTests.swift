@@ -9,7 +9,7 @@ import HummingbirdTesting
 import Testing
 import TestSupport
 
-/// Issue 25 through the admin: every listing is a page (API and page), the next page is one
+/// Bounded work through the admin: every listing is a page (API and page), the next page is one
 /// `offset` away, and the bulk confirmation counts from the queue's depth.
 @Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the test broker (scripts/test)"))
 struct AdminPagingTests {

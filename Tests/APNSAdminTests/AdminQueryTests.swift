@@ -2,7 +2,7 @@ import APNSAdminQuery
 import APNSModel
 import Testing
 
-/// The admin's query parameters (issue 25: every listing bounded; issue 24: one pure parser,
+/// The admin's query parameters (every listing bounded; one pure parser,
 /// fuzzed by Fuzz/Sources/FuzzAdminQuery).
 struct AdminQueryTests {
     @Test func aListingIsAlwaysAPage() throws {

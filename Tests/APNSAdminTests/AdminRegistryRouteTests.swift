@@ -1,4 +1,4 @@
-/// The registry's admin routes against the real PostgreSQL `scripts/test` starts (issue 35): a
+/// The registry's admin routes against the real PostgreSQL `scripts/test` starts: a
 /// value the request carries that the registry cannot hold (NUL, a control character, a name
 /// that is no bundle ID or token) is the request's fault, a 400 with the reason, never the 503
 /// that says the registry is down.
@@ -108,7 +108,7 @@ import TestSupport
         }
     }
 
-    /// Issue 35 item 5: one device in each of 2,000 bundle IDs (anyone allowed to publish on
+    /// One device in each of 2,000 bundle IDs (anyone allowed to publish on
     /// `apns.registry` can make them) and a count under each. The summary and the page show the
     /// busiest bundle IDs and say what the rest hold, instead of drawing every one.
     @Test(.enabled(if: postgresAvailable))

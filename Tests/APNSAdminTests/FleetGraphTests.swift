@@ -82,7 +82,7 @@ struct FleetGraphTests {
         #expect(bottom.sorted() == bottom.sorted().enumerated().map { bottom.max()! - Double(3 - $0.offset) * 13 })
     }
 
-    /// Issue 35 item 3, the attack as it was: 13 forged heartbeats of one instance alternating
+    /// The attack as it was: 13 forged heartbeats of one instance alternating
     /// every count between 0 and 2^53 over 1,000 bundles, in one bucket. Each rise adds 2^53 per
     /// bundle and end; the bucket's sum passed `Int.max` as a Double, and the axis label's
     /// `Int(_:)` trapped on every `/fleet/graph`.

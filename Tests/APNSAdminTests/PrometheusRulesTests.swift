@@ -99,7 +99,7 @@ struct PrometheusRulesTests {
                     }
                     try await harness.publishMalformedJob()
                     try await waitUntil("the malformed job to be dead") { harness.jobs("dead") == 1 }
-                    // Issue 36: one dead job pages nobody. Prometheus has scraped it (the
+                    // One dead job pages nobody. Prometheus has scraped it (the
                     // counter's rise is in the window ApnsWorkerDeadJobsRising reads), and the
                     // alert's threshold leaves it out.
                     try await waitUntil("the dead job in Prometheus", timeout: .seconds(60)) {
@@ -184,7 +184,7 @@ struct PrometheusRulesTests {
         #expect(samples.value("apns_worker_queue_consumers", ["bundle": bundle, "role": "work"])?.isNaN == true)
     }
 
-    /// Issue 36: the registry's and groups' dead queues reach /metrics (ApnsWorkerRegistryDeadLetters
+    /// The registry's and groups' dead queues reach /metrics (ApnsWorkerRegistryDeadLetters
     /// reads them) with bundle "", only when the worker runs a registry, NaN when unread.
     @Test func registryDeadQueueDepths() throws {
         _ = TestMetrics.registry

@@ -131,7 +131,7 @@ struct StatusPageTests {
         #expect(html.contains(#"action="/bundles/com.example.app/pause""#))
     }
 
-    /// A forged view of thousands of bundles drew a row each (issue 35: the worker passed its
+    /// A forged view of thousands of bundles drew a row each (the worker passed its
     /// memory limit): the page draws this instance's bundles and the busiest 50 others, counts
     /// the rest, and names at most 10 held or paused bundles in a banner or cell.
     @Test func aViewOfManyBundlesDrawsABoundedPage() {

@@ -64,7 +64,7 @@ import Testing
         #expect(throws: Never.self) { try FeedbackStreamDecoder().finish() }
     }
 
-    @Test("past its tuple count the decoder keeps nothing more and the stream may end anywhere (issue 35)")
+    @Test("past its tuple count the decoder keeps nothing more and the stream may end anywhere")
     func theTupleCountIsBounded() throws {
         var stream: [UInt8] = []
         for n in 0..<5 { FeedbackTuple(timestamp: UInt32(n), deviceToken: Array(repeating: UInt8(n), count: 32)).encode(into: &stream) }

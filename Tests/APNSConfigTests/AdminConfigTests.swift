@@ -2,7 +2,7 @@ import APNSConfig
 import Foundation
 import Testing
 
-/// `[admin]` keys of issue 25: `allowedHosts`, and `certFile`/`keyFile` for an HTTPS admin,
+/// `[admin]` keys of the access model: `allowedHosts`, and `certFile`/`keyFile` for an HTTPS admin,
 /// validated like every other key (one line naming file, line and key).
 @Suite("admin configuration")
 struct AdminConfigTests {

@@ -173,7 +173,7 @@ struct CredentialTests {
             path: repositoryRoot.appendingPathComponent("config/apns-worker.conf").path, environment: [:],
             credentials: .skipFiles)
         #expect(configuration.amqp.urls.count == 2)
-        // Issue 25: the sample production broker is reached over TLS, with no start-up warning.
+        // The sample production broker is reached over TLS, with no start-up warning.
         #expect(configuration.amqp.urls.allSatisfy { $0.hasPrefix("amqps://") })
         #expect(PeerSecurity.warnings(configuration).isEmpty)
         #expect(configuration.retry == RetrySettings())

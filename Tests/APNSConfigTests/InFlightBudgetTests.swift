@@ -89,7 +89,7 @@ import Testing
         }
     }
 
-    /// Issue 38: the prefetch is where a window starts; it grows to the whole share, so one
+    /// The prefetch is where a window starts; it grows to the whole share, so one
     /// bundle can hold what a 50 ms round trip needs, and many bundles stay within the budget.
     @Test func theWindowCeilingIsTheWholeShareNotThePrefetch() {
         #expect(Self.standard.share(bundles: 1).ceiling == 2000)

@@ -2,7 +2,7 @@ import APNSConfig
 import Foundation
 import Testing
 
-/// Issue 25: `sslrootcert` for PostgreSQL, and the start-up warnings for connections to a
+/// Other peers: `sslrootcert` for PostgreSQL, and the start-up warnings for connections to a
 /// non-loopback peer that may go plaintext or do not verify (broker and database).
 @Suite("peer security")
 struct PeerSecurityTests {

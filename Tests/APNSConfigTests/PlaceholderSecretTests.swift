@@ -2,7 +2,7 @@ import APNSConfig
 import Foundation
 import Testing
 
-/// Issue 36: the placeholder tokens the examples ship (`REPLACE-ME` in the Kubernetes example
+/// The placeholder tokens the examples ship (`REPLACE-ME` in the Kubernetes example
 /// Secret, `changeme`, config/apns-worker.conf's example token) are refused as the admin token,
 /// as one line naming file and line (or environment variable) and key; and `[admin]
 /// metricsToken`, the read-only credential for /metrics, is validated like the admin token.

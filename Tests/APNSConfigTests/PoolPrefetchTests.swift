@@ -2,7 +2,7 @@ import APNSConfig
 import APNSModel
 import Testing
 
-/// Bundles sharing a pool split its streams between their consumers (issue 39).
+/// Bundles sharing a pool split its streams between their consumers.
 @Suite struct PoolPrefetchTests {
     static func member(_ id: String, team: String = "TEAM1", transport: APNSTransportKind = .http2, connections: Int = 2) -> PoolPrefetch.Member {
         let credential: TransportPoolKey.Credential =

@@ -32,7 +32,7 @@ struct TracingConfigTests {
         #expect(tracing.tracesURL == "http://collector:4318/v1/traces")
         #expect(tracing.serviceName == "apns-worker")
         #expect(tracing.sampleRatio == 0)
-        #expect(!tracing.parentBased, "issue 35: a producer's sampled flag is not followed unless the operator says so")
+        #expect(!tracing.parentBased, "a producer's sampled flag is not followed unless the operator says so")
     }
 
     @Test func aURLWithAPathIsTakenAsTheTracesURL() {

@@ -3,7 +3,7 @@ import APNSModel
 import Foundation
 import Testing
 
-/// Which bundles share a connection pool (issue 39): the key's rules, on file contents given
+/// Which bundles share a connection pool: the key's rules, on file contents given
 /// in memory.
 @Suite struct TransportPoolKeyTests {
     static let files: [String: [UInt8]] = [

@@ -51,7 +51,7 @@ struct ValueSyntaxTests {
         #expect(AMQPSettings.maskingPassword("amqp://user@host") == "amqp://user@host")
     }
 
-    /// Issue 25: masking stopped at the first "/", "?" or "#", which a password may hold, and
+    /// Masking stopped at the first "/", "?" or "#", which a password may hold, and
     /// only looked at a URL at the start of the text.
     @Test func theWholePasswordIsMaskedInEveryURL() {
         #expect(AMQPSettings.maskingPassword("amqp://u:pa/ss@host/vh") == "amqp://u:***@host/vh")

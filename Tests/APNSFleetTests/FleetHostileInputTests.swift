@@ -141,7 +141,7 @@ struct FleetHostileInputTests {
         return head + String(repeating: "x", count: FleetInstance.maxBundleKeyBytes - head.utf8.count)
     }
 
-    /// Issue 35 item 4: 1,000 forged instances of 1,000 bundles with 255-byte keys were all
+    /// 1,000 forged instances of 1,000 bundles with 255-byte keys were all
     /// kept, over 255 MB of keys alone on every instance. The view keeps what fits in 16 MiB by
     /// its own account, says what it dropped, and a real instance it knew keeps beating.
     @Test func aThousandForgedInstancesOfAThousandLongBundlesStayWithinSixteenMiB() throws {
@@ -268,7 +268,7 @@ struct FleetHostileInputTests {
         #expect(rates.bytes < 1024, "one empty bucket left: \(rates.bytes) bytes")
     }
 
-    /// Issue 35 item 7: a heartbeat's `lastTakenPublishedAt` at `UInt64.max` seconds was the
+    /// A heartbeat's `lastTakenPublishedAt` at `UInt64.max` seconds was the
     /// newest, so the fleet's queue latency read 0 s while the forger lived. It is not believed.
     @Test func aPublishTimeFarAheadIsNotBelieved() throws {
         let farAhead = Date(timeIntervalSince1970: TimeInterval(UInt64.max))

@@ -4,7 +4,7 @@ import APNSModel
 import Foundation
 import Testing
 
-/// What the admin serves of a fleet view, bounded whatever the view holds (issue 35): the pages
+/// What the admin serves of a fleet view, bounded whatever the view holds: the pages
 /// of `GET /api/fleet` (every live instance reachable through `next`, each page within its
 /// bytes), their query, the bundles the HTML page draws, and the graph's fleet-wide series.
 struct FleetPageTests {

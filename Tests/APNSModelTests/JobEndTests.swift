@@ -1,7 +1,7 @@
 import APNSModel
 import Testing
 
-/// `JobEnd`, the one vocabulary of a job's end (issue 37): its two spellings are stored and on
+/// `JobEnd`, the one vocabulary of a job's end: its two spellings are stored and on
 /// the wire, so this table pins them. A label change renames a Prometheus series and a key of
 /// `/api/status`; a contract name change orphans rows PostgreSQL already holds.
 @Suite struct JobEndTests {

@@ -370,7 +370,7 @@ import Testing
         Bad("collapseId with DEL", body(#""collapseId":"ab\u007f""#), field: "collapseId", mentions: "control character at byte 2"),
         Bad("collapseId with a tab", body(#""collapseId":"a\tb""#), field: "collapseId", mentions: "control character"),
         Bad("collapseId with U+001F", body(#""collapseId":"\u001f""#), field: "collapseId", mentions: "control character"),
-        // Issue 35: a blank at either end is an invalid HTTP/2 field value (RFC 9110 §5.5); Apple
+        // A blank at either end is an invalid HTTP/2 field value (RFC 9110 §5.5); Apple
         // resets the stream, so it must end as malformed, not as a retried transport failure.
         Bad("collapseId with a leading space", body(#""collapseId":" c1""#), field: "collapseId", mentions: "begins or ends with a space"),
         Bad("collapseId with a trailing space", body(#""collapseId":"c1 ""#), field: "collapseId", mentions: "begins or ends with a space"),
@@ -528,7 +528,7 @@ import Testing
     }
 
     /// The shared header-value rule holds for every header a parsed job becomes, whatever its
-    /// text fields held (issue 35): each value passes `UntrustedText.headerValueProblem`.
+    /// text fields held: each value passes `UntrustedText.headerValueProblem`.
     @Test(arguments: [
         body(#""collapseId":"a b é\u0080","pushType":"voip","priority":5,"expiration":0"#),
         body(#""collapseId":"ééé","environment":"sandbox","pushType":"location""#),

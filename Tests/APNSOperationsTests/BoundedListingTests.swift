@@ -1,4 +1,4 @@
-// Issue 25: a listing of a big dead queue reads the page, not the queue. Measured in messages
+// A listing of a big dead queue reads the page, not the queue. Measured in messages
 // and bytes read from the broker (what a listing holds in the worker), never in time.
 import AMQPClient
 import APNSOperations
@@ -82,7 +82,7 @@ struct BoundedListingTests {
         #expect(try await bundle.depth(bundle.dead) == 0)
     }
 
-    /// Issue 35 item 5 on the real broker: dead jobs of several MiB are read cut to 64 KiB as
+    /// On the real broker: dead jobs of several MiB are read cut to 64 KiB as
     /// they arrive (the bytes a listing holds), not whole; `show` still reads one whole.
     @Test func aListingOfMultiMiBDeadJobsHolds64KiBOfEach() async throws {
         let bundle = try await TestBundle.make(.quorum)

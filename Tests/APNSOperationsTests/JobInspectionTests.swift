@@ -49,7 +49,7 @@ private func deadMessage(id: String = "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11", re
         #expect(JobInspection.redactingToken(#"{"token":"\#(token)","d":\#(deep)}"#) == #"{"token":"0123…cdef","d":\#(deep)}"#)
     }
 
-    /// Issue 25: a body the page cannot parse showed its device token in clear.
+    /// A body the page cannot parse showed its device token in clear.
     @Test func longHexRunsInUnparseableBodiesAreRedacted() {
         let token = String(repeating: "0123456789abcdef", count: 4)
         let id = "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11"

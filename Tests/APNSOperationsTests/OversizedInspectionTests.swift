@@ -1,5 +1,5 @@
 // How the operator tools name a message the broker dead-lettered because the worker rejected it
-// unread (over the size limit, issue 24): it carries no x-apns-* header, only RabbitMQ's x-death.
+// unread (over the size limit): it carries no x-apns-* header, only RabbitMQ's x-death.
 import AMQPClient
 import APNSOperations
 import APNSTopology

@@ -163,7 +163,7 @@ import TestSupport
         Self.expectNothingHeld(broker)
     }
 
-    /// Issue 35 item 5: listings held every body whole (101 dead jobs of 1-16 MiB on the admin
+    /// Listings held every body whole (101 dead jobs of 1-16 MiB on the admin
     /// page). A listing holds at most 64 KiB of each, says the size of the rest, and redaction
     /// sees only that part; `show` gives the one job whole.
     @Test func listingsHoldAtMost64KiBOfEachBodyAndShowGivesItWhole() async throws {
@@ -229,7 +229,7 @@ import TestSupport
         Self.expectNothingHeld(broker)
     }
 
-    /// Issue 36: with a `[registry]`, depths read the registry's and groups' dead queues too
+    /// With a `[registry]`, depths read the registry's and groups' dead queues too
     /// (what /metrics exports as roles `registry_dead` and `groups_dead`); without, not.
     @Test func depthsReadTheRegistryDeadQueuesWhenAsked() async throws {
         let broker = InMemoryBroker()

@@ -1,6 +1,6 @@
 /// A dead job whose header table the worker dropped for size (contract §4: properties over
 /// 16 KiB, or nested too deep) goes back to work without the headers it arrived with; requeuing
-/// it says so (issue 35 item 7), in the report, the CLI and the log.
+/// it says so, in the report, the CLI and the log.
 import AMQPClient
 import APNSModel
 import APNSTopologyNames

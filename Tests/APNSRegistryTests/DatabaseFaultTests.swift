@@ -82,7 +82,7 @@ enum RegistryRefusingDatabase {
     }
 }
 
-/// End to end: messages PostgreSQL refuses, and the NUL-in-group registration of issue 24, go to
+/// End to end: messages PostgreSQL refuses, and a registration with a NUL in its group, go to
 /// their dead queues unchanged while the registry consumers go on and `/ready` stays 200.
 extension RegistryBrokerSuites {
 @Suite(.serialized, .enabled(if: TestPostgres.isAvailable, "needs scripts/test's PostgreSQL and broker"))

@@ -1,4 +1,4 @@
-/// The group job's span under `[tracing]` (issue 35), with swift-distributed-tracing's in-memory
+/// The group job's span under `[tracing]`, with swift-distributed-tracing's in-memory
 /// tracer: a fan-out of any size links at most `GroupFanOutTracing.maximumLinks` jobs and says
 /// how many it left out, while every job still gets its own `create` span and trace context.
 import AMQPClient

@@ -9,7 +9,7 @@ import TestSupport
 
 @testable import APNSRegistry
 
-/// Issue 24's hostile publisher: against the real broker, PostgreSQL, the APNs simulator and two
+/// A hostile publisher: against the real broker, PostgreSQL, the APNs simulator and two
 /// real `apns-worker run` processes, it publishes thousands of random mutations of valid messages
 /// on every queue and exchange the worker reads (`apns.jobs` for both bundles, a retry queue,
 /// `apns.registry`, `apns.groups`, `apns.fleet`), interleaved with valid ones, bounded in count

@@ -6,10 +6,10 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Issue 24: a message body is never assembled beyond its limit. Against the real broker,
+/// A message body is never assembled beyond its limit. Against the real broker,
 /// PostgreSQL, the simulator and a real `apns-worker run`: 1 MiB jobs, registrations and group
 /// jobs land in their `.dead` queues with their body byte for byte and, like every dead letter,
-/// the x-apns-* headers of contract §4 (issue 35: the worker copies them there frame by frame as
+/// the x-apns-* headers of contract §4 (the worker copies them there frame by frame as
 /// they arrive; the broker's own dead-lettering left the headers out), `apns-worker dead
 /// list`/`show` name the reason, the worker's peak RSS does not grow by their size, and the
 /// valid jobs around them are delivered once.

@@ -69,7 +69,7 @@ import Testing
         }
     }
 
-    /// Issue 35: `at` orders a device's changes, so one from far in the future would make every
+    /// `at` orders a device's changes, so one from far in the future would make every
     /// later change lose. At most `maxFutureMilliseconds` ahead of the reader's clock.
     @Test func anAtFarAheadOfTheClockIsMalformed() throws {
         let now: Int64 = 1_790_000_000_000

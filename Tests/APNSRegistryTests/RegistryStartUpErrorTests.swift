@@ -5,7 +5,7 @@ import TestSupport
 
 /// A database the worker cannot use at start-up (nobody listening, or one that refuses) stops
 /// `apns-worker registry migrate` and `apns-worker run` with ONE line naming the file, the line
-/// and the key, the password masked (contract §6, issue 11's "bad input").
+/// and the key, the password masked (contract §6, bad input).
 @Suite(.enabled(if: TestPostgres.isAvailable, "needs scripts/test's PostgreSQL and broker"))
 struct RegistryStartUpErrorTests {
     static let password = "s3cret-pw-\(UUID().uuidString.prefix(6))"

@@ -100,7 +100,7 @@ struct RegistryStoreTests {
         }
     }
 
-    /// Issue 35: a registration with `at` = Int64.max, once stored, made every later change to
+    /// A registration with `at` = Int64.max, once stored, made every later change to
     /// the device lose (last writer wins by `at`). It is malformed now, dead-lettered unapplied,
     /// and the device's next real change applies.
     @Test func aRegistrationFromTheFarFutureIsDeadAndDoesNotFreezeTheDevice() async throws {
@@ -128,7 +128,7 @@ struct RegistryStoreTests {
         }
     }
 
-    /// Issue 35: one mark with a value PostgreSQL refuses (a NUL in Apple's reason) used to fail
+    /// One mark with a value PostgreSQL refuses (a NUL in Apple's reason) used to fail
     /// the whole batch at every flush, so no device was marked again. Now it alone is dropped
     /// (and logged), the others are applied, and nothing is left pending.
     @Test func aMarkPostgreSQLRefusesDoesNotHoldBackTheOthers() async throws {
@@ -227,7 +227,7 @@ struct RegistryStoreTests {
         }
     }
 
-    /// Issue 35 item 5: anyone allowed to publish on `apns.registry` can register one device in
+    /// Anyone allowed to publish on `apns.registry` can register one device in
     /// each of as many bundle IDs as they like (and a group job counts an end under each). The
     /// admin's summaries read the busiest bundle IDs only, with totals for the rest, in SQL.
     @Test func deviceCountsAndCountsHoldTheBusiestBundlesAndTotalTheRest() async throws {

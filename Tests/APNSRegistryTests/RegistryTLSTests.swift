@@ -6,7 +6,7 @@ import TestSupport
 
 @testable import APNSRegistry
 
-/// Issue 25: PostgreSQL over TLS with `sslmode=verify-full` and `sslrootcert`, against the test
+/// PostgreSQL over TLS with `sslmode=verify-full` and `sslrootcert`, against the test
 /// cluster's TLS (scripts/postgres.sh with APNS_POSTGRES_TLS=1: a CA of its own, a server
 /// certificate for `localhost`). The modes that verify refuse a server whose certificate the
 /// CA did not sign or whose name is not the URL's host.

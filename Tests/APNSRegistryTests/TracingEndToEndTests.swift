@@ -135,7 +135,7 @@ struct TracingEndToEndTests {
             let (universal, iphone) = (harness.bundles[0], harness.bundles[1])
             let tokens = (1...3).map(RegistryHarness.token)
             let group = uniqueName("account")
-            // A producer the operator trusts: its span is the parent (issue 35 made that opt-in).
+            // A producer the operator trusts: its span is the parent (`parentBased = true`).
             let worker = try startWorker(
                 harness, tracing: "endpoint = \(receiver.endpoint)\nserviceName = apns-worker-e2e\nparentBased = true", name: "traced")
             defer { worker.kill9() }
@@ -200,7 +200,7 @@ struct TracingEndToEndTests {
         }
     }
 
-    /// Issue 35, the default (`parentBased = false`): the job's span is the root of a trace of
+    /// The default (`parentBased = false`): the job's span is the root of a trace of
     /// the worker's own, with a link to the producer's span, so the trace stays reachable while
     /// the producer's sampled flag decides nothing.
     @Test func byDefaultAJobSpanStartsItsOwnTraceLinkedToTheProducers() async throws {
@@ -224,7 +224,7 @@ struct TracingEndToEndTests {
     @Test func sampleRatioZeroExportsNothingWhateverTheProducerSampledAndWithoutAnEndpointNothingIsExported() async throws {
         try await withTracedClient { harness, receiver, tracer, client in
             let bundle = harness.bundles[0]
-            // Issue 35: by default the producer's sampled flag does not force sampling.
+            // By default the producer's sampled flag does not force sampling.
             for (index, tracing) in ["endpoint = \(receiver.endpoint)\nsampleRatio = 0", nil].enumerated() {
                 let worker = try startWorker(harness, tracing: tracing, name: "worker-\(index)")
                 defer { worker.kill9() }

@@ -4,7 +4,7 @@ import Logging
 import Testing
 import TestSupport
 
-/// Issue 35 item 7: `APNS_WORKER_LOG_LEVEL` naming no level stops every command with one line
+/// `APNS_WORKER_LOG_LEVEL` naming no level stops every command with one line
 /// naming the variable (it was quietly the default). Next to the `OTEL_*` checks: both are
 /// environment the process reads before its configuration.
 @Suite struct LogLevelEnvironmentTests {

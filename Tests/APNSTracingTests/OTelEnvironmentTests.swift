@@ -4,7 +4,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Issue 36: an `OTEL_*` value swift-otel cannot serve (`OTEL_EXPORTER_OTLP_PROTOCOL=grpc` reached
+/// An `OTEL_*` value swift-otel cannot serve (`OTEL_EXPORTER_OTLP_PROTOCOL=grpc` reached
 /// its `fatalError` at start-up) is one configuration error naming the variable, from
 /// `check-config` and `run` alike, and only when tracing is on.
 @Suite struct OTelEnvironmentTests {

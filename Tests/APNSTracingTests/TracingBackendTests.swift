@@ -33,7 +33,7 @@ import W3CTraceContext
         #expect(child.traceStateHeaderValue == "rojo=1")
     }
 
-    /// Issue 35: by default a publisher's sampled `traceparent` does not decide: the span starts
+    /// By default a publisher's sampled `traceparent` does not decide: the span starts
     /// a trace of the worker's own (linked to the producer's), and `sampleRatio` 0 records nothing.
     @Test func aProducersSampledFlagDoesNotForceSamplingByDefault() throws {
         var settings = TracingSettings(endpoint: "http://127.0.0.1:9")

@@ -1,4 +1,4 @@
-/// The cap on an APNs answer's body (issue 35 item 6): a body up to
+/// The cap on an APNs answer's body: a body up to
 /// `HTTP2ConnectionHandler.maximumAnswerBody` is read as before, a larger one resets its stream
 /// and ends as a transport fault (retried, `MalformedAnswer`), and the connection goes on. On the
 /// per-connection handler with an EmbeddedChannel, and through the whole transport against the

@@ -1,5 +1,5 @@
 /// `HTTP2Transport` opening connections as its in-flight window needs them and closing them
-/// when idle (issue 38), against the simulator: a server that allows few streams per
+/// when idle, against the simulator: a server that allows few streams per
 /// connection and answers slowly makes the window want more than one connection carries.
 import APNSModel
 import APNSSimulator
@@ -46,7 +46,7 @@ struct HTTP2DynamicConnectionsTests {
         }
     }
 
-    /// Issue 39: a pool idle for `poolIdleTimeout` closes its base connection too and reports
+    /// A pool idle for `poolIdleTimeout` closes its base connection too and reports
     /// `idle` (as before its first job), and its next notification opens it again. Waits for
     /// the states, never for a time.
     @Test func aPoolIdleForItsTimeoutClosesEveryConnectionReportsIdleAndReopensForTheNextJob() async throws {
@@ -77,7 +77,7 @@ struct HTTP2DynamicConnectionsTests {
     /// waited for a connection (here 2 s, while nothing listened) is in flight all that time,
     /// but its wait is not the distance to Apple. Counted, a drain's first answers (after the
     /// connection's set-up and Apple's one stream until the first token) stretched the window's
-    /// period to several round trips, and it grew that much later (issue 38).
+    /// period to several round trips, and it grew that much later.
     @Test func theWindowsRoundTripLeavesOutTheWaitForAConnection() async throws {
         try await SimulatorTestEnvironment.withOwnEventLoop { group in
             // A free port, closed again: the transport finds nobody there until the job waited.

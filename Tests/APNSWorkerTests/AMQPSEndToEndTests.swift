@@ -5,7 +5,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// amqps end to end (issue 13): the shared test broker also listens with TLS, with a certificate
+/// amqps end to end: the shared test broker also listens with TLS, with a certificate
 /// for the host name `localhost` signed by a CA that scripts/broker.sh made. The real worker
 /// consumes and publishes over it with verification on, and refuses a broker whose certificate
 /// names another host or comes from a CA it does not trust.

@@ -235,7 +235,7 @@ import Testing
         #expect(rig.jobs(.dead) == 1)
     }
 
-    /// Issue 24: a job over contract §4's 64 KiB arrives without its body (never assembled), so
+    /// A job over contract §4's 64 KiB arrives without its body (never assembled), so
     /// the worker cannot publish it to the dead queue; it rejects it without requeue for the
     /// broker to dead-letter it unchanged, and goes on with the next job.
     @Test func anOversizedJobIsRejectedForTheBrokerToDeadLetter() async throws {
@@ -254,7 +254,7 @@ import Testing
         #expect(rig.jobs(.delivered) == 1)
     }
 
-    /// Issue 35 item 7: a job stamped `UInt64.max` seconds became the newest publish time for
+    /// A job stamped `UInt64.max` seconds became the newest publish time for
     /// good (every later queue-latency estimate read 0 s). It is not believed; the next job's is kept.
     @Test func aPublishTimeFarAheadDoesNotStick() async throws {
         let rig = Rig(answer: ScriptedTransport.accepted)
@@ -283,7 +283,7 @@ import Testing
     }
 
     /// Contract §4: a header that is no count in 0...2^31−1 counts as absent. 2^63−1 in
-    /// `x-apns-attempt` or `x-delivery-count` once trapped on `+ 1` (issue 24): every instance
+    /// `x-apns-attempt` or `x-delivery-count` once trapped on `+ 1`: every instance
     /// that took the job crashed in turn.
     @Test(arguments: [Int64.max, Int64.min, Int64(Int32.max) + 1])
     func aJobWithAnOutOfRangeCountIsSentAndRoutedAsIfTheHeaderWereAbsent(value: Int64) async throws {
@@ -297,7 +297,7 @@ import Testing
         #expect(rig.jobs(.delivered) == 2)
     }
 
-    /// Issue 37: every settled job, sent or not, writes one end line in the words of its count:
+    /// Every settled job, sent or not, writes one end line in the words of its count:
     /// `job.end` is the label `apns_worker_jobs_total{outcome}` counts it under, and the message
     /// and level are its `JobEnd.logLine`. The stages before sending write no line of their own
     /// for a job they settle unsent (a malformed job once had a warning and no end line).

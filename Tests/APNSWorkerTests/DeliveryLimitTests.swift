@@ -37,7 +37,7 @@ import Testing
     }
 
     /// A count that is no integer in 0...2^31−1 counts as absent (contract §4): 2^63−1 once
-    /// trapped on `+ 1` (issue 24). Absent, the redelivered flag counts: at least the second.
+    /// trapped on `+ 1`. Absent, the redelivered flag counts: at least the second.
     @Test(arguments: [AMQPFieldValue.int64(Int64.max), .int64(Int64.min), .int64(1 << 31), .string("9223372036854775807")])
     func anOutOfRangeCountIsAbsent(count: AMQPFieldValue) {
         var limit = DeliveryLimit(maxDeliveries: 20)

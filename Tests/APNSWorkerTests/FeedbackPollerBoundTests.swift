@@ -1,4 +1,4 @@
-/// The feedback poller's memory across intervals (issue 35 item 7): tuples kept for a broker
+/// The feedback poller's memory across intervals: tuples kept for a broker
 /// that refuses them are bounded, the oldest dropped first.
 import APNSBinaryProtocol
 import Logging

@@ -179,7 +179,7 @@ struct FleetServiceSeamTests {
         let fleet = Self.fleet(broker, member, interval: .seconds(60))
         try await FleetControl.pause("com.example.p", on: broker)
         // The listen ends once it heard the instance (a generous deadline otherwise): on a loaded
-        // machine a fixed 800 ms window heard nothing (issue 35).
+        // machine a fixed 800 ms window heard nothing.
         let report = try await withThrowingTaskGroup(of: FleetReport?.self) { group in
             group.addTask {
                 try await FleetControl.listen(on: broker, for: .seconds(60), bundleIDs: ["com.example.p", "com.example.q"]) {

@@ -63,7 +63,7 @@ extension FleetEndToEndTests {
 
         // More instances than a view keeps, in rounds until the worker's view turned one away: a
         // single round on a loaded machine was heard so slowly that its first forgeries were
-        // forgotten before its last arrived, and nothing was turned away (issue 35).
+        // forgotten before its last arrived, and nothing was turned away.
         try await waitUntil("the full view to turn a forged instance away", timeout: .seconds(180)) {
             for n in 0..<(FleetView.maxInstances + 100) {
                 try await Self.forge(h, FleetMessage.heartbeat(Self.forged("flood-\(n)", delivered: n)).encoded())
@@ -101,7 +101,7 @@ extension FleetEndToEndTests {
         await h.shutdown()
     }
 
-    /// Issue 35 item 3 on the real broker: forged heartbeats alternating every count between 0
+    /// On the real broker: forged heartbeats alternating every count between 0
     /// and 2^53 over 1,000 bundles (four forgers of 250, each heartbeat within 64 KiB) made one
     /// bucket's sum pass `Int.max`, and `/fleet/graph` (the page reloads it every 5 s) trapped
     /// the worker. The graph draws the capped rate and the worker lives.

@@ -1,5 +1,5 @@
 /// Pause and resume messages on `apns.fleet` come from anyone who may publish on the vhost; each
-/// makes the instance read the bundle's pause marker (a passive declare). Issue 35 item 7: the
+/// makes the instance read the bundle's pause marker (a passive declare). The
 /// listener no longer waits for that read, and messages that arrive while a read is under way
 /// share one read after it, so a flood costs a round trip per bundle, not per message.
 import AMQPClient

@@ -11,7 +11,7 @@ import TestSupport
 @Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the broker that scripts/test starts"))
 struct HostileHeaderEndToEndTests {
     /// 2^63−1 in `x-apns-attempt` and `x-delivery-count` once trapped the worker on `+ 1`, and
-    /// the next instance to take the job trapped in turn (issue 24). Not counts in 0...2^31−1:
+    /// the next instance to take the job trapped in turn. Not counts in 0...2^31−1:
     /// absent. The worker stays up and routes each job as a first attempt.
     @Test func outOfRangeCountHeadersNeitherCrashTheWorkerNorLoseTheJob() async throws {
         let h = try await WorkerHarness.start(broker: try TestBroker.require())

@@ -247,7 +247,7 @@ import TestSupport
         #expect(message.properties.headers?[JobHeaders.attempt] == .int32(2))
     }
 
-    /// What docs/schemas/ once refused (issue 36): a job dead before any attempt says 0 attempts,
+    /// What docs/schemas/ once refused: a job dead before any attempt says 0 attempts,
     /// and a job the gate sends back before its first attempt carries `x-apns-attempt` 0.
     @Test func messagesAboutAJobNeverSentCountNoAttempt() {
         let fresh = job()
@@ -275,7 +275,7 @@ import TestSupport
         #expect(job(extraHeaders: [JobHeaders.attempt: .int32(-2)]).previousAttempts == 0)
     }
 
-    /// 2^63−1 in `x-apns-attempt` once trapped on counting this attempt (issue 24). Not a count
+    /// 2^63−1 in `x-apns-attempt` once trapped on counting this attempt. Not a count
     /// in 0...2^31−1: absent, so this is the first attempt.
     @Test(arguments: [Int64.max, Int64(Int32.max) + 1])
     func anOutOfRangeAttemptCountsAsAbsent(value: Int64) {

@@ -5,7 +5,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Issue 39 through the real broker, a real `apns-worker run` and the simulator: bundles of one
+/// Shared pools through the real broker, a real `apns-worker run` and the simulator: bundles of one
 /// team key share one connection pool (the simulator counts the connections), and a fault of
 /// one bundle's topic holds that bundle alone while the pool carries on for the others.
 @Suite(.serialized, .enabled(if: TestBroker.isAvailable, "needs the broker that scripts/test starts"))

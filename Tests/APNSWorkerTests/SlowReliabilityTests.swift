@@ -8,7 +8,7 @@ import TestSupport
 import Glibc
 #endif
 
-/// The long reliability tests of issue 13, run by `scripts/test --slow` (CI passes it): a
+/// The long reliability tests (docs/decisions.md), run by `scripts/test --slow` (CI passes it): a
 /// 3-node cluster losing the node that leads the work queue, and a kill -9 soak.
 enum SlowTests {
     static var enabled: Bool { ProcessInfo.processInfo.environment["APNS_TEST_SLOW"] == "1" }

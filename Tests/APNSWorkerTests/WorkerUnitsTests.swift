@@ -134,7 +134,7 @@ import Testing
         #expect(events.filter { $0.hasPrefix("acquire") }.count == events.filter { $0.hasPrefix("release") }.count)
     }
 
-    /// Issue 38: `[amqp] maxInFlight` is shared by the bundles configured now. Bundles added
+    /// `[amqp] maxInFlight` is shared by the bundles configured now. Bundles added
     /// while running shrink the share of those already running (their consumers follow at
     /// once), and bundles removed give it back, so the total never exceeds the budget.
     @Test func runningBundlesTakeTheirNewShareWhenBundlesAreAddedOrRemoved() async throws {

@@ -330,7 +330,7 @@ import Testing
         #expect(clean.finishes == 1 && clean.machine.abandoned == 0, "nothing abandoned: the channel is kept for the next consumer")
     }
 
-    // MARK: - Overlaps named in issue 29
+    // MARK: - Overlaps that went wrong before the machine
 
     @Test func aShutdownWhileProbingSendsNothingMoreAndFinishesOnceTheGetReturns() {
         var world = Base.probing.world(.bundle)
@@ -397,7 +397,7 @@ import Testing
         #expect(world.machine.lastTakenPublishedAt == t0)
     }
 
-    // MARK: - The window (issue 38)
+    // MARK: - The window
 
     @Test func aLargerWindowRaisesTheBoundAndReconsumesAConsumingConsumer() {
         var machine = ConsumerWorld.Machine(limit: 500, probeInterval: .seconds(5), shutdownDeadline: .seconds(30))

@@ -25,7 +25,7 @@ struct ConsumerWorld {
         var probeTakesAJob: Bool { self == .bundle }
         var pausable: Bool { self == .bundle }
         var hasSibling: Bool { self != .bundle }
-        /// A bundle's transport sizes its in-flight window (issue 38); the registry's do not.
+        /// A bundle's transport sizes its in-flight window; the registry's do not.
         var windowed: Bool { self == .bundle }
 
         /// Whether `stimulus` can happen to this user at all.

@@ -1,4 +1,4 @@
-/// A consumer whose window is re-sized again and again while it works (issue 38: the window
+/// A consumer whose window is re-sized again and again while it works (the window
 /// changes the prefetch, and RabbitMQ applies `basic.qos` only to consumers started after it),
 /// against the real broker the test harness starts: every job is worked exactly once, none is
 /// lost, nothing stays unacked, and the replaced consumers are gone, none left on a channel of

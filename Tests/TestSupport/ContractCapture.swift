@@ -4,7 +4,7 @@
 /// end-to-end suites, from `OutcomeRouter` in OutcomeRouterTests (the routes no end-to-end test
 /// reads back) and from `FleetService` in FleetAndFeedbackSeamTests. `scripts/test` sets the
 /// directory and then runs `scripts/check-asyncapi.sh --captured` on it, so a schema that refuses
-/// something the worker writes fails the run (issue 36). Unset, nothing is written.
+/// something the worker writes fails the run. Unset, nothing is written.
 import AMQPClient
 import Foundation
 import Synchronization

@@ -148,7 +148,7 @@ public struct AMQPConfiguration: Sendable, Hashable {
     /// (RabbitMQ's default: 128 KiB). The broker never splits a content header, and sends one as
     /// large as its own frame_max allows whatever a client asked for: at 16 KiB, a publisher's
     /// 17 KiB of headers made librabbitmq refuse the frame and drop the connection, and the
-    /// redelivered message did it again, forever (issue 35). So this is a sanity bound, not a
+    /// redelivered message did it again, forever. So this is a sanity bound, not a
     /// saving; memory per message is bounded elsewhere (properties over 16 KiB are not kept,
     /// `AMQPProperties.maximumEncodedSize`; bodies by the consumer's `maxBodySize`). librabbitmq
     /// keeps a page of the frame size per channel it decoded a frame on; only what a frame

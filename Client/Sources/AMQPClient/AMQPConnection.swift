@@ -283,11 +283,11 @@ public final class AMQPConnection: Sendable {
 
     /// Replaces `old` with a consumer of the same queue and settings but `prefetch`, on old's
     /// channel: `basic.qos` then `basic.consume` there, then `basic.cancel` of old (RabbitMQ
-    /// applies a prefetch only to consumers started after it; issue 38's window). Old's
+    /// applies a prefetch only to consumers started after it; the in-flight window). Old's
     /// sequence ends after the deliveries it already received, which are settled as before on
     /// the same channel; deliveries the broker still sends for old's tag go back to the queue.
     /// The channel is never closed for it: a quorum queue may apply acks sent just before a
-    /// close after it, and deliver those jobs again (docs/decisions.md, "Re-consuming").
+    /// close after it, and deliver those jobs again (docs/decisions.md, "The in-flight window").
     /// `maxBodySize` and `oversizedDeadLetter` are the new consumer's, as passed (they may differ
     /// from old's); a consumer that cut bodies (`consume(queue:prefetch:cuttingBodiesAt:)`) is
     /// replaced by one that cuts them at `maxBodySize`.

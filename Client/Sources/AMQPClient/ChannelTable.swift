@@ -29,7 +29,7 @@ struct ChannelTable: Equatable {
     /// Numbers closed since the frame queue last drained: frames of the old channel may still
     /// wait in librabbitmq's queue (a quorum queue sends deliveries after `basic.cancel-ok`,
     /// and an RPC queues what it reads meanwhile), and on a number given again they would be
-    /// taken as the new consumer's (issue 38's re-consume: jobs worked twice, others acked
+    /// taken as the new consumer's (as a re-consume once did: jobs worked twice, others acked
     /// with a tag of another channel's sequence).
     private var closedUntilDrained: [UInt16] = []
     private var nextConsumerChannel = ChannelTable.firstConsumer

@@ -1,6 +1,6 @@
 /// How a job ends: the one word for it in the pipeline, the router (each `OutcomeRouter.Route`
 /// carries its end), the statistics, the logs, the fleet's rates and the registry's counts
-/// (issue 37).
+/// (docs/decisions.md, "One vocabulary for a job's end").
 ///
 /// Three types in all say how a job ends, each for one question: `Outcome` (APNSOutcome) what
 /// Apple's answer means; `OutcomeRouter.Route` where the job's delivery goes; `JobEnd` which end

@@ -21,8 +21,9 @@ public protocol TransportStatusReporting: Sendable {
     func connectionStates() -> [TransportConnectionState: Int]
 }
 
-/// A transport that sizes what it keeps in flight to the round trip it measures (issue 38,
-/// `InFlightWindow`): whoever feeds it (a bundle's consumer) keeps its prefetch at the window.
+/// A transport that sizes what it keeps in flight to the round trip it measures
+/// (`InFlightWindow`; docs/decisions.md, "The in-flight window"): whoever feeds it (a bundle's
+/// consumer) keeps its prefetch at the window.
 public protocol InFlightWindowReporting: Sendable {
     /// Notifications the transport wants in flight now.
     var inFlightWindow: Int { get }

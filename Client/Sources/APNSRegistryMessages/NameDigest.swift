@@ -2,7 +2,7 @@
 /// a fan-out job (RFC 9562 names it with SHA-1) and the body digest that names a group job sent
 /// without an id. Names, not secrets: nothing here signs or authenticates. Written out rather
 /// than taken from swift-crypto so that this module, and the sync server's client that validates
-/// group jobs with it, build no BoringSSL (issue 36); `NameDigestTests` holds both functions to
+/// group jobs with it, build no BoringSSL; `NameDigestTests` holds both functions to
 /// swift-crypto's on every length across the block boundaries.
 enum NameDigest {
     /// The 20-byte SHA-1 digest of `message`.

@@ -14,7 +14,7 @@ import Foundation
 /// are 32 bytes, documented as variable, 100 bytes leaves room); `group` on an unregister is not
 /// needed, but one that is there is held to §6's type and rule like any other field (the schema
 /// says so too: a field's type does not depend on `op`); `at` must be a whole number (`1e3` counts, as in JSON Schema) of 0 or more and at most `maxFutureMilliseconds` ahead of the clock of
-/// whoever parses it (issue 35: a device's changes apply in `at` order, so an `at` of
+/// whoever parses it (a device's changes apply in `at` order, so an `at` of
 /// `Int64.max` would make every later change to the device lose, for ever). Only the future is
 /// bounded: a message waits in a queue, so it is read later than it was written, never earlier,
 /// and a registration valid when sent stays valid; one from a clock too far ahead is malformed

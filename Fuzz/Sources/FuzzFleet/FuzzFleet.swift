@@ -5,7 +5,7 @@
 // heartbeat seen, applied to the view unchecked by the decoder), bits 2-7 = seconds the clock
 // moves first. Whatever the sequence, nothing traps, the view stays within its bounds (count
 // and bytes), and the graph's axis and labels drawn from the rates (`FleetGraphScale`, what
-// `/fleet/graph` shows) stay numbers: issue 35's trap was there, in the sum over bundles.
+// `/fleet/graph` shows) stay numbers: forged heartbeats once trapped there, summing bundles.
 import APNSFleet
 import APNSModel
 import Foundation
