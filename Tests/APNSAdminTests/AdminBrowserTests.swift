@@ -86,8 +86,11 @@ struct AdminBrowserTests {
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: chromium), "chromium is not installed (scripts/install-deps.sh installs it)"))
     func thePageInHeadlessChromium() async throws {
         try await AdminHarness.with { harness in
+            // A 5 s beat: an instance is silent after three intervals, and on a loaded machine
+            // (Chromium starting beside every other suite) a 1 s beat's echo came back late
+            // enough that this instance left its own page.
             let fleet = FleetService(
-                broker: harness.workerConnection, worker: harness.worker, identity: .current(version: "0.1.0"), interval: .seconds(1),
+                broker: harness.workerConnection, worker: harness.worker, identity: .current(version: "0.1.0"), interval: .seconds(5),
                 logger: AdminHarness.logger)
             // Loopback without a token (the page needs no login): a browser cannot be handed a
             // session cookie from the command line, and a login form posted from a file:// page
