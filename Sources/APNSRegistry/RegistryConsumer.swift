@@ -4,6 +4,7 @@ import APNSTopology
 import Foundation
 import Logging
 import QueueConsumer
+import ServiceClock
 
 /// What a handler decided for one message of `apns.registry` or `apns.groups`.
 public enum RegistryDisposition: Sendable {

@@ -6,6 +6,7 @@ import APNSTopology
 import Foundation
 import Logging
 import QueueConsumer
+import ServiceClock
 import Synchronization
 
 /// The stages of one job, composed once (`compose`) for a consumed job and a held bundle's

@@ -7,6 +7,7 @@ import CancellableWait
 import Foundation
 import Logging
 import QueueConsumer
+import ServiceClock
 import Synchronization
 
 /// The pipeline of one bundle ID, in the spirit of the seed's Go pipeline (part IV): the work
