@@ -322,22 +322,21 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
             checks.next += 1
             return checks.next
         }
-        let paused = try await FleetControl.isPaused(bundleID, on: broker)
-        let apply = pauseChecks.withLock { checks in
-            guard ticket > checks.applied[bundleID, default: 0] else { return false }
-            checks.applied[bundleID] = ticket
-            return true
-        }
-        if apply {
-            pausedOnBroker.withLock { markers in
-                if paused { markers.ownMarkers.insert(bundleID) } else { markers.ownMarkers.remove(bundleID) }
-            }
-        }
-        guard apply, worker.setPaused(bundleID, paused) else { return }
-        if paused {
-            logger.notice("bundle PAUSED by an operator: its jobs wait in the broker", metadata: ["apns.bundle": "\(bundleID)"])
-        } else {
-            logger.notice("bundle resumed by an operator", metadata: ["apns.bundle": "\(bundleID)"])
-        }
+        try await FleetControl.followMarker(
+            of: bundleID, on: broker, logger: logger,
+            admit: { paused in
+                let newest = pauseChecks.withLock { checks in
+                    guard ticket > checks.applied[bundleID, default: 0] else { return false }
+                    checks.applied[bundleID] = ticket
+                    return true
+                }
+                if newest {
+                    pausedOnBroker.withLock { markers in
+                        if paused { markers.ownMarkers.insert(bundleID) } else { markers.ownMarkers.remove(bundleID) }
+                    }
+                }
+                return newest
+            },
+            setPaused: { worker.setPaused(bundleID, $0) })
     }
 }
