@@ -20,6 +20,16 @@ import TestSupport
             await Periodic.run(every: PeriodicTests.interval, on: clock, start: start) { rounds.withLock { $0 += 1 } }
         }
 
+        /// Runs the loop while `body` drives it, then cancels it and waits for it to end.
+        func running(start: Periodic.Start, _ body: () async throws -> Void) async throws {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await self.run(start: start) }
+                try await body()
+                group.cancelAll()
+                try await group.waitForAll()
+            }
+        }
+
         /// Waits until the loop sleeps on its clock after `rounds` rounds.
         func asleep(after rounds: Int) async throws {
             try await waitUntil("asleep after \(rounds) rounds") { self.clock.sleepers == 1 && self.count == rounds }
@@ -28,8 +38,7 @@ import TestSupport
 
     @Test func roundsComeAsTheClockPassesTheInterval() async throws {
         let loop = Loop()
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await loop.run(start: .afterInterval) }
+        try await loop.running(start: .afterInterval) {
             try await loop.asleep(after: 0)
             loop.clock.advance(by: Self.interval / 2)
             #expect(loop.count == 0)
@@ -37,20 +46,13 @@ import TestSupport
             try await loop.asleep(after: 1)
             loop.clock.advance(by: Self.interval)
             try await loop.asleep(after: 2)
-            group.cancelAll()
-            try await group.waitForAll()
         }
         #expect(loop.count == 2)
     }
 
     @Test func startingNowRunsTheFirstRoundAtOnce() async throws {
         let loop = Loop()
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await loop.run(start: .now) }
-            try await loop.asleep(after: 1)
-            group.cancelAll()
-            try await group.waitForAll()
-        }
+        try await loop.running(start: .now) { try await loop.asleep(after: 1) }
         #expect(loop.count == 1)
     }
 
