@@ -118,7 +118,7 @@ let package = Package(
         .target(
             name: "APNSTransport",
             dependencies: [
-                client("APNSModel"), "APNSBinaryProtocol", "APNSChannelManagement", "APNSProviderToken", client("CancellableWait"),
+                client("APNSModel"), "APNSBinaryProtocol", "APNSChannelManagement", "APNSProviderToken", client("CancellableWait"), "ServiceClock",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -151,12 +151,19 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The injected clock (`ConsumerClock`) and the one periodic loop (`Periodic`) the
+        // consumers, the transports and the services run on.
+        .target(
+            name: "ServiceClock",
+            dependencies: [.product(name: "ServiceLifecycle", package: "swift-service-lifecycle")],
+            swiftSettings: strictSettings
+        ),
         // One queue consumer with hold, probe, pause, drain and a delivery bound: a pure state
         // machine and its shell, run by the bundle pipelines and the registry's consumers.
         .target(
             name: "QueueConsumer",
             dependencies: [
-                client("AMQPClient"), client("CancellableWait"),
+                client("AMQPClient"), client("CancellableWait"), "ServiceClock",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strictSettings
@@ -166,7 +173,7 @@ let package = Package(
             name: "APNSWorker",
             dependencies: [
                 client("APNSModel"), "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", client("APNSJSON"), client("APNSTopologyNames"),
-                client("AMQPClient"), "APNSConfig", "APNSTopology", "APNSTransport", "QueueConsumer",
+                client("AMQPClient"), "APNSConfig", "APNSTopology", "APNSTransport", "QueueConsumer", "ServiceClock",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "Logging", package: "swift-log"),
@@ -182,6 +189,7 @@ let package = Package(
             name: "APNSRegistry",
             dependencies: [
                 client("APNSModel"), client("APNSRegistryMessages"), client("APNSTopologyNames"), "APNSConfig", client("AMQPClient"), "APNSTopology", "QueueConsumer",
+                "ServiceClock",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
@@ -240,7 +248,7 @@ let package = Package(
             dependencies: [
                 client("APNSModel"), "APNSChannelManagement", "APNSFleet", client("APNSRegistryMessages"), client("APNSTopologyNames"), "APNSConfig", client("AMQPClient"),
                 "APNSTopology", "APNSTransport", "APNSSimulator",
-                "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry", client("APNSWorkerClient"), "APNSTracing",
+                "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry", client("APNSWorkerClient"), "APNSTracing", "ServiceClock",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -269,10 +277,10 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         // Helpers shared by the test targets: broker coordinates, processes, temp dirs, and the
-        // in-memory broker behind the client's seams (`InMemoryBroker`).
+        // in-memory broker behind the client's seams (`InMemoryBroker`), the manual clock (`ManualClock`).
         .target(
             name: "TestSupport",
-            dependencies: [client("AMQPClient"), .product(name: "Logging", package: "swift-log")],
+            dependencies: [client("AMQPClient"), client("CancellableWait"), "ServiceClock", .product(name: "Logging", package: "swift-log")],
             path: "Tests/TestSupport",
             swiftSettings: strictSettings
         ),
@@ -368,7 +376,7 @@ let package = Package(
             name: "APNSRegistryTests",
             dependencies: [
                 "APNSRegistry", client("APNSModel"), client("APNSJSON"), client("APNSRegistryMessages"), "APNSFleet", client("APNSTopologyNames"),
-                "SeededRandom", "APNSConfig", client("AMQPClient"), "APNSTopology", "APNSSimulator", "TestSupport", "QueueConsumer",
+                "SeededRandom", "APNSConfig", client("AMQPClient"), "APNSTopology", "APNSSimulator", "TestSupport", "QueueConsumer", "ServiceClock",
                 "APNSTracing", client("APNSWorkerClient"), "APNSWorker",
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
@@ -382,7 +390,16 @@ let package = Package(
         .testTarget(
             name: "QueueConsumerTests",
             // The re-consume against the real broker (ReconsumeBrokerTests).
-            dependencies: ["QueueConsumer", client("AMQPClient"), "TestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["QueueConsumer", "ServiceClock", client("AMQPClient"), "TestSupport", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "ServiceClockTests",
+            dependencies: [
+                "ServiceClock", "TestSupport",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(

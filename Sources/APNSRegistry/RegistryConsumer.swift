@@ -4,6 +4,7 @@ import APNSTopology
 import Foundation
 import Logging
 import QueueConsumer
+import ServiceClock
 
 /// What a handler decided for one message of `apns.registry` or `apns.groups`.
 public enum RegistryDisposition: Sendable {
@@ -39,11 +40,8 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
     let handle: @Sendable (AMQPDelivery) async -> RegistryDisposition
 
     var oversizedDeadLetter: AMQPOversizedDeadLetter? {
-        let (deadQueue, maxBodySize, clock) = (deadQueue, maxBodySize, clock)
-        return { properties, size in
-            let error = JobError(kind: .malformedJob, field: "body", message: "\(size) bytes, over the \(maxBodySize) allowed")
-            return Self.deadLetter(properties: properties, body: [], queue: deadQueue, error: error, now: clock.wallTime)
-        }
+        let clock = clock
+        return DeadOnArrival.oversizedDeadLetter(queue: deadQueue, maxBodyBytes: maxBodySize) { clock.wallTime }
     }
 
     /// The registry keeps no queue latency.
@@ -104,8 +102,9 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
     /// before the settle and answers whether to settle at all (not after the shutdown deadline);
     /// returns false when it did not. `isHeld`: a hold came meanwhile.
     func process(_ delivery: AMQPDelivery, isHeld: () -> Bool, judged: (ConsumerVerdict) -> Bool) async -> Bool {
-        if let size = delivery.message.oversizedBodySize {
-            if delivery.message.oversizedBodyDeadLettered {
+        switch DeadOnArrival(delivery.message) {
+        case .bodyTooLarge(let size, let copied):
+            if copied {
                 // Copied to the dead queue as it arrived, confirmed (docs/decisions.md).
                 logger.warning("message too large: dead-lettered as it arrived", metadata: ["amqp.queue": "\(queue)", "amqp.body_size": "\(size)"])
                 await broker.ack(delivery)
@@ -116,14 +115,11 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
                 await broker.nack(delivery, requeue: false)
             }
             return true
-        }
-        if let size = delivery.message.oversizedPropertiesSize {
-            await deadLetter(delivery, error: JobError.oversizedProperties(size, limit: AMQPProperties.maximumEncodedSize))
+        case .headerTableDropped(let error):
+            await deadLetter(delivery, error: error)
             return true
-        }
-        if delivery.message.headersNestedTooDeep {
-            await deadLetter(delivery, error: JobError.nestedHeaders(limit: AMQPProperties.maximumHeaderDepth))
-            return true
+        case nil:
+            break
         }
         // Once held, messages still in flight go back untouched.
         if isHeld() {
@@ -149,28 +145,13 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
     private func deadLetter(_ delivery: AMQPDelivery, error: JobError) async {
         logger.warning("malformed message dead-lettered", metadata: ["amqp.queue": "\(queue)", "job.error": "\(error)"])
         do {
-            try await broker.publish(Self.deadLetter(delivery.message, queue: deadQueue, error: error, now: clock.wallTime))
+            try await broker.publish(
+                DeadOnArrival.deadLetter(
+                    properties: delivery.message.properties, body: delivery.message.body, queue: deadQueue, error: error, now: clock.wallTime))
             await broker.ack(delivery)
         } catch {
             logger.warning("could not dead-letter; the broker will deliver it again", metadata: ["amqp.error": "\(error)"])
             await broker.nack(delivery, requeue: true)
         }
-    }
-
-    /// Section 4's dead letter: body and properties unchanged (less `user_id` and `expiration`,
-    /// `AMQPProperties.republished`), `x-apns-*` headers added.
-    static func deadLetter(_ message: AMQPDeliveredMessage, queue: String, error: JobError, now: Date) -> AMQPOutboundMessage {
-        deadLetter(properties: message.properties, body: message.body, queue: queue, error: error, now: now)
-    }
-
-    static func deadLetter(properties received: AMQPProperties, body: [UInt8], queue: String, error: JobError, now: Date) -> AMQPOutboundMessage {
-        var properties = received.republished()
-        var envelope = JobEnvelope(properties.headers)
-        envelope.forward()
-        envelope.record(
-            JobEnvelope.Failure(
-                reason: JobError.Kind.malformedJob.rawValue, status: 0, attempts: 0, failedAt: now, error: error.description))
-        properties.setHeaders(envelope)
-        return AMQPOutboundMessage(exchange: "", routingKey: queue, body: body, properties: properties)
     }
 }

@@ -2,6 +2,7 @@ import APNSModel
 import Foundation
 import Logging
 import Metrics
+import ServiceClock
 import ServiceLifecycle
 import Synchronization
 
@@ -24,20 +25,21 @@ public final class RegistryRecorder: JobEndObserver, Service {
     let maxPendingMarks: Int
     let logger: Logger
     private let buffers = Mutex(Buffers())
-    private let now: @Sendable () -> Date
+    /// The flush interval's time and the counts' and marks' wall-clock time.
+    private let clock: any ConsumerClock
     /// `/metrics`: this instance's group-job notifications sent at once, merged into a trailing
     /// push, and trailing pushes sent (the counts table holds the fleet's).
     private let groupNotifications: [JobEnd: Counter]
 
     public init(
         store: RegistryStore, flushInterval: Duration, maxPendingMarks: Int = 100_000, logger: Logger,
-        now: @escaping @Sendable () -> Date = { Date() }
+        clock: any ConsumerClock = SystemConsumerClock()
     ) {
         self.store = store
         self.flushInterval = flushInterval
         self.maxPendingMarks = maxPendingMarks
         self.logger = logger
-        self.now = now
+        self.clock = clock
         groupNotifications = Dictionary(
             uniqueKeysWithValues: JobEnd.groupEnds.compactMap { end in
                 end.contractName.map { (end, Counter(label: "apns_registry_group_notifications_total", dimensions: [("kind", $0)])) }
@@ -50,13 +52,13 @@ public final class RegistryRecorder: JobEndObserver, Service {
 
     /// Adds `count` ends at once (a group job's fan-out).
     public func count(bundleID: String, end: JobEnd, count: Int64) {
-        let seconds = Int64(now().timeIntervalSince1970)
+        let seconds = Int64(clock.wallTime.timeIntervalSince1970)
         groupNotifications[end]?.increment(by: count)
         buffers.withLock { $0.counts.add(bundleID: bundleID, end: end, epochSeconds: seconds, count: count) }
     }
 
     public func tokenInvalid(bundleID: String, token: DeviceToken, reason: String, timestamp: Int64?) {
-        let at = timestamp ?? Int64(now().timeIntervalSince1970 * 1000)
+        let at = timestamp ?? Int64(clock.wallTime.timeIntervalSince1970 * 1000)
         let mark = InvalidMark(bundleID: bundleID, token: token.hex, reason: reason, at: at)
         buffers.withLock { buffers in
             if buffers.marks.count >= maxPendingMarks {
@@ -73,11 +75,8 @@ public final class RegistryRecorder: JobEndObserver, Service {
     }
 
     public func run() async throws {
-        while !Task.isShuttingDownGracefully && !Task.isCancelled {
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: self.flushInterval) }
-            await flush()
-        }
-        // Graceful shutdown: one last write, so a SIGTERM loses nothing.
+        await Periodic.run(every: flushInterval, on: clock, start: .afterInterval) { _ = await self.flush() }
+        // Told to stop: one last write, so a SIGTERM loses nothing.
         await flush()
     }
 

@@ -7,6 +7,7 @@ import APNSTopologyNames
 import Foundation
 import Logging
 import QueueConsumer
+import ServiceClock
 import ServiceLifecycle
 
 /// How the registry service consumes and fans out (`RegistryService.Settings`).
@@ -71,7 +72,7 @@ public final class RegistryService<Broker: RegistryBroker>: Service, Sendable {
         groups = Consumer(
             limit: Int(settings.groupPrefetch), probeInterval: settings.probeInterval, shutdownDeadline: settings.shutdownDeadline,
             clock: settings.clock, announce: { RegistryConsumer<Broker>.announce($0, queue: TopologyNames.groups, logger: announcer) })
-        self.recorder = RegistryRecorder(store: store, flushInterval: flushInterval, logger: logger)
+        self.recorder = RegistryRecorder(store: store, flushInterval: flushInterval, logger: logger, clock: settings.clock)
     }
 
     /// Whether the registry consumers are held because PostgreSQL is unavailable (`/ready`).

@@ -4,7 +4,7 @@ import APNSRegistryMessages
 import Foundation
 import Logging
 import QueueConsumer
-import ServiceLifecycle
+import ServiceClock
 
 /// Sends the trailing pushes of contract §6 when their window ends, without a timer per device:
 /// every instance polls PostgreSQL for due pushes (`window_end` passed, an index on it), claims a
@@ -39,13 +39,16 @@ struct TrailingPusher<Publisher: ConfirmedPublishing>: Sendable {
     func run() async {
         let interval = Self.pollInterval(for: window)
         var breaker = HoldBreaker<ContinuousClock.Instant>(probeInterval: interval)
-        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+        await Periodic.run(every: interval, on: clock, start: .now) {
             do {
-                let claimed = try await pushDue()
-                if let heldFor = breaker.succeeded(now: clock.now) {
-                    logger.notice("trailing pushes resume: the registry answers again", metadata: ["held.seconds": "\(heldFor.components.seconds)"])
-                }
-                if claimed == batchSize { continue }
+                // A full page: the next one is due too, at once.
+                var claimed: Int
+                repeat {
+                    claimed = try await pushDue()
+                    if let heldFor = breaker.succeeded(now: clock.now) {
+                        logger.notice("trailing pushes resume: the registry answers again", metadata: ["held.seconds": "\(heldFor.components.seconds)"])
+                    }
+                } while claimed == batchSize && !Periodic.stopRequested
             } catch {
                 if breaker.fault("registry unavailable", now: clock.now) {
                     logger.error(
@@ -53,7 +56,6 @@ struct TrailingPusher<Publisher: ConfirmedPublishing>: Sendable {
                         metadata: ["error": "\(String(reflecting: error).prefix(300))"])
                 }
             }
-            try? await cancelWhenGracefulShutdown { try await clock.sleep(for: interval) }
         }
     }
 

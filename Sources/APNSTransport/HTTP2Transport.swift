@@ -16,6 +16,7 @@ import NIOCore
 import NIOHTTP2
 import NIOPosix
 import NIOSSL
+import ServiceClock
 import ServiceLifecycle
 import Synchronization
 
@@ -330,14 +331,10 @@ public final class HTTP2Transport: NotificationTransport, Service {
         slotsToOpen.continuation.finish()
     }
 
-    /// Tells the machine each time an idle period passes (`HTTP2PoolStateMachine.idleCheck`).
+    /// Tells the machine each time an idle period passes (`HTTP2PoolStateMachine.idleCheck`),
+    /// until the transport is told to stop (what also shuts the pool down: `run`).
     private func idlePeriods() async {
-        while !state.withLock({ $0.pool.shuttingDown }) {
-            do {
-                try await cancelWhenGracefulShutdown { try await Task.sleep(for: self.configuration.idleConnectionTimeout) }
-            } catch {
-                return
-            }
+        await Periodic.run(every: configuration.idleConnectionTimeout, on: SystemConsumerClock(), start: .afterInterval) {
             feed { $0.idleCheck() }
         }
     }

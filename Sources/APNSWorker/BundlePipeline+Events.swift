@@ -4,6 +4,7 @@ import APNSOutcome
 import Foundation
 import Logging
 import QueueConsumer
+import ServiceClock
 
 /// Delivery events in the pipeline (contract §8): the event a job's end produces, when its
 /// sender asked, published beside the route's own message and confirmed before the job's ack.

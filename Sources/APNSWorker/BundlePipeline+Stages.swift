@@ -6,6 +6,7 @@ import APNSTopology
 import Foundation
 import Logging
 import QueueConsumer
+import ServiceClock
 import Synchronization
 
 /// The stages of one job, composed once (`compose`) for a consumed job and a held bundle's
@@ -155,8 +156,8 @@ extension BundlePipeline {
     /// The stages before sending: the delivery limit, parsing, the job's log line and the
     /// rollout gate. A job settled unsent gets its end line when it is settled, with `details`.
     func admit(_ delivery: AMQPDelivery) -> NextStep {
-        if let size = delivery.message.oversizedBodySize {
-            let copied = delivery.message.oversizedBodyDeadLettered
+        switch DeadOnArrival(delivery.message) {
+        case .bodyTooLarge(let size, let copied):
             let details: Logger.Metadata = [
                 // The reason its dead letter names (`oversizedDeadLetter`, `JobEnvelope.failureReason`).
                 "job.reason": "\(copied ? JobError.Kind.malformedJob.rawValue : JobEnvelope.messageTooLarge)", "amqp.body_size": "\(size)",
@@ -164,18 +165,15 @@ extension BundlePipeline {
                 "job.dead_letter": copied ? "copied as it arrived, body unchanged" : "rejected for the broker to dead-letter, body unchanged",
             ]
             return .settleUnsent(router.routeOversized(copied: copied), details: details)
-        }
-        if delivery.message.oversizedPropertiesSize != nil || delivery.message.headersNestedTooDeep {
-            // Its header table was not kept: no attempt count to read, and the dead letter
-            // carries the x-apns-* headers alone (contract §4).
+        case .headerTableDropped(let error):
+            // No attempt count to read, and the dead letter carries the x-apns-* headers alone (contract §4).
             let context = OutcomeRouter.JobContext(
                 message: delivery.message, jobID: delivery.message.properties.messageID, token: nil, previousAttempts: 0)
-            let error =
-                delivery.message.oversizedPropertiesSize.map { JobError.oversizedProperties($0, limit: AMQPProperties.maximumEncodedSize) }
-                ?? JobError.nestedHeaders(limit: AMQPProperties.maximumHeaderDepth)
             return .settleUnsent(
                 router.routeMalformed(job: context, reason: error.reason, detail: error.description, now: clock.wallTime),
                 details: Self.malformed(error, context))
+        case nil:
+            break
         }
         let previousAttempts = OutcomeRouter.JobContext.previousAttempts(in: delivery.message)
         // A first delivery cannot be one too many; only redeliveries are counted.

@@ -2,11 +2,13 @@ import AMQPClient
 import APNSConfig
 import APNSFleet
 import APNSModel
+import APNSTopology
 import APNSTopologyNames
 import CancellableWait
 import Foundation
 import Logging
 import QueueConsumer
+import ServiceClock
 import Synchronization
 
 /// The pipeline of one bundle ID, in the spirit of the seed's Go pipeline (part IV): the work
@@ -220,10 +222,8 @@ extension BundlePipeline: ConsumerWork {
     package var maxBodySize: Int { JobParser.Limits().maxBodyBytes }
 
     package var oversizedDeadLetter: AMQPOversizedDeadLetter? {
-        let (router, clock, maxBodyBytes) = (router, clock, maxBodySize)
-        return { properties, size in
-            router.oversizedDeadLetter(properties: properties, bodySize: size, maxBodyBytes: maxBodyBytes, now: clock.wallTime)
-        }
+        let clock = clock
+        return DeadOnArrival.oversizedDeadLetter(queue: TopologyNames.deadQueue(settings.bundleID), maxBodyBytes: maxBodySize) { clock.wallTime }
     }
 
     /// A publish time far ahead of this clock is not kept: as the newest it would stick.

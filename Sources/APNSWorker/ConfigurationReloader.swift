@@ -2,6 +2,7 @@ import AMQPClient
 import APNSConfig
 import Foundation
 import Logging
+import ServiceClock
 import ServiceLifecycle
 import Synchronization
 import UnixSignals
@@ -34,6 +35,8 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
     let worker: WorkerService<Broker>
     let followers: [any ConfigurationFollower]
     let pollInterval: Duration
+    /// The poll interval's time.
+    let clock: any ConsumerClock
     let logger: Logger
     private let state: Mutex<State>
 
@@ -50,8 +53,10 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
 
     public init(
         path: String, environment: [String: String] = ProcessInfo.processInfo.environment, inForce: LoadedConfiguration,
-        worker: WorkerService<Broker>, followers: [any ConfigurationFollower] = [], pollInterval: Duration = .seconds(2), logger: Logger
+        worker: WorkerService<Broker>, followers: [any ConfigurationFollower] = [], pollInterval: Duration = .seconds(2), logger: Logger,
+        clock: any ConsumerClock = SystemConsumerClock()
     ) {
+        self.clock = clock
         self.path = path
         self.environment = environment
         self.worker = worker
@@ -75,7 +80,7 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
                 for await _ in signals.cancelOnGracefulShutdown() { trigger.yield(.signal) }
             }
             group.addTask {
-                while (try? await Task.sleep(for: self.pollInterval)) != nil {
+                await Periodic.run(every: self.pollInterval, on: self.clock, start: .afterInterval) {
                     if self.changedSinceSeen() {
                         trigger.yield(.fileChange)
                     } else if self.state.withLock({ $0.waitingForBroker }) {

@@ -8,6 +8,7 @@ import APNSBinaryProtocol
 import APNSModel
 import APNSTransport
 import Logging
+import ServiceClock
 import ServiceLifecycle
 
 public struct FeedbackPoller<Publisher: ConfirmedPublishing>: Service {
@@ -25,6 +26,8 @@ public struct FeedbackPoller<Publisher: ConfirmedPublishing>: Service {
     /// Tuples kept for a broker that keeps refusing them, across intervals; past it the oldest
     /// are dropped and logged (each fetch adds up to `FeedbackStreamDecoder.defaultMaximumTuples`).
     public var maximumUnpublished = FeedbackStreamDecoder.defaultMaximumTuples
+    /// The interval's time.
+    public var clock: any ConsumerClock = SystemConsumerClock()
 
     public init(bundleID: String, interval: Duration, broker: Publisher, logger: Logger, fetch: @escaping Fetch) {
         self.bundleID = bundleID
@@ -42,11 +45,10 @@ public struct FeedbackPoller<Publisher: ConfirmedPublishing>: Service {
 
     public func run() async throws {
         var unpublished: [FeedbackTuple] = []
-        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+        await Periodic.run(every: interval, on: clock, start: .now) {
             // Not cut short by a stop (`FeedbackPollers`): what the service served is published
             // first, as it is served only once.
             unpublished = await Task { [unpublished] in await poll(unpublished: unpublished) }.value
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
         }
         if !unpublished.isEmpty {
             logger.error(

@@ -30,6 +30,24 @@ public enum FleetControl {
         try await broker.queueExists(TopologyNames.pauseMarker(bundleID))
     }
 
+    /// Reads the bundle's pause marker, the truth of a fleet-wide pause (contract §5), and
+    /// pauses or resumes the bundle's consumption to match, with a notice when that changed it:
+    /// the one stored-pause check of the worker's start, its new units and the fleet's beats.
+    /// `admit` sees what was read before it is applied and may refuse it (a newer read of the
+    /// same marker overtook it: `FleetService.reconcile`).
+    static func followMarker(
+        of bundleID: String, on broker: some TopologyDeclaring, logger: Logger,
+        admit: (_ paused: Bool) -> Bool = { _ in true }, setPaused: (_ paused: Bool) -> Bool
+    ) async throws {
+        let paused = try await isPaused(bundleID, on: broker)
+        guard admit(paused), setPaused(paused) else { return }
+        if paused {
+            logger.notice("bundle PAUSED by an operator: its jobs wait in the broker", metadata: ["apns.bundle": "\(bundleID)"])
+        } else {
+            logger.notice("bundle resumed by an operator", metadata: ["apns.bundle": "\(bundleID)"])
+        }
+    }
+
     static func control(_ message: FleetMessage) -> AMQPOutboundMessage {
         // Not mandatory: with no instance listening there is nobody to tell, and the marker holds.
         AMQPOutboundMessage(

@@ -5,6 +5,7 @@ import APNSTopology
 import APNSTopologyNames
 import Foundation
 import Logging
+import ServiceClock
 import ServiceLifecycle
 import Synchronization
 
@@ -85,6 +86,8 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
     /// was applied first (checks run in order on the connection's control channel).
     private let pauseChecks = Mutex(PauseChecks())
     let logger: Logger
+    /// The heartbeat interval's time and the view's wall-clock time.
+    let clock: any ConsumerClock
 
     struct PauseChecks {
         var next = 0
@@ -108,8 +111,12 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
     /// passive declares an interval, and the rest are not listed.
     static var maxClaimedPauseChecks: Int { 100 }
 
-    public init(broker: Broker, worker: any FleetMember, identity: Identity, interval: Duration, logger: Logger) {
+    public init(
+        broker: Broker, worker: any FleetMember, identity: Identity, interval: Duration, logger: Logger,
+        clock: any ConsumerClock = SystemConsumerClock()
+    ) {
         self.broker = broker
+        self.clock = clock
         self.worker = worker
         self.identity = identity
         self.view = Mutex(FleetView(reservedFor: identity.instanceID))
@@ -125,7 +132,7 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         let configured = Set(worker.bundleIDs)
         for bundleID in configured.sorted() { try await reconcile(bundleID) }
         var found = Set<String>()
-        for bundleID in Self.claimedPauses(view.withLock { $0.live(now: Date()) }, excluding: configured)
+        for bundleID in Self.claimedPauses(view.withLock { $0.live(now: clock.wallTime) }, excluding: configured)
         where try await FleetControl.isPaused(bundleID, on: broker) {
             found.insert(bundleID)
         }
@@ -209,7 +216,7 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         for try await delivery in consumer {
             switch FleetMessage.decode(delivery.message.body) {
             case .heartbeat(let instance):
-                let admission = view.withLock { $0.received(instance, at: Date()) }
+                let admission = view.withLock { $0.received(instance, at: clock.wallTime) }
                 noteDropped(admission)
             case .pause(let bundleID), .resume(let bundleID):
                 // The marker is the truth (the message may be late, or from anyone on the vhost).
@@ -265,9 +272,9 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         logger.warning("\(line)", metadata: metadata)
     }
 
-    /// Until cancelled (the listener ended).
+    /// Until told to stop (`Periodic`): graceful shutdown, or the listener's end.
     private func beat() async {
-        while !Task.isCancelled {
+        await Periodic.run(every: interval, on: clock, start: .now) {
             do {
                 try await publishHeartbeat()
                 try await applyStoredPauses()
@@ -275,9 +282,8 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
                 // The connection reconnects by itself; the next beat tries again.
                 logger.debug("fleet: heartbeat not sent", metadata: ["amqp.error": "\(error)"])
             }
-            let gone = view.withLock { $0.expire(now: Date()) }
+            let gone = view.withLock { $0.expire(now: clock.wallTime) }
             if !gone.isEmpty { logger.notice("fleet: instances went silent", metadata: ["fleet.gone": "\(gone)"]) }
-            try? await Task.sleep(for: interval)
         }
     }
 
@@ -316,22 +322,21 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
             checks.next += 1
             return checks.next
         }
-        let paused = try await FleetControl.isPaused(bundleID, on: broker)
-        let apply = pauseChecks.withLock { checks in
-            guard ticket > checks.applied[bundleID, default: 0] else { return false }
-            checks.applied[bundleID] = ticket
-            return true
-        }
-        if apply {
-            pausedOnBroker.withLock { markers in
-                if paused { markers.ownMarkers.insert(bundleID) } else { markers.ownMarkers.remove(bundleID) }
-            }
-        }
-        guard apply, worker.setPaused(bundleID, paused) else { return }
-        if paused {
-            logger.notice("bundle PAUSED by an operator: its jobs wait in the broker", metadata: ["apns.bundle": "\(bundleID)"])
-        } else {
-            logger.notice("bundle resumed by an operator", metadata: ["apns.bundle": "\(bundleID)"])
-        }
+        try await FleetControl.followMarker(
+            of: bundleID, on: broker, logger: logger,
+            admit: { paused in
+                let newest = pauseChecks.withLock { checks in
+                    guard ticket > checks.applied[bundleID, default: 0] else { return false }
+                    checks.applied[bundleID] = ticket
+                    return true
+                }
+                if newest {
+                    pausedOnBroker.withLock { markers in
+                        if paused { markers.ownMarkers.insert(bundleID) } else { markers.ownMarkers.remove(bundleID) }
+                    }
+                }
+                return newest
+            },
+            setPaused: { worker.setPaused(bundleID, $0) })
     }
 }

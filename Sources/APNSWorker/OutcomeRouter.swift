@@ -173,21 +173,6 @@ public struct OutcomeRouter: Sendable {
     /// dead-letters it, body unchanged (without the x-apns-* headers: the fallback).
     public func routeOversized(copied: Bool) -> Route { copied ? .ack(end: .dead) : .rejectToDeadLetter }
 
-    /// The dead letter of a job over `maxBodyBytes`, for the connection to publish with the body
-    /// as it arrives: the job's properties as republished, with contract §4's headers
-    /// (`MalformedJob`, status 0, no attempt made).
-    public func oversizedDeadLetter(properties: AMQPProperties, bodySize: UInt64, maxBodyBytes: Int, now: Date) -> AMQPOutboundMessage {
-        var copy = properties.republished()
-        var envelope = JobEnvelope(copy.headers)
-        envelope.forward()
-        envelope.record(
-            JobEnvelope.Failure(
-                reason: JobError.Kind.malformedJob.rawValue, status: 0, attempts: 0, failedAt: now,
-                error: "body: \(bodySize) bytes, over the \(maxBodyBytes) allowed"))
-        copy.setHeaders(envelope)
-        return AMQPOutboundMessage(exchange: "", routingKey: TopologyNames.deadQueue(bundleID), body: [], properties: copy)
-    }
-
     /// A job the rollout gate holds back: into the first retry queue, attempts unchanged, so it
     /// meets the gate again after the shortest delay and never counts towards `maxAttempts`.
     public func routeGated(job: JobContext) -> Route {

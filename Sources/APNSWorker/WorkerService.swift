@@ -149,9 +149,7 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
     }
 
     private func applyStoredPause(_ pipeline: BundlePipeline<Broker>) async throws {
-        if try await FleetControl.isPaused(pipeline.settings.bundleID, on: broker), pipeline.setPaused(true) {
-            logger.notice("bundle PAUSED by an operator: its jobs wait in the broker", metadata: ["apns.bundle": "\(pipeline.settings.bundleID)"])
-        }
+        try await FleetControl.followMarker(of: pipeline.settings.bundleID, on: broker, logger: logger) { pipeline.setPaused($0) }
     }
 
     // MARK: - Changes while running

@@ -5,6 +5,7 @@ import APNSSimulator
 import ArgumentParser
 import Foundation
 import Logging
+import ServiceClock
 import ServiceLifecycle
 import UnixSignals
 
@@ -197,34 +198,37 @@ struct SimulatorSummary: Service {
 
     func run() async throws {
         var last = SimulatorCounters()
-        while !Task.isCancelled, !Task.isShuttingDownGracefully {
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
-            let now = simulator.counters()
-            guard now != last else { continue }
-            let reasons = now.byReason.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
-            var metadata: Logger.Metadata = [
-                "simulator.received": "\(now.received)", "simulator.accepted": "\(now.accepted)",
-                "simulator.rejected": "\(now.rejected)", "simulator.reasons": "\(reasons)",
-                "simulator.connections": "\(now.openConnections)/\(now.connections)",
-            ]
-            if simulator.binaryPort != nil {
-                let statuses = now.binaryByStatus.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
-                metadata["simulator.binary.received"] = "\(now.binaryReceived)"
-                metadata["simulator.binary.accepted"] = "\(now.binaryAccepted)"
-                metadata["simulator.binary.statuses"] = "\(statuses)"
-                metadata["simulator.binary.connections"] = "\(now.openBinaryConnections)/\(now.binaryConnections)"
-            }
-            if simulator.feedbackPort != nil {
-                metadata["simulator.feedback.served"] = "\(now.feedbackTuplesServed)"
-            }
-            if simulator.channelPort != nil {
-                // What each broadcast channel received: how the local run shows a broadcast arriving.
-                let channels = simulator.channels().map { "\($0.id)=\($0.received)" }.joined(separator: ",")
-                metadata["simulator.broadcasts"] = "\(now.broadcastsAccepted)"
-                metadata["simulator.channels"] = "\(channels)"
-            }
-            logger.info("simulator summary", metadata: metadata)
-            last = now
+        await Periodic.run(every: interval, on: SystemConsumerClock(), start: .afterInterval) { summarize(since: &last) }
+        // Stopped: the counters since the last line, once more.
+        summarize(since: &last)
+    }
+
+    private func summarize(since last: inout SimulatorCounters) {
+        let now = simulator.counters()
+        guard now != last else { return }
+        let reasons = now.byReason.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+        var metadata: Logger.Metadata = [
+            "simulator.received": "\(now.received)", "simulator.accepted": "\(now.accepted)",
+            "simulator.rejected": "\(now.rejected)", "simulator.reasons": "\(reasons)",
+            "simulator.connections": "\(now.openConnections)/\(now.connections)",
+        ]
+        if simulator.binaryPort != nil {
+            let statuses = now.binaryByStatus.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+            metadata["simulator.binary.received"] = "\(now.binaryReceived)"
+            metadata["simulator.binary.accepted"] = "\(now.binaryAccepted)"
+            metadata["simulator.binary.statuses"] = "\(statuses)"
+            metadata["simulator.binary.connections"] = "\(now.openBinaryConnections)/\(now.binaryConnections)"
         }
+        if simulator.feedbackPort != nil {
+            metadata["simulator.feedback.served"] = "\(now.feedbackTuplesServed)"
+        }
+        if simulator.channelPort != nil {
+            // What each broadcast channel received: how the local run shows a broadcast arriving.
+            let channels = simulator.channels().map { "\($0.id)=\($0.received)" }.joined(separator: ",")
+            metadata["simulator.broadcasts"] = "\(now.broadcastsAccepted)"
+            metadata["simulator.channels"] = "\(channels)"
+        }
+        logger.info("simulator summary", metadata: metadata)
+        last = now
     }
 }

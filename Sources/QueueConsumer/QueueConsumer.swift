@@ -1,6 +1,7 @@
 import AMQPClient
 import CancellableWait
 import Foundation
+import ServiceClock
 import ServiceLifecycle
 import Synchronization
 

@@ -9,6 +9,7 @@ import APNSTopology
 import Foundation
 import Logging
 import QueueConsumer
+import ServiceClock
 import Synchronization
 import Testing
 import TestSupport

@@ -10,6 +10,7 @@ import APNSTopologyNames
 import Foundation
 import Logging
 import QueueConsumer
+import ServiceClock
 import Testing
 import TestSupport
 

@@ -6,6 +6,7 @@
 import AMQPClient
 import Foundation
 import Logging
+import ServiceClock
 import Synchronization
 import Testing
 import TestSupport

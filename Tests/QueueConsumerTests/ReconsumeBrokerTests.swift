@@ -8,6 +8,7 @@
 import AMQPClient
 import Foundation
 import Logging
+import ServiceClock
 import Synchronization
 import Testing
 import TestSupport

@@ -1,7 +1,7 @@
 import Foundation
 
-/// The time a queue consumer runs on, injected: the hold breaker, the probe schedule, the
-/// shutdown deadline and a job's timings read `now`; the times written into messages (a dead
+/// The time a queue consumer and the periodic tasks (`Periodic`) run on, injected: the hold
+/// breaker, the probe schedule, the shutdown deadline and a job's timings read `now`; the times written into messages (a dead
 /// letter's `x-apns-failed-at`, a retry's) and compared with publish times read `wallTime`.
 /// Production runs on `SystemConsumerClock`; tests move a manual clock, so a 30-second deadline
 /// or a 5-second probe interval is tested in no time, and nothing in a consumer or its stages
