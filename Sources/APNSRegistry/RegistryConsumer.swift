@@ -65,12 +65,12 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
         consumer.settleLater { await self.settle(delivery, probe: probe, on: consumer) }
     }
 
-    /// One message worked and settled, its verdict told to `consumer` (and a hold to the sibling).
+    /// One message worked and settled, its breaker signal told to `consumer` (and a hold to the sibling).
     func settle(_ delivery: AMQPDelivery, probe: Bool, on consumer: QueueConsumer<RegistryConsumer>) async {
-        let settled = await process(delivery, isHeld: { consumer.isHeld }) { verdict in
-            if case .hold(let reason, _) = verdict { sibling?.holdAlongside(reason: reason) }
+        let settled = await process(delivery, isHeld: { consumer.isHeld }) { signal in
+            if case .hold(let reason, _) = signal { sibling?.holdAlongside(reason: reason) }
             // Any message handled is proof PostgreSQL answers again.
-            return consumer.answered(verdict, endsAHold: true) == .settle
+            return consumer.answered(signal, endsAHold: true) == .settle
         }
         if settled { consumer.settled(probe: probe) }
     }
@@ -100,10 +100,10 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
         }
     }
 
-    /// Works one message and settles it. `judged` tells the consumer's machine the verdict
+    /// Works one message and settles it. `judged` tells the consumer's machine the breaker signal
     /// before the settle and answers whether to settle at all (not after the shutdown deadline);
     /// returns false when it did not. `isHeld`: a hold came meanwhile.
-    func process(_ delivery: AMQPDelivery, isHeld: () -> Bool, judged: (ConsumerVerdict) -> Bool) async -> Bool {
+    func process(_ delivery: AMQPDelivery, isHeld: () -> Bool, judged: (BreakerSignal) -> Bool) async -> Bool {
         if let size = delivery.message.oversizedBodySize {
             if delivery.message.oversizedBodyDeadLettered {
                 // Copied to the dead queue as it arrived, confirmed (docs/decisions.md).

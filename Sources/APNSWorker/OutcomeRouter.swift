@@ -104,16 +104,13 @@ public struct OutcomeRouter: Sendable {
         }
     }
 
-    /// What the hold breaker learns from an outcome (`ConsumerStateMachine.answered`): `.hold`
-    /// for a provider fault (the bundle holds, or stays held), `.healthy` when APNs judged the
-    /// job, not the provider's credentials (a hold ends).
-    public typealias BreakerEffect = ConsumerVerdict
-
     /// Everything the pipeline does with an outcome, decided in one place: the route for the
-    /// job's delivery (which carries its end) and the breaker's effect. Every outcome is named:
+    /// job's delivery (which carries its end) and the breaker's signal (`ConsumerStateMachine.answered`):
+    /// `.hold` for a provider fault (the bundle holds, or stays held), `.healthy` when APNs judged
+    /// the job, not the provider's credentials (a hold ends). Every outcome is named:
     /// a new one must say here whether it holds the bundle.
-    public func decide(_ outcome: Outcome, job: JobContext, now: Date) -> (route: Route, breaker: BreakerEffect) {
-        let breaker: BreakerEffect
+    public func decide(_ outcome: Outcome, job: JobContext, now: Date) -> (route: Route, breaker: BreakerSignal) {
+        let breaker: BreakerSignal
         switch outcome {
         case .held(let reason, let status): breaker = .hold(reason: reason, status: status)
         case .delivered, .invalidToken, .retry, .dead: breaker = .healthy

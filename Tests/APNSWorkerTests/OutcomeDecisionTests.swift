@@ -29,7 +29,7 @@ import Testing
         /// Where the published message goes (exchange or queue), nil for a plain ack.
         var publishedTo: String?
         var end: JobEnd
-        var breaker: OutcomeRouter.BreakerEffect
+        var breaker: BreakerSignal
         var testDescription: String { "\(outcome) after \(previousAttempts) attempts" }
     }
 
@@ -59,7 +59,7 @@ import Testing
     ]
 
     @Test(arguments: rows)
-    func everyOutcomeHasOneRouteEndAndBreakerEffect(_ row: Row) {
+    func everyOutcomeHasOneRouteEndAndBreakerSignal(_ row: Row) {
         let decision = router.decide(row.outcome, job: job(previousAttempts: row.previousAttempts), now: now)
         #expect(decision.route.end == row.end)
         #expect(decision.breaker == row.breaker)
