@@ -5,21 +5,24 @@ import Foundation
 import Logging
 import QueueConsumer
 
-/// What a handler decided for one message of `apns.registry` or `apns.groups`.
-public enum RegistryDisposition: Sendable {
+/// Where one message of `apns.registry` or `apns.groups` goes: the registry's counterpart of
+/// the pipeline's `OutcomeRouter.Route`, in the same words (ack, dead). Not that type: this
+/// module sits below the worker's, its messages carry no `JobEnd` (the registry counts what it
+/// wrote, `RegistryRecorder`), and it has two routes a bundle's job never takes, both a requeue.
+public enum RegistryRoute: Sendable {
     /// Done: ack.
     case ack
     /// Malformed: to the dead queue with section 4's headers, body unchanged, then ack.
     case dead(JobError)
     /// The registry failed: requeue the message and hold the consumers (contract §6).
-    case registryFailed(any Error)
+    case requeueAndHold(any Error)
     /// A publish was not confirmed: requeue the message; the registry is fine.
     case requeue(String)
 }
 
 /// The work of one of §6's queue consumers (`apns.registry`, `apns.groups`) on the generic
 /// `QueueConsumer`: every message is handed to `handle` in the consumer's settle runner (bounded
-/// by the prefetch), and its disposition carried out. A registry failure holds the consumer
+/// by the prefetch), and its route taken. A registry failure holds the consumer
 /// (`ConsumerStateMachine`, one hold breaker) and its sibling with it (`sibling`: the two share
 /// PostgreSQL); while held, the probe is a ping of PostgreSQL once per probe interval, and the
 /// consumer consumes again when one succeeds.
@@ -36,7 +39,7 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
     let clock: any ConsumerClock
     /// The other registry consumer, held along with this one.
     let sibling: QueueConsumer<RegistryConsumer>?
-    let handle: @Sendable (AMQPDelivery) async -> RegistryDisposition
+    let handle: @Sendable (AMQPDelivery) async -> RegistryRoute
 
     var oversizedDeadLetter: AMQPOversizedDeadLetter? {
         let (deadQueue, maxBodySize, clock) = (deadQueue, maxBodySize, clock)
@@ -136,7 +139,7 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
             await broker.ack(delivery)
         case .dead(let error):
             await deadLetter(delivery, error: error)
-        case .registryFailed(let error):
+        case .requeueAndHold(let error):
             guard judged(.hold(reason: String(String(reflecting: error).prefix(300)), status: 0)) else { return false }
             await broker.nack(delivery, requeue: true)
         case .requeue(let why):

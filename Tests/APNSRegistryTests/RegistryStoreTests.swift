@@ -110,7 +110,7 @@ struct RegistryStoreTests {
             let handler = RegistrationHandler(store: store, logger: TestPostgres.logger)
             let broker = InMemoryBroker()
             try await broker.declareQueue(QueueDeclaration(name: "registry.frozen"))
-            func handle(group: String, at: Int64) async throws -> RegistryDisposition {
+            func handle(group: String, at: Int64) async throws -> RegistryRoute {
                 let body = #"{"op":"register","bundleId":"com.a","token":"aa","group":"\#(group)","at":\#(at)}"#
                 broker.enqueue("registry.frozen", body: Array(body.utf8))
                 return await handler.handle(try #require(try await broker.get(queue: "registry.frozen")))
