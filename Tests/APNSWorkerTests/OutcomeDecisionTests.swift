@@ -9,8 +9,9 @@ import Testing
 @testable import APNSWorker
 
 /// `OutcomeRouter.decide`: for every outcome, the route of the job's delivery, the end it
-/// carries and the hold breaker's effect, in one table. A new outcome that is missing here fails to compile in
-/// `decide` (its switch names every case) and shows up as a row to add.
+/// carries and the hold breaker's signal (`BreakerSignal`), in one table. A new outcome that is
+/// missing here fails to compile in `decide` (its switch names every case) and shows up as a row
+/// to add.
 @Suite struct OutcomeDecisionTests {
     static let bundle = "com.example.app"
     let router = OutcomeRouter(bundleID: bundle, retryPolicy: RetryPolicy(delays: [.seconds(10), .seconds(60)], maxAttempts: 3))
