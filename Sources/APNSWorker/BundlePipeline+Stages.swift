@@ -211,7 +211,7 @@ extension BundlePipeline {
         let context = OutcomeRouter.JobContext(message: delivery.message, job: job, previousAttempts: previousAttempts)
         log(job, attempt: previousAttempts + 1, redelivered: delivery.message.redelivered)
         bundleStatistics.jobReceived()
-        if case .hold(let why) = gate(job) {
+        if case .gated(let why) = gate(job) {
             return .settleUnsent(router.routeGated(job: context), details: ["job.id": "\(job.id)", "gate.why": "\(why)"])
         }
         return .send(job, context)

@@ -185,7 +185,7 @@ public struct OutcomeRouter: Sendable {
         return AMQPOutboundMessage(exchange: "", routingKey: TopologyNames.deadQueue(bundleID), body: [], properties: copy)
     }
 
-    /// A job the rollout gate holds back: into the first retry queue, attempts unchanged, so it
+    /// A job the rollout gate gated: into the first retry queue, attempts unchanged, so it
     /// meets the gate again after the shortest delay and never counts towards `maxAttempts`.
     public func routeGated(job: JobContext) -> Route {
         .publishThenAck(retryMessage(job: job, attemptsMade: job.previousAttempts, delay: retryPolicy.delays[0]), end: .gated)
