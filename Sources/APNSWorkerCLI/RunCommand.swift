@@ -89,7 +89,7 @@ struct RunCommand: AsyncParsableCommand {
         // what bounds the total is each bundle's cap (`BundleInFlightBounds`, which follows the
         // bundles added and removed while running), and a window its consumers do not fill
         // does not grow.
-        let transports = TransportRegistry(logger: logger) {
+        let transports = TransportPools(logger: logger) {
             [worker = configuration.worker, budget = configuration.amqp.inFlightBudget, startCount = configuration.bundles.count] key, bundle, environment in
             try PoolTransports.make(
                 bundle, environment: environment, key: key, settings: worker, tokens: tokenSources,
