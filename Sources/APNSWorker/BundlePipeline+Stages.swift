@@ -14,7 +14,7 @@ import Synchronization
 extension BundlePipeline {
     /// What the stages before sending decided for a delivery: not an end itself, but whether
     /// the job goes to APNs or is settled unsent.
-    enum NextStep {
+    enum SendOrSettle {
         case send(Job, OutcomeRouter.JobContext)
         /// Settled without sending (too large, malformed, poison, gated): the route carries the
         /// end; `details` are what the end line says about why.
@@ -154,7 +154,7 @@ extension BundlePipeline {
 
     /// The stages before sending: the delivery limit, parsing, the job's log line and the
     /// rollout gate. A job settled unsent gets its end line when it is settled, with `details`.
-    func admit(_ delivery: AMQPDelivery) -> NextStep {
+    func admit(_ delivery: AMQPDelivery) -> SendOrSettle {
         if let size = delivery.message.oversizedBodySize {
             let copied = delivery.message.oversizedBodyDeadLettered
             let details: Logger.Metadata = [
