@@ -84,7 +84,7 @@ final class AdminHarness: Sendable {
             settings: .init(
                 bundleID: bundle, prefetch: 20, retryPolicy: RetryPolicy(delays: [retryDelay], maxAttempts: 3),
                 probeInterval: .seconds(60), shutdownDeadline: .seconds(5)),
-            broker: workerConnection, transport: EnvironmentRouter([.production: transport]), statistics: statistics, logger: logger)
+            broker: workerConnection, transport: PerEnvironmentTransport([.production: transport]), statistics: statistics, logger: logger)
         let worker = WorkerService(broker: workerConnection, topology: plan, pipelines: [pipeline], logger: logger)
         let queues = QueueInspector(amqp: amqp, bundleIDs: [bundle], retryDelays: [retryDelay], logger: logger, deliveryWait: .seconds(10), handBackWait: .seconds(30))
         let admin = try AdminService(
