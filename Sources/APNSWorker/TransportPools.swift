@@ -133,9 +133,6 @@ public final class TransportPools: Service, Sendable {
         }.sorted { $0.name < $1.name }
     }
 
-    /// How many pools are in use (for tests and the bench).
-    public var poolCount: Int { state.withLock { $0.pools.count } }
-
     /// Runs every pool, those acquired before and those acquired while it runs, until graceful
     /// shutdown; then each pool drains (graceful shutdown reaches the pools' own groups) and
     /// `run()` returns when the last has closed.

@@ -98,16 +98,16 @@ import TestSupport
                 let second = fixture.transports[1]
 
                 pools.release(bundle: Self.bundle("com.b", team: "TEAM2"), environment: .production)
-                #expect(pools.poolCount == 2, "com.c still uses it")
+                #expect(pools.reports().count == 2, "com.c still uses it")
                 #expect(!second.stopped)
                 pools.release(bundle: Self.bundle("com.c", team: "TEAM2"), environment: .production)
-                #expect(pools.poolCount == 1)
+                #expect(pools.reports().count == 1)
                 try await waitUntil("the unused pool drained") { second.stopped }
                 #expect(!fixture.transports[0].stopped, "the other pool goes on")
                 // Released twice, or never acquired: nothing happens.
                 pools.release(bundle: Self.bundle("com.c", team: "TEAM2"), environment: .production)
                 pools.release(bundle: Self.bundle("com.z"), environment: .sandbox)
-                #expect(pools.poolCount == 1)
+                #expect(pools.reports().count == 1)
 
                 // The same credential again after its pool closed: a new pool.
                 _ = try pools.acquire(bundle: Self.bundle("com.b", team: "TEAM2"), environment: .production)
@@ -132,7 +132,7 @@ import TestSupport
         let rotated = BundleConfiguration(bundleID: "com.a", auth: .token(teamID: "TEAM1", keyID: "KEY2", tokenKeyFile: "AuthKey2.p8"))
         _ = try pools.acquire(bundle: Self.bundle("com.a"), environment: .production)
         _ = try pools.acquire(bundle: rotated, environment: .production)
-        #expect(pools.poolCount == 2)
+        #expect(pools.reports().count == 2)
         pools.release(bundle: Self.bundle("com.a"), environment: .production)
         #expect(pools.reports().map(\.name) == [fixture.transports[1].key.description])
     }
