@@ -7,8 +7,9 @@ import QueueConsumer
 
 /// Where one message of `apns.registry` or `apns.groups` goes: the registry's counterpart of
 /// the pipeline's `OutcomeRouter.Route`, in the same words (ack, dead). Not that type: this
-/// module sits below the worker's, its messages carry no `JobEnd` (the registry counts what it
-/// wrote, `RegistryRecorder`), and it has two routes a bundle's job never takes, both a requeue.
+/// module sits below the worker's, a route here carries no `JobEnd` (a group job's ends are
+/// counted per notification it fans out, `RegistryRecorder`), and two routes are ones a bundle's
+/// job never takes, both a requeue.
 public enum RegistryRoute: Sendable {
     /// Done: ack.
     case ack
