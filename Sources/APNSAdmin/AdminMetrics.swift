@@ -21,10 +21,10 @@ public final class AdminMetrics: Sendable {
         .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
     ]
 
-    /// A Prometheus factory over `registry` with the worker's histogram buckets; pass it to
-    /// `MetricsSystem.bootstrap` once per process.
-    public static func factory(registry: PrometheusCollectorRegistry) -> PrometheusMetricsFactory {
-        var factory = PrometheusMetricsFactory(registry: registry)
+    /// A Prometheus factory over the collector registry `prometheus` with the worker's histogram
+    /// buckets; pass it to `MetricsSystem.bootstrap` once per process.
+    public static func factory(prometheus: PrometheusCollectorRegistry) -> PrometheusMetricsFactory {
+        var factory = PrometheusMetricsFactory(registry: prometheus)
         factory.defaultDurationHistogramBuckets = durationBuckets
         return factory
     }

@@ -16,7 +16,7 @@ import Prometheus
 struct AdminRoutes: Sendable {
     let worker: any WorkerStatusProviding
     let queues: QueueInspector?
-    let registry: PrometheusCollectorRegistry?
+    let prometheus: PrometheusCollectorRegistry?
     /// The gauges `/metrics` samples, made once per server.
     let metrics: AdminMetrics
     let token: String?
@@ -116,7 +116,7 @@ struct AdminRoutes: Sendable {
     }
 
     func metrics() async -> Response {
-        guard let registry else { return Self.error(.serviceUnavailable, "metrics are not bootstrapped") }
+        guard let prometheus else { return Self.error(.serviceUnavailable, "metrics are not bootstrapped") }
         let status = worker.status()
         metrics.sample(status)
         if let queues {
@@ -124,7 +124,7 @@ struct AdminRoutes: Sendable {
         }
         var headers = HTTPFields()
         headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: registry.emitToBuffer())))
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: prometheus.emitToBuffer())))
     }
 
     /// The login form's body, `token=…` (application/x-www-form-urlencoded).

@@ -23,13 +23,14 @@ public final class AdminService: Service, Sendable {
     public let settings: AdminSettings
     let worker: any WorkerStatusProviding
     let queues: QueueInspector?
-    let registry: PrometheusCollectorRegistry?
+    /// The Prometheus collector registry `/metrics` renders (not the device registry).
+    let prometheus: PrometheusCollectorRegistry?
     /// The gauges sampled on each `/metrics` scrape, kept for the server's life.
     let metrics = AdminMetrics()
     let logger: Logger
     let onListening: @Sendable (Int) async -> Void
     /// The device registry's store, when the worker has a `[registry]` (its routes and page parts).
-    public let registryStore: RegistryStore?
+    public let registry: RegistryStore?
     /// This instance's fleet service (`apns-worker run`): `/api/fleet`, pause and resume, the
     /// page's fleet-wide view. Nil shows this instance only and answers the fleet routes 503.
     public let fleet: (any FleetOperating)?
@@ -49,13 +50,14 @@ public final class AdminService: Service, Sendable {
     ///   - worker: the running worker's state (`WorkerService`).
     ///   - queues: reads and moves dead and retry jobs on a broker connection of its own; nil
     ///     leaves the queue routes answering 503 and the page without depths and dead jobs.
-    ///   - registry: what `/metrics` renders; nil answers 503 (metrics not bootstrapped).
+    ///   - prometheus: what `/metrics` renders; nil answers 503 (metrics not bootstrapped).
+    ///   - registry: the device registry's store, when the worker has a `[registry]`.
     ///   - onListening: called with the bound port once the server listens (port 0 in tests).
     /// - Throws: `AdminConfigurationError` when `listen` is beyond loopback and no token is set
     ///   (the configuration loader already refuses that; this guards settings built in code).
     public init(
         settings: AdminSettings, worker: any WorkerStatusProviding, queues: QueueInspector?,
-        registry: PrometheusCollectorRegistry?, logger: Logger, registryStore: RegistryStore? = nil, fleet: (any FleetOperating)? = nil,
+        prometheus: PrometheusCollectorRegistry?, logger: Logger, registry: RegistryStore? = nil, fleet: (any FleetOperating)? = nil,
         channels: (any BroadcastChannelManaging)? = nil, concurrentRequests: Int = defaultConcurrentRequests,
         connectionLimits: AdminConnectionLimits = AdminConnectionLimits(),
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
@@ -63,7 +65,7 @@ public final class AdminService: Service, Sendable {
         self.requestGate = AdminRequestGate(limit: concurrentRequests)
         self.connectionLimits = connectionLimits
         self.channels = channels
-        self.registryStore = registryStore
+        self.registry = registry
         self.fleet = fleet
         if settings.token == nil, !settings.listen.isLoopback {
             throw AdminConfigurationError(
@@ -72,7 +74,7 @@ public final class AdminService: Service, Sendable {
         self.settings = settings
         self.worker = worker
         self.queues = queues
-        self.registry = registry
+        self.prometheus = prometheus
         var logger = logger
         logger[metadataKey: "admin.listen"] = "\(settings.listen)"
         self.logger = logger
@@ -86,10 +88,10 @@ public final class AdminService: Service, Sendable {
             token: settings.token, metricsToken: settings.metricsToken, hosts: AdminHostAllowlist(listenHost: settings.listen.host, allowed: settings.allowedHosts)))
         router.add(middleware: AdminRequestLimit(gate: requestGate))
         AdminRoutes(
-            worker: worker, queues: queues, registry: registry, metrics: metrics, token: settings.token, secureCookies: settings.usesTLS, logger: logger,
+            worker: worker, queues: queues, prometheus: prometheus, metrics: metrics, token: settings.token, secureCookies: settings.usesTLS, logger: logger,
             fleet: fleet
         ).register(on: router)
-        if let registryStore { AdminRegistryRoutes(store: registryStore).register(on: router) }
+        if let registry { AdminRegistryRoutes(store: registry).register(on: router) }
         if let channels { AdminChannelRoutes(channels: channels).register(on: router) }
         return router
     }

@@ -172,7 +172,7 @@ public struct LoadedConfiguration: Sendable, Hashable {
         if old.feedbackPort != new.feedbackPort { keys.append("feedbackPort") }
         if old.channelHost != new.channelHost { keys.append("channelHost") }
         if old.channelPort != new.channelPort { keys.append("channelPort") }
-        // What the key may sign for: each unit's router refuses by it (`EnvironmentRouter`).
+        // What the key may sign for: each unit's transport refuses by it (`PerEnvironmentTransport`).
         if old.keyScope.environment != new.keyScope.environment { keys.append("keyEnvironment") }
         if old.keyScope.topics != new.keyScope.topics { keys.append("keyTopics") }
         return keys

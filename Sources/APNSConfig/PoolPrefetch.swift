@@ -34,7 +34,7 @@ public enum PoolPrefetch {
                 for member in pool { prefetch[member.bundleID] = share }
                 continue
             }
-            // The pool's connections are its first bundle's (`TransportRegistry`).
+            // The pool's connections are its first bundle's (`TransportPools`).
             let streams = max(1, pool[0].connections) * max(1, streamsPerConnection)
             let part = max(1, streams / pool.count)
             for member in pool { prefetch[member.bundleID] = min(share, part) }

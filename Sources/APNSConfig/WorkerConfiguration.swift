@@ -254,7 +254,7 @@ public enum APNSAuthentication: Sendable, Hashable {
 /// not denied, and is allowed or the allow list is empty, and its server falls in the
 /// percentage (a stable hash of the server name, so a server is consistently in or out on every
 /// instance; the seed rolled push out server by server). A job without `syncServer` passes when
-/// the allow list is empty and is held back otherwise. The defaults (empty lists, 100) let every
+/// the allow list is empty and is gated otherwise. The defaults (empty lists, 100) let every
 /// job through. The gate itself is `APNSWorker.RolloutRule`.
 public struct RolloutGate: Sendable, Hashable {
     public var allowSyncServers: [String]

@@ -57,10 +57,6 @@ public enum JobInspection {
         return out
     }
 
-    /// Headers the worker (or the broker) writes about a failure or a delivery; a requeued job
-    /// starts afresh without them, so a later listing never shows a stale failure.
-    public static var headersClearedOnRequeue: Set<String> { JobEnvelope.clearedOnRequeue }
-
     /// Decodes a message of `queue` (a dead or retry queue of `bundleID`).
     /// A body cut by a listing (`oversizedBodySize` set) is not parsed: the job's id is then its
     /// `message_id`, and its size is kept in `bodySize`.

@@ -48,13 +48,6 @@ public struct ProviderToken: Sendable, Hashable {
         while s.hasSuffix("=") { s.removeLast() }
         return s
     }
-
-    /// The inverse of `base64URL`; nil for invalid input.
-    public static func decodeBase64URL(_ string: String) -> Data? {
-        var s = string.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while s.count % 4 != 0 { s.append("=") }
-        return Data(base64Encoded: s)
-    }
 }
 
 /// When to sign a new provider token: a state machine over time given by the caller, so tests

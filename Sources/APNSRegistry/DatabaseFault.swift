@@ -38,11 +38,11 @@ enum DatabaseFault: Sendable, Hashable {
         return classify(sqlState: info[.sqlState], serverMessage: info[.message], column: info[.columnName])
     }
 
-    /// The handlers' disposition for a failed registry operation.
-    static func disposition(for error: any Error) -> RegistryDisposition {
+    /// The handlers' route for a failed registry operation.
+    static func route(for error: any Error) -> RegistryRoute {
         switch classify(error) {
         case .message(let malformed): .dead(malformed)
-        case .unavailable: .registryFailed(error)
+        case .unavailable: .requeueAndHold(error)
         }
     }
 }

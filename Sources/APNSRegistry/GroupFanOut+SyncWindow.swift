@@ -18,7 +18,7 @@ extension GroupFanOut {
     /// before the group job is requeued (it then starts again on a later delivery).
     static var maxWindowAttempts: Int { 8 }
 
-    func handleCoalesced(_ job: GroupJob, trace: GroupTrace?) async -> RegistryDisposition {
+    func handleCoalesced(_ job: GroupJob, trace: GroupTrace?) async -> RegistryRoute {
         var after: DevicePosition? = nil
         var sentNow: [String: Int64] = [:], merged: [String: Int64] = [:]
         var unroutable = 0
@@ -29,7 +29,7 @@ extension GroupFanOut {
                 page = try await store.activeDevicesWithWindows(group: job.group, after: after, limit: batchSize)
                 decided = try await decideAndStore(page, job: job)
             } catch {
-                return DatabaseFault.disposition(for: error)
+                return DatabaseFault.route(for: error)
             }
             guard let decided else {
                 return .requeue("sync windows of group job \(job.id.uuidString.lowercased()) kept changing under other instances; fanned out again")

@@ -75,21 +75,21 @@ final class GroupTrace: Sendable {
         span.addLink(SpanLink(context: create.context, attributes: ["apns.bundle": SpanAttribute.string(message.routingKey)]))
     }
 
-    /// The group job's disposition ends its span.
-    func end(_ disposition: RegistryDisposition) {
+    /// The group job's route ends its span.
+    func end(_ route: RegistryRoute) {
         let count = stamped.load(ordering: .relaxed)
         span.attributes["apns.jobs_stamped"] = SpanAttribute.int64(Int64(count))
         if count > GroupFanOutTracing.maximumLinks {
             span.attributes["apns.links_omitted"] = SpanAttribute.int64(Int64(count - GroupFanOutTracing.maximumLinks))
         }
-        switch disposition {
+        switch route {
         case .ack:
             span.attributes["apns.outcome"] = "fanned_out"
         case .dead(let error):
             span.attributes["apns.outcome"] = "dead"
             span.attributes["apns.reason"] = SpanAttribute.string(error.reason)
             span.setStatus(SpanStatus(code: .error, message: error.reason))
-        case .registryFailed, .requeue:
+        case .requeueAndHold, .requeue:
             span.attributes["apns.outcome"] = "requeued"
             span.setStatus(SpanStatus(code: .error, message: "requeued"))
         }

@@ -6,21 +6,25 @@ import Logging
 import QueueConsumer
 import ServiceClock
 
-/// What a handler decided for one message of `apns.registry` or `apns.groups`.
-public enum RegistryDisposition: Sendable {
+/// Where one message of `apns.registry` or `apns.groups` goes: the registry's counterpart of
+/// the pipeline's `OutcomeRouter.Route`, in the same words (ack, dead). Not that type: this
+/// module sits below the worker's, a route here carries no `JobEnd` (a group job's ends are
+/// counted per notification it fans out, `RegistryRecorder`), and two routes are ones a bundle's
+/// job never takes, both a requeue.
+public enum RegistryRoute: Sendable {
     /// Done: ack.
     case ack
     /// Malformed: to the dead queue with section 4's headers, body unchanged, then ack.
     case dead(JobError)
     /// The registry failed: requeue the message and hold the consumers (contract §6).
-    case registryFailed(any Error)
+    case requeueAndHold(any Error)
     /// A publish was not confirmed: requeue the message; the registry is fine.
     case requeue(String)
 }
 
 /// The work of one of §6's queue consumers (`apns.registry`, `apns.groups`) on the generic
 /// `QueueConsumer`: every message is handed to `handle` in the consumer's settle runner (bounded
-/// by the prefetch), and its disposition carried out. A registry failure holds the consumer
+/// by the prefetch), and its route taken. A registry failure holds the consumer
 /// (`ConsumerStateMachine`, one hold breaker) and its sibling with it (`sibling`: the two share
 /// PostgreSQL); while held, the probe is a ping of PostgreSQL once per probe interval, and the
 /// consumer consumes again when one succeeds.
@@ -37,7 +41,7 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
     let clock: any ConsumerClock
     /// The other registry consumer, held along with this one.
     let sibling: QueueConsumer<RegistryConsumer>?
-    let handle: @Sendable (AMQPDelivery) async -> RegistryDisposition
+    let handle: @Sendable (AMQPDelivery) async -> RegistryRoute
 
     var oversizedDeadLetter: AMQPOversizedDeadLetter? {
         let clock = clock
@@ -63,12 +67,12 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
         consumer.settleLater { await self.settle(delivery, probe: probe, on: consumer) }
     }
 
-    /// One message worked and settled, its verdict told to `consumer` (and a hold to the sibling).
+    /// One message worked and settled, its breaker signal told to `consumer` (and a hold to the sibling).
     func settle(_ delivery: AMQPDelivery, probe: Bool, on consumer: QueueConsumer<RegistryConsumer>) async {
-        let settled = await process(delivery, isHeld: { consumer.isHeld }) { verdict in
-            if case .hold(let reason, _) = verdict { sibling?.holdAlongside(reason: reason) }
+        let settled = await process(delivery, isHeld: { consumer.isHeld }) { signal in
+            if case .hold(let reason, _) = signal { sibling?.holdAlongside(reason: reason) }
             // Any message handled is proof PostgreSQL answers again.
-            return consumer.answered(verdict, endsAHold: true) == .settle
+            return consumer.answered(signal, endsAHold: true) == .settle
         }
         if settled { consumer.settled(probe: probe) }
     }
@@ -98,10 +102,10 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
         }
     }
 
-    /// Works one message and settles it. `judged` tells the consumer's machine the verdict
+    /// Works one message and settles it. `judged` tells the consumer's machine the breaker signal
     /// before the settle and answers whether to settle at all (not after the shutdown deadline);
     /// returns false when it did not. `isHeld`: a hold came meanwhile.
-    func process(_ delivery: AMQPDelivery, isHeld: () -> Bool, judged: (ConsumerVerdict) -> Bool) async -> Bool {
+    func process(_ delivery: AMQPDelivery, isHeld: () -> Bool, judged: (BreakerSignal) -> Bool) async -> Bool {
         switch DeadOnArrival(delivery.message) {
         case .bodyTooLarge(let size, let copied):
             if copied {
@@ -132,7 +136,7 @@ struct RegistryConsumer<Broker: MessageConsuming & ConfirmedPublishing>: Consume
             await broker.ack(delivery)
         case .dead(let error):
             await deadLetter(delivery, error: error)
-        case .registryFailed(let error):
+        case .requeueAndHold(let error):
             guard judged(.hold(reason: String(String(reflecting: error).prefix(300)), status: 0)) else { return false }
             await broker.nack(delivery, requeue: true)
         case .requeue(let why):

@@ -10,7 +10,7 @@ struct RegistrationHandler: Sendable {
     let store: RegistryStore
     let logger: Logger
 
-    func handle(_ delivery: AMQPDelivery) async -> RegistryDisposition {
+    func handle(_ delivery: AMQPDelivery) async -> RegistryRoute {
         let message: RegistrationMessage
         switch RegistrationMessage.parse(body: delivery.message.body) {
         case .failure(let error): return .dead(error)
@@ -27,7 +27,7 @@ struct RegistrationHandler: Sendable {
                 ])
             return .ack
         } catch {
-            return DatabaseFault.disposition(for: error)
+            return DatabaseFault.route(for: error)
         }
     }
 }
@@ -47,15 +47,15 @@ struct GroupFanOut<Publisher: ConfirmedPublishing>: Sendable {
     /// `[tracing]`: a span per group job and trace context on the jobs it publishes; nil when off.
     var tracing: GroupFanOutTracing? = nil
 
-    func handle(_ delivery: AMQPDelivery) async -> RegistryDisposition {
+    func handle(_ delivery: AMQPDelivery) async -> RegistryRoute {
         guard let tracing else { return await fanOut(delivery, trace: nil) }
         let trace = tracing.begin(delivery)
-        let disposition = await fanOut(delivery, trace: trace)
-        trace.end(disposition)
-        return disposition
+        let route = await fanOut(delivery, trace: trace)
+        trace.end(route)
+        return route
     }
 
-    private func fanOut(_ delivery: AMQPDelivery, trace: GroupTrace?) async -> RegistryDisposition {
+    private func fanOut(_ delivery: AMQPDelivery, trace: GroupTrace?) async -> RegistryRoute {
         let job: GroupJob
         switch GroupJobParser.parse(body: delivery.message.body, messageID: delivery.message.properties.messageID) {
         case .failure(let error): return .dead(error)
@@ -70,7 +70,7 @@ struct GroupFanOut<Publisher: ConfirmedPublishing>: Sendable {
             do {
                 page = try await store.activeDevices(group: job.group, after: after, limit: batchSize)
             } catch {
-                return DatabaseFault.disposition(for: error)
+                return DatabaseFault.route(for: error)
             }
             after = page.last?.position
             let targets = page.filter { job.includes(bundleID: $0.bundleID, token: $0.token) }

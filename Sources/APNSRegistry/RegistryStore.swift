@@ -59,18 +59,6 @@ public final class RegistryStore: Sendable {
         }
     }
 
-    /// The schema version in the database (0 before any migration).
-    public func schemaVersion() async throws -> Int {
-        try await bounded { [client, logger] in
-            let exists = try await client.query("SELECT to_regclass('apns_schema_migrations') IS NOT NULL", logger: logger)
-            for try await present in exists.decode(Bool.self) where !present { return 0 }
-            let rows = try await client.query(
-                "SELECT coalesce((SELECT max(version) FROM apns_schema_migrations), 0)::integer", logger: logger)
-            for try await version in rows.decode(Int32.self) { return Int(version) }
-            return 0
-        }
-    }
-
     /// A cheap round trip: is the registry reachable?
     public func ping() async throws {
         try await bounded { [client, logger] in

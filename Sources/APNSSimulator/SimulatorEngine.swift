@@ -312,10 +312,6 @@ final class SimulatorEngine: Sendable {
 
     /// The queued tuples a connection of the certificate of `topic` is served (every one when
     /// nil), removed from the queue: a feedback connection serves each once.
-    func takeFeedback(topic: String? = nil) -> [FeedbackTuple] {
-        takeQueuedFeedback(topic: topic).map(\.tuple)
-    }
-
     func takeQueuedFeedback(topic: String?) -> [(topic: String?, tuple: FeedbackTuple)] {
         state.withLock { s in
             let served = s.feedback.filter { topic == nil || $0.topic == nil || $0.topic == topic }
@@ -328,10 +324,6 @@ final class SimulatorEngine: Sendable {
     }
 
     /// Tuples whose write failed go back to the front of the queue.
-    func returnFeedback(_ tuples: [FeedbackTuple]) {
-        returnQueuedFeedback(tuples.map { (topic: String?.none, tuple: $0) })
-    }
-
     func returnQueuedFeedback(_ queued: [(topic: String?, tuple: FeedbackTuple)]) {
         state.withLock { s in
             s.counters.feedbackTuplesServed -= queued.count

@@ -234,7 +234,7 @@ final class ConnectionRegistry: Sendable {
                 $0.openBinaryConnections += 1
             }
         case .feedback, .channelManagement:
-            // Feedback: counted when served (`SimulatorEngine.takeFeedback`); channel management:
+            // Feedback: counted when served (`SimulatorEngine.takeQueuedFeedback`); channel management:
             // its requests are counted (`channelRequests`), not its connections.
             break
         }

@@ -65,7 +65,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     private let lastStreamIDToUse: HTTP2StreamID
     private let onEvent: @Sendable (HTTP2ConnectionEvent) -> Void
     /// Under `NIOHTTP2Handler` (above TLS on real connections).
-    private let heldFlush: HeldFlushHandler
+    private let batchFlush: BatchFlushHandler
     private var context: ChannelHandlerContext?
     private var streams: [HTTP2StreamID: InFlight] = [:]
     private var nextStreamID: HTTP2StreamID
@@ -85,10 +85,10 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
     /// stream-id space.
     init(
         pingInterval: TimeAmount, firstStreamID: HTTP2StreamID = 1, lastStreamIDToUse: HTTP2StreamID = lastStreamIDToUse,
-        heldFlush: HeldFlushHandler, onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
+        batchFlush: BatchFlushHandler, onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
     ) {
         self.pingInterval = pingInterval
-        self.heldFlush = heldFlush
+        self.batchFlush = batchFlush
         self.nextStreamID = firstStreamID
         self.lastStreamIDToUse = lastStreamIDToUse
         self.onEvent = onEvent
@@ -150,7 +150,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
 
     /// Opens a stream for each request (`HTTP2Connection` batches requests from other threads).
     /// Each request is flushed through NIOHTTP2 on its own, so the bodies leave in stream order,
-    /// and TLS gets one flush for the batch (`HeldFlushHandler`). On a closed connection every
+    /// and TLS gets one flush for the batch (`BatchFlushHandler`). On a closed connection every
     /// request ends `.notProcessed`: nothing of it was sent.
     func send(_ requests: [StreamRequest]) {
         guard let context else {
@@ -158,7 +158,7 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             return
         }
         var bodies = Self.bodies(of: requests, allocator: context.channel.allocator)
-        heldFlush.holdingFlushes {
+        batchFlush.batchingFlushes {
             for request in requests {
                 open(request, bodies: &bodies, context: context)
                 context.flush()

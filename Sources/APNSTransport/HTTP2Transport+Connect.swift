@@ -30,14 +30,14 @@ extension HTTP2Transport {
     }
 
     /// The handlers of a connection above TLS, bottom to top: writes gathered into TLS records,
-    /// flushes held for a batch, NIOHTTP2, and the APNs protocol work.
+    /// flushes kept back for a batch, NIOHTTP2, and the APNs protocol work.
     static func addHTTP2Handlers(
         to sync: ChannelPipeline.SynchronousOperations, pingInterval: TimeAmount,
         onEvent: @escaping @Sendable (HTTP2ConnectionEvent) -> Void
     ) throws {
         try sync.addHandler(WriteGatheringHandler())
-        let heldFlush = HeldFlushHandler()
-        try sync.addHandler(heldFlush)
+        let batchFlush = BatchFlushHandler()
+        try sync.addHandler(batchFlush)
         try sync.addHandler(
             NIOHTTP2Handler(
                 mode: .client,
@@ -53,7 +53,7 @@ extension HTTP2Transport {
                 // Our content-length is the body we write, by construction; an
                 // answer is read whole, to END_STREAM, whatever it declares.
                 contentLengthValidation: .disabled))
-        try sync.addHandler(HTTP2ConnectionHandler(pingInterval: pingInterval, heldFlush: heldFlush, onEvent: onEvent))
+        try sync.addHandler(HTTP2ConnectionHandler(pingInterval: pingInterval, batchFlush: batchFlush, onEvent: onEvent))
     }
 
 }

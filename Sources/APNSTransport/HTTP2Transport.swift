@@ -261,7 +261,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     }
 
     /// What follows one attempt on one stream.
-    private enum NextStep {
+    private enum DoneOrAgain {
         case done(TransportResult)
         /// Send again with this token (`renewed`: it replaced one APNs reported expired).
         case again(token: ProviderToken?, renewed: Bool)
@@ -270,7 +270,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     /// Gives the stream back and decides what follows an attempt.
     private func afterAttempt(
         _ result: StreamResult, on lease: Pool.Lease, deadline: NIODeadline, token: ProviderToken?, renewedAfterExpiry: Bool
-    ) -> NextStep {
+    ) -> DoneOrAgain {
         let answered = if case .answer = result { true } else { false }
         // A stream that ended unanswered on a dead connection: no new stream goes to it, not
         // even the one given back now.

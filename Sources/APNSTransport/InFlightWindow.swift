@@ -28,9 +28,9 @@ package struct InFlightWindow: Sendable, Hashable {
     /// The window now.
     package private(set) var target: Int
     /// The least the window asks for (the starting prefetch).
-    package private(set) var floor: Int
+    package let floor: Int
     /// The most: this pool's share of the process budget.
-    package private(set) var ceiling: Int
+    package let ceiling: Int
     /// Sends begun and not yet ended.
     package private(set) var inFlight = 0
     /// Completions per second over the last period; nil before the first.
@@ -119,12 +119,5 @@ package struct InFlightWindow: Sendable, Hashable {
         let growth = full ? target.multipliedReportingOverflow(by: 2).partialValue : target
         let proposed = wanted >= Double(growth) ? growth : Int(wanted)
         return min(max(floor, proposed), upper)
-    }
-
-    /// A new share of the budget (bundles added or removed); the target is kept within it.
-    package mutating func rebound(floor: Int, ceiling: Int) {
-        self.floor = max(1, floor)
-        self.ceiling = max(self.floor, ceiling)
-        target = min(max(target, self.floor), self.ceiling)
     }
 }

@@ -11,7 +11,7 @@ import NIOCore
 /// one buffer is cheaper than any of that. Nothing goes to the socket before a flush either way,
 /// so the bytes, their order and when they leave are what they were.
 ///
-/// Sits between TLS and `HeldFlushHandler`. A gathered buffer is written down when it would pass
+/// Sits between TLS and `BatchFlushHandler`. A gathered buffer is written down when it would pass
 /// `recordSize` (TLS's largest record), at a flush, and before anything that is not a byte
 /// buffer, a close or the handler's removal.
 final class WriteGatheringHandler: ChannelOutboundHandler, RemovableChannelHandler {

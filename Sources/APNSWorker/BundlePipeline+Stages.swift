@@ -15,7 +15,7 @@ import Synchronization
 extension BundlePipeline {
     /// What the stages before sending decided for a delivery: not an end itself, but whether
     /// the job goes to APNs or is settled unsent.
-    enum NextStep {
+    enum SendOrSettle {
         case send(Job, OutcomeRouter.JobContext)
         /// Settled without sending (too large, malformed, poison, gated): the route carries the
         /// end; `details` are what the end line says about why.
@@ -155,7 +155,7 @@ extension BundlePipeline {
 
     /// The stages before sending: the delivery limit, parsing, the job's log line and the
     /// rollout gate. A job settled unsent gets its end line when it is settled, with `details`.
-    func admit(_ delivery: AMQPDelivery) -> NextStep {
+    func admit(_ delivery: AMQPDelivery) -> SendOrSettle {
         switch DeadOnArrival(delivery.message) {
         case .bodyTooLarge(let size, let copied):
             let details: Logger.Metadata = [
@@ -209,7 +209,7 @@ extension BundlePipeline {
         let context = OutcomeRouter.JobContext(message: delivery.message, job: job, previousAttempts: previousAttempts)
         log(job, attempt: previousAttempts + 1, redelivered: delivery.message.redelivered)
         bundleStatistics.jobReceived()
-        if case .hold(let why) = gate(job) {
+        if case .gated(let why) = gate(job) {
             return .settleUnsent(router.routeGated(job: context), details: ["job.id": "\(job.id)", "gate.why": "\(why)"])
         }
         return .send(job, context)

@@ -100,9 +100,6 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
         }
     }
 
-    /// The bounds now (`updateInFlightBounds(_:)`).
-    public var currentInFlightBounds: BundleInFlightBounds { inFlightBounds.withLock { $0 } }
-
     /// Bundles were added or removed while running: this consumer's share of `[amqp] maxInFlight`
     /// changed. A smaller ceiling is followed at once (the consumer re-consumes with it as its
     /// prefetch); a larger one lets the window grow further.

@@ -8,7 +8,7 @@ import Synchronization
 /// starts and released when it has stopped (its jobs in flight ended). The source owns and runs
 /// what it hands out; a release lets it drain and close what no unit uses any more.
 ///
-/// `apns-worker run` uses `TransportRegistry`: one pool per credential, environment and endpoint,
+/// `apns-worker run` uses `TransportPools`: one pool per credential, environment and endpoint,
 /// shared by the bundles whose keys are equal, drained and closed when no unit uses it.
 public protocol TransportSource: Sendable {
     func acquire(bundle: BundleConfiguration, environment: APNSEnvironment) throws -> any NotificationTransport

@@ -50,11 +50,6 @@ public struct DeliveryLimit: Sendable {
         return 2
     }
 
-    /// Whether this delivery is one too many.
-    public mutating func isExceeded(by message: AMQPDeliveredMessage) -> Bool {
-        deliveries(of: message) > maxDeliveries
-    }
-
     private mutating func remember(_ key: Int) {
         seen[key] = 1
         order.append(key)

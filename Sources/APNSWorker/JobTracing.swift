@@ -63,7 +63,7 @@ final class JobTrace: Sendable {
     }
 
     /// Parsing, the delivery limit and the rollout gate decided: the `parse` span.
-    func admitted<Broker: MessageBroker>(_ next: BundlePipeline<Broker>.NextStep) {
+    func admitted<Broker: MessageBroker>(_ next: BundlePipeline<Broker>.SendOrSettle) {
         endStage("parse", kind: .internal) { span in
             switch next {
             case .send(let job, let context):

@@ -104,16 +104,13 @@ public struct OutcomeRouter: Sendable {
         }
     }
 
-    /// What the hold breaker learns from an outcome (`ConsumerStateMachine.answered`): `.hold`
-    /// for a provider fault (the bundle holds, or stays held), `.healthy` when APNs judged the
-    /// job, not the provider's credentials (a hold ends).
-    public typealias BreakerEffect = ConsumerVerdict
-
     /// Everything the pipeline does with an outcome, decided in one place: the route for the
-    /// job's delivery (which carries its end) and the breaker's effect. Every outcome is named:
+    /// job's delivery (which carries its end) and the breaker's signal (`ConsumerStateMachine.answered`):
+    /// `.hold` for a provider fault (the bundle holds, or stays held), `.healthy` when APNs judged
+    /// the job, not the provider's credentials (a hold ends). Every outcome is named:
     /// a new one must say here whether it holds the bundle.
-    public func decide(_ outcome: Outcome, job: JobContext, now: Date) -> (route: Route, breaker: BreakerEffect) {
-        let breaker: BreakerEffect
+    public func decide(_ outcome: Outcome, job: JobContext, now: Date) -> (route: Route, breaker: BreakerSignal) {
+        let breaker: BreakerSignal
         switch outcome {
         case .held(let reason, let status): breaker = .hold(reason: reason, status: status)
         case .delivered, .invalidToken, .retry, .dead: breaker = .healthy
@@ -173,7 +170,7 @@ public struct OutcomeRouter: Sendable {
     /// dead-letters it, body unchanged (without the x-apns-* headers: the fallback).
     public func routeOversized(copied: Bool) -> Route { copied ? .ack(end: .dead) : .rejectToDeadLetter }
 
-    /// A job the rollout gate holds back: into the first retry queue, attempts unchanged, so it
+    /// A job the rollout gate gated: into the first retry queue, attempts unchanged, so it
     /// meets the gate again after the shortest delay and never counts towards `maxAttempts`.
     public func routeGated(job: JobContext) -> Route {
         .publishThenAck(retryMessage(job: job, attemptsMade: job.previousAttempts, delay: retryPolicy.delays[0]), end: .gated)

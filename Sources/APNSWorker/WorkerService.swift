@@ -239,7 +239,7 @@ public final class WorkerService<Broker: WorkerBroker>: Service, Sendable {
             for environment in transports.keys { source.release(bundle: bundle, environment: environment) }
             throw error
         }
-        let pipeline = makePipeline(bundle, configuration, EnvironmentRouter(transports, keyScope: bundle.keyScope))
+        let pipeline = makePipeline(bundle, configuration, PerEnvironmentTransport(transports, keyScope: bundle.keyScope))
         return BundleUnit(bundle: bundle, pipeline: pipeline, source: source, environments: APNSEnvironment.allCases)
     }
 }

@@ -27,7 +27,7 @@ public struct WorkerStatus: Sendable, Hashable, Codable {
         }
     }
 
-    /// A connection pool to APNs, shared by the bundles of one credential (`TransportRegistry`).
+    /// A connection pool to APNs, shared by the bundles of one credential (`TransportPools`).
     public struct Pool: Sendable, Hashable, Codable {
         /// `TransportPoolKey.description`: the credential (a digest's prefix), environment, endpoint.
         public var name: String
@@ -84,7 +84,7 @@ extension WorkerService: WorkerStatusProviding {
             bundles: pipelines.map { pipeline in
                 // A pooled bundle's connections are its pool's, shared: reported once per pool
                 // (`pools`), never once per bundle that uses it.
-                let connections = source is TransportRegistry ? [:] : pipeline.connectionStates() ?? [:]
+                let connections = source is TransportPools ? [:] : pipeline.connectionStates() ?? [:]
                 return WorkerStatus.Bundle(
                     bundleID: pipeline.settings.bundleID, held: pipeline.isHeld, paused: pipeline.isPaused,
                     activity: pipeline.statistics.activity(bundle: pipeline.settings.bundleID),
@@ -92,7 +92,7 @@ extension WorkerService: WorkerStatusProviding {
             })
         status.configuration = configurationInForce
         status.topologyDeclared = isTopologyDeclared
-        status.pools = (source as? TransportRegistry)?.reports() ?? []
+        status.pools = (source as? TransportPools)?.reports() ?? []
         return status
     }
 }

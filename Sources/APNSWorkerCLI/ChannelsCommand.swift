@@ -122,7 +122,7 @@ final class ConfiguredChannels: BroadcastChannelManaging, ConfigurationFollower 
         guard let entry = entries.withLock({ $0[bundleID] }), let client = client(bundleID: bundleID, environment: environment) else {
             throw ChannelManagementError(status: 0, reason: "no HTTP/2 bundle \(bundleID) is configured")
         }
-        // Apple's key rules, as for notifications (`EnvironmentRouter`): no trip to Apple for
+        // Apple's key rules, as for notifications (`PerEnvironmentTransport`): no trip to Apple for
         // what it refuses. A channel's topic is the bundle ID.
         if let refusal = entry.bundle.keyScope.refusal(environment: environment, topic: bundleID) {
             throw ChannelManagementError(

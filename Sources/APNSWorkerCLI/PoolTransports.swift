@@ -9,7 +9,7 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 
-/// What `apns-worker run` puts in its connection pools (`TransportRegistry`): the transport of a
+/// What `apns-worker run` puts in its connection pools (`TransportPools`): the transport of a
 /// new pool, made for the first bundle that needed it; and the prefetch of a bundle whose pool
 /// other bundles share (`PoolPrefetches`).
 enum PoolTransports {

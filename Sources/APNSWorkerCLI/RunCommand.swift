@@ -32,8 +32,8 @@ struct RunCommand: AsyncParsableCommand {
         let configuration = loaded.configuration
         let logger = makeLogger("apns-worker")
         // Before anything creates a metric, so every one of them reaches /metrics.
-        let metricsRegistry = PrometheusCollectorRegistry()
-        MetricsSystem.bootstrap(AdminMetrics.factory(registry: metricsRegistry))
+        let prometheus = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(AdminMetrics.factory(prometheus: prometheus))
         var amqp = try AMQPConfiguration(urlStrings: configuration.amqp.urls, connectionName: "apns-worker run")
         amqp.heartbeat = configuration.amqp.heartbeat
         if let caFile = configuration.amqp.caFile { amqp.tls.caFile = caFile }
@@ -89,7 +89,7 @@ struct RunCommand: AsyncParsableCommand {
         // what bounds the total is each bundle's cap (`BundleInFlightBounds`, which follows the
         // bundles added and removed while running), and a window its consumers do not fill
         // does not grow.
-        let transports = TransportRegistry(logger: logger) {
+        let transports = TransportPools(logger: logger) {
             [worker = configuration.worker, budget = configuration.amqp.inFlightBudget, startCount = configuration.bundles.count] key, bundle, environment in
             try PoolTransports.make(
                 bundle, environment: environment, key: key, settings: worker, tokens: tokenSources,
@@ -148,7 +148,7 @@ struct RunCommand: AsyncParsableCommand {
             queues: QueueInspector(
                 amqp: amqp.named("apns-worker admin"), bundleIDs: configuration.bundles.map(\.bundleID),
                 retryDelays: configuration.retry.delays, logger: logger, pooledReads: true, registryQueues: configuration.registry != nil),
-            registry: metricsRegistry, logger: logger, registryStore: registry?.store, fleet: fleet,
+            prometheus: prometheus, logger: logger, registry: registry?.store, fleet: fleet,
             channels: channels)
         services.insert(admin, at: 0)
         // Right after the admin server: it shuts down after every service that makes spans, so

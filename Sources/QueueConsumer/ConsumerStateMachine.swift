@@ -61,8 +61,6 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         case waitForRoom
     }
 
-    package typealias Verdict = ConsumerVerdict
-
     /// What a probe found.
     package enum ProbeResult: Hashable, Sendable {
         /// A job, taken to be worked as the probe; its answer decides (`basic.get`).
@@ -388,18 +386,18 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
         return roomWaiter
     }
 
-    /// A job's work was judged (`verdict`). `endsAHold`: whether a healthy verdict is proof the
+    /// A job's work was judged (`signal`). `endsAHold`: whether a healthy signal is proof the
     /// fault is gone. For a bundle only its probe's is: a job sent before the hold says nothing of
     /// the fault that holds (a topic or environment the key lacks), and ending the hold on its
     /// answer flapped the consumer, which handed back every job it had at each turn. For the
     /// registry any message handled is (PostgreSQL answered). `now` is read only when the breaker
     /// changes.
-    package mutating func answered(_ verdict: Verdict, endsAHold: Bool, now: @autoclosure () -> Instant) -> (Settlement, Action) {
+    package mutating func answered(_ signal: BreakerSignal, endsAHold: Bool, now: @autoclosure () -> Instant) -> (Settlement, Action) {
         guard lifecycle != .finished else {
             inFlight -= 1
             return (.drop, .none)
         }
-        switch verdict {
+        switch signal {
         case .hold(let reason, let status):
             let wasProbing = breaker.isProbing
             if breaker.fault(reason, now: now()) {
@@ -423,7 +421,7 @@ package struct ConsumerStateMachine<Waiter, Instant: InstantProtocol & Sendable>
     }
 
     /// A job reached its end and was settled (or sent back). `probe`: it was a held consumer's
-    /// probe; one that ended without a verdict (malformed, gated, poison) proved nothing, so the
+    /// probe; one that ended without a signal (malformed, gated, poison) proved nothing, so the
     /// consumer stays held and probes again after the interval.
     package mutating func settled(probe: Bool, now: @autoclosure () -> Instant) -> Action {
         inFlight -= 1
@@ -516,9 +514,10 @@ extension ConsumerStateMachine.Wake: Sendable where Waiter: Sendable {}
 extension ConsumerStateMachine.Action: Sendable where Waiter: Sendable {}
 extension ConsumerStateMachine: Sendable where Waiter: Sendable {}
 
-/// What a job's answer says of the fault that holds (or would hold) its consumer
-/// (`OutcomeRouter.BreakerEffect` for a bundle's APNs outcomes).
-public enum ConsumerVerdict: Hashable, Sendable {
+/// What the hold breaker learns from a job's answer: whether a fault that is not the job's
+/// holds (or would hold) its consumer. For a bundle, `OutcomeRouter.decide` reads it from the
+/// APNs outcome; for the registry, from whether PostgreSQL answered.
+public enum BreakerSignal: Hashable, Sendable {
     /// The fault is not the job's: hold, or stay held (a bundle's credentials, the registry down).
     case hold(reason: String, status: Int)
     /// The work was judged on its merits: a hold ends.

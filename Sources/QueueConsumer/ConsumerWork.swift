@@ -46,7 +46,7 @@ extension ConsumerWork {
 
 /// What a held consumer's probe found.
 package enum ConsumerProbe: Sendable {
-    /// A job taken to be worked as the probe; its verdict decides.
+    /// A job taken to be worked as the probe; its breaker signal decides.
     case found(AMQPDelivery)
     /// Nothing proven: the queue was empty, or the fault is still there.
     case nothing

@@ -109,10 +109,10 @@ package final class QueueConsumer<Work: ConsumerWork>: Sendable {
 
     // MARK: - For the work
 
-    /// A job's work was judged (`endsAHold`: a healthy verdict is proof the fault is gone,
+    /// A job's work was judged (`endsAHold`: a healthy signal is proof the fault is gone,
     /// `ConsumerStateMachine.answered`); `.drop` after the shutdown deadline (settle nothing).
-    package func answered(_ verdict: Machine.Verdict, endsAHold: Bool) -> Machine.Settlement {
-        event { $0.answered(verdict, endsAHold: endsAHold, now: clock.now) }
+    package func answered(_ signal: BreakerSignal, endsAHold: Bool) -> Machine.Settlement {
+        event { $0.answered(signal, endsAHold: endsAHold, now: clock.now) }
     }
 
     /// A job reached its end and was settled (or sent back).

@@ -20,7 +20,7 @@ import TestSupport
     static func admin(token: String? = token, listen: String = "127.0.0.1", port: Int = 0, concurrent: Int = 4) throws -> AdminService {
         try AdminService(
             settings: AdminSettings(listen: ListenAddress(host: listen, port: port), token: token), worker: FixedStatus(), queues: nil,
-            registry: nil, logger: AdminHarness.logger, concurrentRequests: concurrent)
+            prometheus: nil, logger: AdminHarness.logger, concurrentRequests: concurrent)
     }
 
     // MARK: - Pure decisions
@@ -114,7 +114,7 @@ import TestSupport
         var settings = AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: Self.token)
         settings.metricsToken = metricsToken
         let admin = try AdminService(
-            settings: settings, worker: FixedStatus(), queues: nil, registry: TestMetrics.registry, logger: AdminHarness.logger)
+            settings: settings, worker: FixedStatus(), queues: nil, prometheus: TestMetrics.prometheus, logger: AdminHarness.logger)
         try await admin.makeApplication().test(.router) { client in
             let asMetrics: HTTPFields = [.authorization: "Bearer \(metricsToken)"]
             let scrape = try await client.execute(uri: "/metrics", method: .get, headers: asMetrics)
@@ -183,7 +183,7 @@ import TestSupport
     static func serving(_ settings: AdminSettings, _ body: (Int) async throws -> Void) async throws {
         try await servingAdmin({ onListening in
             try AdminService(
-                settings: settings, worker: FixedStatus(), queues: nil, registry: nil, logger: AdminHarness.logger,
+                settings: settings, worker: FixedStatus(), queues: nil, prometheus: nil, logger: AdminHarness.logger,
                 onListening: onListening)
         }, body)
     }

@@ -45,7 +45,7 @@ struct AdminBrowserTests {
         try await servingAdmin(extra: fleet.map { [$0] } ?? [], { [settings] onListening in
             try AdminService(
                 settings: settings,
-                worker: harness.worker, queues: harness.queues, registry: TestMetrics.registry, logger: AdminHarness.logger, fleet: fleet,
+                worker: harness.worker, queues: harness.queues, prometheus: TestMetrics.prometheus, logger: AdminHarness.logger, fleet: fleet,
                 onListening: onListening)
         }, body)
     }

@@ -57,7 +57,7 @@ struct SimulatorChannels: BroadcastChannelManaging {
         do {
             let admin = try AdminService(
                 settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: AdminHarness.token),
-                worker: FixedStatus(), queues: nil, registry: nil, logger: logger,
+                worker: FixedStatus(), queues: nil, prometheus: nil, logger: logger,
                 channels: SimulatorChannels(bundleID: "com.example.app", port: simulator.channelPort ?? 0, credentials: credentials))
             try await body(simulator, admin)
         } catch {

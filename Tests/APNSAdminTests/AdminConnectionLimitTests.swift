@@ -61,7 +61,7 @@ import TestSupport
         try await servingAdmin({ onListening in
             try AdminService(
                 settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0)), worker: FixedStatus(), queues: nil,
-                registry: nil, logger: AdminHarness.logger, connectionLimits: limits, onListening: onListening)
+                prometheus: nil, logger: AdminHarness.logger, connectionLimits: limits, onListening: onListening)
         }) { port in
             let result = try await runProcess("/usr/bin/python3", ["-c", Self.client, "\(port)"])
             #expect(result.status == 0, "\(result.stderr)")

@@ -25,7 +25,7 @@ struct AdminFleetRouteTests {
     static func fleetAdmin(_ harness: AdminHarness, _ fleet: FleetService<AMQPConnection>?) throws -> AdminService {
         try AdminService(
             settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: AdminHarness.token), worker: harness.worker,
-            queues: harness.queues, registry: TestMetrics.registry, logger: AdminHarness.logger, fleet: fleet)
+            queues: harness.queues, prometheus: TestMetrics.prometheus, logger: AdminHarness.logger, fleet: fleet)
     }
 
     @Test func pauseResumeAndTheFleetReport() async throws {
@@ -200,7 +200,7 @@ struct AdminFleetRouteTests {
                 retryDelays: [AdminHarness.retryDelay], logger: AdminHarness.logger, pooledReads: true)
             let admin = try AdminService(
                 settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: AdminHarness.token),
-                worker: harness.worker, queues: queues, registry: TestMetrics.registry, logger: AdminHarness.logger)
+                worker: harness.worker, queues: queues, prometheus: TestMetrics.prometheus, logger: AdminHarness.logger)
             try await admin.makeApplication().test(.router) { client in
                 for _ in 0..<3 {
                     let page = try await client.execute(uri: "/", method: .get, headers: Self.bearer)

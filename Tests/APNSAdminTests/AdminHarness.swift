@@ -19,13 +19,13 @@ import ServiceLifecycle
 import Synchronization
 import TestSupport
 
-/// The process-wide Prometheus registry of the test run: swift-metrics can be bootstrapped once
-/// per process, and every metric the worker creates afterwards lands here.
+/// The process-wide Prometheus collector registry of the test run: swift-metrics can be
+/// bootstrapped once per process, and every metric the worker creates afterwards lands here.
 enum TestMetrics {
-    static let registry: PrometheusCollectorRegistry = {
-        let registry = PrometheusCollectorRegistry()
-        MetricsSystem.bootstrap(AdminMetrics.factory(registry: registry))
-        return registry
+    static let prometheus: PrometheusCollectorRegistry = {
+        let prometheus = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(AdminMetrics.factory(prometheus: prometheus))
+        return prometheus
     }()
 }
 
@@ -55,7 +55,7 @@ final class AdminHarness: Sendable {
     /// Starts everything and runs the worker and transport in the background of `body`.
     static func with<T: Sendable>(_ body: (AdminHarness) async throws -> T) async throws -> T {
         let broker = try TestBroker.require()
-        _ = TestMetrics.registry
+        _ = TestMetrics.prometheus
         let bundle = uniqueName("com.example.admin")
         let directory = NSTemporaryDirectory() + "apnsw-admin-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -84,12 +84,12 @@ final class AdminHarness: Sendable {
             settings: .init(
                 bundleID: bundle, prefetch: 20, retryPolicy: RetryPolicy(delays: [retryDelay], maxAttempts: 3),
                 probeInterval: .seconds(60), shutdownDeadline: .seconds(5)),
-            broker: workerConnection, transport: EnvironmentRouter([.production: transport]), statistics: statistics, logger: logger)
+            broker: workerConnection, transport: PerEnvironmentTransport([.production: transport]), statistics: statistics, logger: logger)
         let worker = WorkerService(broker: workerConnection, topology: plan, pipelines: [pipeline], logger: logger)
         let queues = QueueInspector(amqp: amqp, bundleIDs: [bundle], retryDelays: [retryDelay], logger: logger, deliveryWait: .seconds(10), handBackWait: .seconds(30))
         let admin = try AdminService(
             settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: token), worker: worker, queues: queues,
-            registry: TestMetrics.registry, logger: logger)
+            prometheus: TestMetrics.prometheus, logger: logger)
         let group = ServiceGroup(services: [transport, worker], logger: logger)
         let harness = AdminHarness(
             bundle: bundle, directory: directory, simulator: simulator, workerConnection: workerConnection, publisher: publisher,

@@ -80,7 +80,7 @@ struct AdminQueueFailureTests {
                 handBackWait: .seconds(30))
             let admin = try AdminService(
                 settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: AdminHarness.token),
-                worker: harness.worker, queues: queues, registry: TestMetrics.registry, logger: AdminHarness.logger)
+                worker: harness.worker, queues: queues, prometheus: TestMetrics.prometheus, logger: AdminHarness.logger)
             try await admin.makeApplication().test(.router) { client in
                 for action in ["requeue", "purge"] {
                     let answer = try await client.execute(uri: "/dead/some-job/\(action)", method: .post, headers: Self.bearer)

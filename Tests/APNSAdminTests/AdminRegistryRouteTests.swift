@@ -42,7 +42,7 @@ import TestSupport
     static func admin(_ store: RegistryStore) throws -> AdminService {
         try AdminService(
             settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0), token: nil), worker: FixedStatus(), queues: nil,
-            registry: nil, logger: AdminHarness.logger, registryStore: store)
+            prometheus: nil, logger: AdminHarness.logger, registry: store)
     }
 
     static func error(_ response: TestResponse) -> String {

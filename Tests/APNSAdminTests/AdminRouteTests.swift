@@ -355,24 +355,24 @@ struct AdminReadinessTests {
         for host in ["0.0.0.0", "192.168.1.10", "::"] {
             let error = #expect(throws: AdminConfigurationError.self) {
                 try AdminService(
-                    settings: AdminSettings(listen: ListenAddress(host: host, port: 8080)), worker: status, queues: nil, registry: nil,
+                    settings: AdminSettings(listen: ListenAddress(host: host, port: 8080)), worker: status, queues: nil, prometheus: nil,
                     logger: AdminHarness.logger)
             }
             #expect(error?.description.hasPrefix("[admin] token: required when listen") == true)
         }
         for host in ["127.0.0.1", "127.1.2.3", "localhost", "::1"] {
             _ = try AdminService(
-                settings: AdminSettings(listen: ListenAddress(host: host, port: 8080)), worker: status, queues: nil, registry: nil,
+                settings: AdminSettings(listen: ListenAddress(host: host, port: 8080)), worker: status, queues: nil, prometheus: nil,
                 logger: AdminHarness.logger)
         }
         _ = try AdminService(
             settings: AdminSettings(listen: ListenAddress(host: "0.0.0.0", port: 8080), token: AdminHarness.token), worker: status,
-            queues: nil, registry: nil, logger: AdminHarness.logger)
+            queues: nil, prometheus: nil, logger: AdminHarness.logger)
     }
 
     @Test func withoutATokenEverythingIsOpenOnLoopback() async throws {
         let admin = try AdminService(
-            settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0)), worker: FixedStatus(), queues: nil, registry: nil,
+            settings: AdminSettings(listen: ListenAddress(host: "127.0.0.1", port: 0)), worker: FixedStatus(), queues: nil, prometheus: nil,
             logger: AdminHarness.logger)
         try await admin.makeApplication().test(.router) { client in
             #expect(try await client.execute(uri: "/ready", method: .get).status == .ok)

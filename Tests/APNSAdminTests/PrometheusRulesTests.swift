@@ -170,16 +170,16 @@ struct PrometheusRulesTests {
 
     /// Depths the broker did not answer become NaN, so no alert compares a stale number.
     @Test func unreadableDepthsAreNaN() async throws {
-        _ = TestMetrics.registry
+        _ = TestMetrics.prometheus
         let metrics = AdminMetrics()
         let bundle = uniqueName("com.example.nan")
         metrics.sample([QueueDepth(queue: "apns.\(bundle)", bundleID: bundle, role: "work", messages: 7, consumers: 2)], bundleIDs: [bundle])
-        var samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
+        var samples = try PrometheusText.parse(String(decoding: TestMetrics.prometheus.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_queue_messages", ["bundle": bundle, "role": "work"]) == 7)
         #expect(samples.value("apns_worker_queue_consumers", ["bundle": bundle, "role": "work"]) == 2)
         #expect(samples.value("apns_worker_queue_messages", ["bundle": bundle, "role": "dead"])?.isNaN == true)
         metrics.sample(nil, bundleIDs: [bundle])
-        samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
+        samples = try PrometheusText.parse(String(decoding: TestMetrics.prometheus.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_queue_messages", ["bundle": bundle, "role": "work"])?.isNaN == true)
         #expect(samples.value("apns_worker_queue_consumers", ["bundle": bundle, "role": "work"])?.isNaN == true)
     }
@@ -187,7 +187,7 @@ struct PrometheusRulesTests {
     /// The registry's and groups' dead queues reach /metrics (ApnsWorkerRegistryDeadLetters
     /// reads them) with bundle "", only when the worker runs a registry, NaN when unread.
     @Test func registryDeadQueueDepths() throws {
-        _ = TestMetrics.registry
+        _ = TestMetrics.prometheus
         let metrics = AdminMetrics()
         let bundle = uniqueName("com.example.regdead")
         let depths = [
@@ -195,27 +195,27 @@ struct PrometheusRulesTests {
             QueueDepth(queue: "apns.groups.dead", bundleID: "", role: "groups_dead", messages: 2, consumers: 0),
         ]
         metrics.sample(depths, bundleIDs: [bundle], registryQueues: true)
-        var samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
+        var samples = try PrometheusText.parse(String(decoding: TestMetrics.prometheus.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_queue_messages", ["bundle": "", "role": "registry_dead"]) == 4)
         #expect(samples.value("apns_worker_queue_messages", ["bundle": "", "role": "groups_dead"]) == 2)
         #expect(samples.value("apns_worker_queue_consumers", ["bundle": "", "role": "groups_dead"]) == 0)
         metrics.sample(nil, bundleIDs: [bundle], registryQueues: true)
-        samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
+        samples = try PrometheusText.parse(String(decoding: TestMetrics.prometheus.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_queue_messages", ["bundle": "", "role": "registry_dead"])?.isNaN == true)
     }
 
     /// `ApnsWorkerRegistryUnavailable` reads this gauge: 0 while the registry is held.
     @Test func registryAvailability() throws {
-        _ = TestMetrics.registry
+        _ = TestMetrics.prometheus
         let metrics = AdminMetrics()
         var status = WorkerStatus(broker: "connected", bundles: [])
         status.registry = "held"
         metrics.sample(status)
-        var samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
+        var samples = try PrometheusText.parse(String(decoding: TestMetrics.prometheus.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_registry_available", [:]) == 0)
         status.registry = "ok"
         metrics.sample(status)
-        samples = try PrometheusText.parse(String(decoding: TestMetrics.registry.emitToBuffer(), as: UTF8.self))
+        samples = try PrometheusText.parse(String(decoding: TestMetrics.prometheus.emitToBuffer(), as: UTF8.self))
         #expect(samples.value("apns_worker_registry_available", [:]) == 1)
     }
 }

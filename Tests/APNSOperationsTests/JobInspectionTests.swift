@@ -2,6 +2,7 @@
 // and the headers of a requeued job.
 import AMQPClient
 import APNSOperations
+import APNSTopology
 import APNSTopologyNames
 import Foundation
 import Testing
@@ -151,7 +152,7 @@ private func deadMessage(id: String = "4F1C9F5E-0C0B-4C65-9A38-6E3B2F0B8C11", re
         #expect(out.exchange == "" && out.routingKey == "apns.b" && out.body == original.body)
         let headers = out.properties.headers ?? [:]
         #expect(headers[JobHeaders.lastReason] == .string("BadDeviceToken"))
-        for cleared in JobInspection.headersClearedOnRequeue { #expect(headers[cleared] == nil) }
+        for cleared in JobEnvelope.clearedOnRequeue { #expect(headers[cleared] == nil) }
         #expect(headers["x-custom"] == .string("kept") && headers["x-death"] != nil)
         var expected = original.properties
         expected.headers = headers

@@ -135,7 +135,7 @@ import TestSupport
         #expect(moved.first?.properties.headers == envelope.amqpHeaders)
         let headers = try #require(moved.first?.properties.headers)
         #expect(headers[JobHeaders.lastReason] == .string("Unregistered"))
-        for cleared in JobInspection.headersClearedOnRequeue { #expect(headers[cleared] == nil) }
+        for cleared in JobEnvelope.clearedOnRequeue { #expect(headers[cleared] == nil) }
 
         #expect(broker.readyMessages(Self.dead)?.map(\.jobID) == [ids[0], ids[1], ids[3], ids[4]])
         #expect(broker.settled.filter { $0.requeue == nil }.map(\.body) == [original.body])

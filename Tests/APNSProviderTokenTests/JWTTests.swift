@@ -143,3 +143,12 @@ import Testing
         }
     }
 }
+
+extension ProviderToken {
+    /// The inverse of `base64URL`, to read a token back; nil for invalid input.
+    static func decodeBase64URL(_ string: String) -> Data? {
+        var s = string.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while s.count % 4 != 0 { s.append("=") }
+        return Data(base64Encoded: s)
+    }
+}

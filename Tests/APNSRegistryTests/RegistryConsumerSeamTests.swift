@@ -1,5 +1,5 @@
 // The registry consumer's settle decisions against the in-memory broker (TestSupport's
-// `InMemoryBroker`): each disposition's ack, nack, dead letter and hold, without RabbitMQ.
+// `InMemoryBroker`): each route's ack, nack, dead letter and hold, without RabbitMQ.
 // PostgreSQL is never mocked: the hold is caused by a real client that finds no server.
 import AMQPClient
 import APNSConfig
@@ -58,7 +58,7 @@ struct RegistryConsumerSeamTests {
 
     static func consumer(
         _ broker: InMemoryBroker, store: RegistryStore, sibling: QueueConsumer<Work>? = nil,
-        handle: @escaping @Sendable (AMQPDelivery) async -> RegistryDisposition
+        handle: @escaping @Sendable (AMQPDelivery) async -> RegistryRoute
     ) -> Consumer {
         let shell = QueueConsumer<Work>(
             limit: 8, probeInterval: .seconds(60), shutdownDeadline: .seconds(30), clock: SystemConsumerClock(), announce: { _ in })
@@ -146,7 +146,7 @@ struct RegistryConsumerSeamTests {
         let sibling = Self.consumer(broker, store: try Self.storeWithoutServer()) { _ in .ack }
         let consumer = Self.consumer(broker, store: try Self.storeWithoutServer(), sibling: sibling.shell) { _ in
             handled.withLock { $0 += 1 }
-            return .registryFailed(TestSupportError("connection refused"))
+            return .requeueAndHold(TestSupportError("connection refused"))
         }
         await consumer.process(try await Self.take(broker, body: "first"))
         #expect(consumer.isHeld)

@@ -110,7 +110,7 @@ struct RegistryStoreTests {
             let handler = RegistrationHandler(store: store, logger: TestPostgres.logger)
             let broker = InMemoryBroker()
             try await broker.declareQueue(QueueDeclaration(name: "registry.frozen"))
-            func handle(group: String, at: Int64) async throws -> RegistryDisposition {
+            func handle(group: String, at: Int64) async throws -> RegistryRoute {
                 let body = #"{"op":"register","bundleId":"com.a","token":"aa","group":"\#(group)","at":\#(at)}"#
                 broker.enqueue("registry.frozen", body: Array(body.utf8))
                 return await handler.handle(try #require(try await broker.get(queue: "registry.frozen")))
@@ -273,4 +273,18 @@ struct RegistryStoreTests {
         }
     }
 
+}
+
+extension RegistryStore {
+    /// The schema version in the database (0 before any migration).
+    func schemaVersion() async throws -> Int {
+        try await bounded { [client, logger] in
+            let exists = try await client.query("SELECT to_regclass('apns_schema_migrations') IS NOT NULL", logger: logger)
+            for try await present in exists.decode(Bool.self) where !present { return 0 }
+            let rows = try await client.query(
+                "SELECT coalesce((SELECT max(version) FROM apns_schema_migrations), 0)::integer", logger: logger)
+            for try await version in rows.decode(Int32.self) { return Int(version) }
+            return 0
+        }
+    }
 }

@@ -68,9 +68,9 @@ struct UnroutableDeviceTests {
         try await withPrepared { store, connection in
             let fanOut = GroupFanOut(
                 store: store, broker: connection, recorder: nil, batchSize: 500, window: SyncWindow(length: window), logger: Self.logger)
-            let disposition = await fanOut.handle(Self.groupJob(#"{"group":"g","payload":{"aps":{"content-available":1}}}"#))
-            let acked = if case .ack = disposition { true } else { false }
-            #expect(acked, "the group job was not done with: \(disposition)")
+            let route = await fanOut.handle(Self.groupJob(#"{"group":"g","payload":{"aps":{"content-available":1}}}"#))
+            let acked = if case .ack = route { true } else { false }
+            #expect(acked, "the group job was not done with: \(route)")
             let queued = try await Self.jobsQueued(connection, bundle: bundle, atLeast: 1)
             #expect(queued == 1)
         }

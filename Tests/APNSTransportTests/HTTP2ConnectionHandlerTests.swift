@@ -42,10 +42,10 @@ struct HandlerHarness {
     init(pingInterval: TimeAmount = .seconds(60), firstStreamID: HTTP2StreamID = 1) throws {
         let events = self.events
         channel = EmbeddedChannel(loop: loop)
-        let heldFlush = HeldFlushHandler()
-        try channel.pipeline.syncOperations.addHandler(heldFlush)
+        let batchFlush = BatchFlushHandler()
+        try channel.pipeline.syncOperations.addHandler(batchFlush)
         try channel.pipeline.syncOperations.addHandler(
-            HTTP2ConnectionHandler(pingInterval: pingInterval, firstStreamID: firstStreamID, heldFlush: heldFlush) { events.append($0) })
+            HTTP2ConnectionHandler(pingInterval: pingInterval, firstStreamID: firstStreamID, batchFlush: batchFlush) { events.append($0) })
         channel.connect(to: try SocketAddress(ipAddress: "127.0.0.1", port: 443), promise: nil)
     }
 

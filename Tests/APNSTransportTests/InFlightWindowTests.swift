@@ -162,16 +162,6 @@ import Testing
         #expect(changes == [200, 400, 800, 1000])
     }
 
-    @Test func reboundKeepsTheTargetInside() {
-        var window = InFlightWindow(floor: 100, ceiling: 4000, now: 0)
-        _ = drive(&window, rtt: 50 * Self.ms, periods: 24)
-        #expect(window.target == 4000)
-        window.rebound(floor: 50, ceiling: 1000)
-        #expect(window.target == 1000)
-        window.rebound(floor: 2000, ceiling: 3000)
-        #expect(window.target == 2000)
-    }
-
     @Test(arguments: [1, 7, 100, 500, 3000])
     func theRuleStaysWithinItsBoundsForAnyInput(floor: Int) {
         for target in [1, floor, floor * 3, 65_535] {

@@ -222,3 +222,15 @@ struct SimulatorEngineTests {
         #expect(engine.counters().feedbackConnectionsByTopic == ["com.example.other": 1, "com.example.mine": 1])
     }
 }
+
+extension SimulatorEngine {
+    /// The tuples alone of `takeQueuedFeedback`.
+    func takeFeedback(topic: String? = nil) -> [FeedbackTuple] {
+        takeQueuedFeedback(topic: topic).map(\.tuple)
+    }
+
+    /// `returnQueuedFeedback` of tuples queued for any topic.
+    func returnFeedback(_ tuples: [FeedbackTuple]) {
+        returnQueuedFeedback(tuples.map { (topic: String?.none, tuple: $0) })
+    }
+}

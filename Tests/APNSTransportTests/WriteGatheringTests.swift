@@ -62,7 +62,7 @@ import Testing
         for var write in writes { bytes.writeBuffer(&write) }
         let channelOfBytes = EmbeddedChannel()
         _ = try channelOfBytes.writeOutbound(IOData.byteBuffer(bytes))
-        let frames = try HeldFlushTests.frames(in: channelOfBytes)
+        let frames = try BatchFlushTests.frames(in: channelOfBytes)
         var streams: [UInt32] = []
         var types: [UInt8] = []
         for index in 0..<requests {

@@ -13,7 +13,7 @@ import Testing
 
 /// The pipeline's own logic (hold, probe, shutdown deadline, settle) against a fake broker and a
 /// manual clock: no socket, no real waiting for intervals or deadlines. What RabbitMQ does with
-/// the pipeline's acks and publishes is tested end to end (`EndToEndTests`, `RolloutAndHoldTests`).
+/// the pipeline's acks and publishes is tested end to end (`EndToEndTests`).
 @Suite struct BundlePipelineTests {
     static let bundle = "com.example.fake"
     static let token = String(repeating: "ab", count: 32)
@@ -329,7 +329,7 @@ import Testing
         #expect(warnings.allSatisfy { $0.metadata["job.end"] != nil }, "\(warnings.map(\.message))")
     }
 
-    @Test func aJobTheRolloutGateHoldsBackGoesToTheFirstRetryQueueUnsent() async throws {
+    @Test func aJobTheRolloutGateGatesGoesToTheFirstRetryQueueUnsent() async throws {
         let rig = Rig(answer: ScriptedTransport.accepted, rollout: RolloutRule(deny: ["old-server"]))
         try await rig.running { _ in
             rig.enqueueJob(syncServer: "old-server")

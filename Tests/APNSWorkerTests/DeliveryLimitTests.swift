@@ -68,3 +68,10 @@ import Testing
         #expect(counted(&limit, message(redelivered: true, id: "job-0")) == 2)
     }
 }
+
+extension DeliveryLimit {
+    /// Whether this delivery is one too many.
+    mutating func isExceeded(by message: AMQPDeliveredMessage) -> Bool {
+        deliveries(of: message) > maxDeliveries
+    }
+}

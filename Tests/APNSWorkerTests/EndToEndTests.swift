@@ -164,7 +164,7 @@ struct EndToEndTests {
         await h.shutdown()
     }
 
-    @Test func rolloutGateHoldsDeniedServersAndReloadsOnSIGHUP() async throws {
+    @Test func rolloutGateGatesDeniedServersAndReloadsOnSIGHUP() async throws {
         var options = WorkerHarness.Options()
         options.bundleLines = "denySyncServers = sync-b.example.com"
         let h = try await WorkerHarness.start(broker: try TestBroker.require(), options: options)
@@ -174,8 +174,8 @@ struct EndToEndTests {
         let denied = try await h.publishJob(token: WorkerHarness.token(2), extra: #","userInfo":{"syncServer":"SYNC-B.example.com"}"#)
         try await waitUntil("the allowed job") { h.acceptedIDs().distinct.contains(allowed.uuidString.lowercased()) }
         try await Task.sleep(for: .seconds(2))
-        #expect(!h.acceptedIDs().distinct.contains(denied.uuidString.lowercased()), "the gate holds sync-b back")
-        #expect(try await h.messageCount(h.deadQueue) == 0, "held back, not dead")
+        #expect(!h.acceptedIDs().distinct.contains(denied.uuidString.lowercased()), "the gate gates sync-b")
+        #expect(try await h.messageCount(h.deadQueue) == 0, "gated, not dead")
         // Open the gate in the file and tell the running worker.
         let config = try String(contentsOfFile: h.configPath, encoding: .utf8)
         try config.replacingOccurrences(of: "denySyncServers = sync-b.example.com", with: "")

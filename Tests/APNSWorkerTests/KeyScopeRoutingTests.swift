@@ -23,8 +23,8 @@ import Testing
     func route(_ notification: PushNotification, scope: TokenKeyScope) async -> (TransportResult, sends: Int) {
         let production = ScriptedTransport(answer: ScriptedTransport.accepted)
         let sandbox = ScriptedTransport(answer: ScriptedTransport.accepted)
-        let router = EnvironmentRouter([.production: production, .sandbox: sandbox], keyScope: scope)
-        let result = await router.send(notification)
+        let transport = PerEnvironmentTransport([.production: production, .sandbox: sandbox], keyScope: scope)
+        let result = await transport.send(notification)
         return (result, production.sends + sandbox.sends)
     }
 
@@ -60,7 +60,7 @@ import Testing
         let pipeline = BundlePipeline(
             settings: BundlePipelineSettings(bundleID: bundle, prefetch: 1, retryPolicy: .standard, probeInterval: .seconds(5)),
             broker: broker,
-            transport: EnvironmentRouter([.production: production, .sandbox: sandbox], keyScope: TokenKeyScope(environment: .production)),
+            transport: PerEnvironmentTransport([.production: production, .sandbox: sandbox], keyScope: TokenKeyScope(environment: .production)),
             rollout: .open, statistics: statistics, logger: logger, clock: ManualClock())
         func enqueue(environment: String?) {
             let field = environment.map { #","environment":"\#($0)""# } ?? ""

@@ -9,8 +9,9 @@ import Testing
 @testable import APNSWorker
 
 /// `OutcomeRouter.decide`: for every outcome, the route of the job's delivery, the end it
-/// carries and the hold breaker's effect, in one table. A new outcome that is missing here fails to compile in
-/// `decide` (its switch names every case) and shows up as a row to add.
+/// carries and the hold breaker's signal (`BreakerSignal`), in one table. A new outcome that is
+/// missing here fails to compile in `decide` (its switch names every case) and shows up as a row
+/// to add.
 @Suite struct OutcomeDecisionTests {
     static let bundle = "com.example.app"
     let router = OutcomeRouter(bundleID: bundle, retryPolicy: RetryPolicy(delays: [.seconds(10), .seconds(60)], maxAttempts: 3))
@@ -29,7 +30,7 @@ import Testing
         /// Where the published message goes (exchange or queue), nil for a plain ack.
         var publishedTo: String?
         var end: JobEnd
-        var breaker: OutcomeRouter.BreakerEffect
+        var breaker: BreakerSignal
         var testDescription: String { "\(outcome) after \(previousAttempts) attempts" }
     }
 
@@ -59,7 +60,7 @@ import Testing
     ]
 
     @Test(arguments: rows)
-    func everyOutcomeHasOneRouteEndAndBreakerEffect(_ row: Row) {
+    func everyOutcomeHasOneRouteEndAndBreakerSignal(_ row: Row) {
         let decision = router.decide(row.outcome, job: job(previousAttempts: row.previousAttempts), now: now)
         #expect(decision.route.end == row.end)
         #expect(decision.breaker == row.breaker)

@@ -207,3 +207,8 @@ import Testing
         #expect(worker.bundleIDs == ["com.example.a"])
     }
 }
+
+extension BundlePipeline {
+    /// The bounds now (`updateInFlightBounds(_:)`).
+    var currentInFlightBounds: BundleInFlightBounds { inFlightBounds.withLock { $0 } }
+}

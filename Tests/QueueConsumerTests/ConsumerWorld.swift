@@ -209,8 +209,8 @@ struct ConsumerWorld {
             checkInvariants()
         case .answerHealthy, .answerHeld:
             guard !jobs.isEmpty else { return false }
-            let verdict: Machine.Verdict = stimulus == .answerHealthy ? .healthy : .hold(reason: "BadCertificate", status: 403)
-            let (settlement, action) = machine.answered(verdict, endsAHold: user.probeTakesAJob ? jobs.first ?? false : true, now: now)
+            let signal: BreakerSignal = stimulus == .answerHealthy ? .healthy : .hold(reason: "BadCertificate", status: 403)
+            let (settlement, action) = machine.answered(signal, endsAHold: user.probeTakesAJob ? jobs.first ?? false : true, now: now)
             if settlement == .drop {
                 jobs.removeFirst()
                 if machine.lifecycle != .finished { violation("dropped an answer while \(machine.lifecycle)") }
@@ -286,7 +286,7 @@ struct ConsumerWorld {
         for _ in due { carryOut(machine.tick(now: now), step) }
     }
 
-    /// Lets everything under way finish without new verdicts: the consumer's start or cancel
+    /// Lets everything under way finish without new breaker signals: the consumer's start or cancel
     /// completes, a probe proves nothing, jobs in flight end unsent.
     mutating func quiesce() {
         for _ in 0..<50 {

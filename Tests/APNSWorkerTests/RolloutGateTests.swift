@@ -11,13 +11,13 @@ import Testing
     @Test func denyWinsOverAllow() {
         let rule = RolloutRule(allow: ["a", "b"], deny: ["b"])
         #expect(rule.decide(syncServer: "a") == .pass)
-        if case .hold(let why) = rule.decide(syncServer: "b") { #expect(why.contains("denied")) } else { Issue.record("b must be held") }
-        if case .hold(let why) = rule.decide(syncServer: "c") { #expect(why.contains("allow list")) } else { Issue.record("c must be held") }
+        if case .gated(let why) = rule.decide(syncServer: "b") { #expect(why.contains("denied")) } else { Issue.record("b must be gated") }
+        if case .gated(let why) = rule.decide(syncServer: "c") { #expect(why.contains("allow list")) } else { Issue.record("c must be gated") }
     }
 
     @Test func unnamedJobsFollowTheirSetting() {
-        #expect(RolloutRule(allowUnnamed: false).decide(syncServer: nil) == .hold(why: "job names no sync server"))
-        #expect(RolloutRule(allowUnnamed: false).decide(syncServer: "") == .hold(why: "job names no sync server"))
+        #expect(RolloutRule(allowUnnamed: false).decide(syncServer: nil) == .gated(why: "job names no sync server"))
+        #expect(RolloutRule(allowUnnamed: false).decide(syncServer: "") == .gated(why: "job names no sync server"))
     }
 
     @Test func percentageIsStableAndRoughlyProportional() {

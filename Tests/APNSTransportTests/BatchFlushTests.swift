@@ -8,7 +8,7 @@ import Testing
 
 @testable import APNSTransport
 
-@Suite struct HeldFlushTests {
+@Suite struct BatchFlushTests {
     /// The frames written to the socket side: (type, stream id), after the client preface.
     static func frames(in channel: EmbeddedChannel) throws -> [(type: UInt8, stream: UInt32)] {
         var bytes = ByteBuffer()
@@ -38,10 +38,10 @@ import Testing
         let loop = EmbeddedEventLoop()
         let channel = EmbeddedChannel(loop: loop)
         let flushes = FlushCounter()
-        let held = HeldFlushHandler()
-        let handler = HTTP2ConnectionHandler(pingInterval: .seconds(60), heldFlush: held) { _ in }
+        let batch = BatchFlushHandler()
+        let handler = HTTP2ConnectionHandler(pingInterval: .seconds(60), batchFlush: batch) { _ in }
         try channel.pipeline.syncOperations.addHandler(flushes)
-        try channel.pipeline.syncOperations.addHandler(held)
+        try channel.pipeline.syncOperations.addHandler(batch)
         try channel.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .client))
         try channel.pipeline.syncOperations.addHandler(handler)
         channel.connect(to: try SocketAddress(ipAddress: "127.0.0.1", port: 443), promise: nil)
@@ -67,18 +67,18 @@ import Testing
     @Test func flushesOutsideABatchPassStraightThrough() throws {
         let channel = EmbeddedChannel()
         let flushes = FlushCounter()
-        let held = HeldFlushHandler()
+        let batch = BatchFlushHandler()
         try channel.pipeline.syncOperations.addHandler(flushes)
-        try channel.pipeline.syncOperations.addHandler(held)
+        try channel.pipeline.syncOperations.addHandler(batch)
         channel.flush()
         #expect(flushes.count == 1)
-        held.holdingFlushes {
+        batch.batchingFlushes {
             channel.flush()
             channel.flush()
-            #expect(flushes.count == 1, "held")
+            #expect(flushes.count == 1, "kept back")
         }
-        #expect(flushes.count == 2, "one for the two held")
-        held.holdingFlushes {}
+        #expect(flushes.count == 2, "one for the two kept back")
+        batch.batchingFlushes {}
         #expect(flushes.count == 2, "none asked for, none let through")
     }
 }

@@ -1,7 +1,9 @@
 
-/// The rollout gate of the seed's OSS stage: per bundle, let a job through or hold it back by
-/// the sync server that sent it (`userInfo.syncServer`). Held jobs are not lost: the worker puts
-/// them in a retry queue, so they come back after the delay and meet the gate again.
+/// The rollout gate of the seed's OSS stage: per bundle, let a job through or gate it by the
+/// sync server that sent it (`userInfo.syncServer`). Gated jobs are not lost: the worker puts
+/// them in a retry queue, so they come back after the delay and meet the gate again. "Gated" is
+/// the rollout's word all the way (the decision, the end `JobEnd.gated`); "held" is the hold
+/// breaker's.
 public struct RolloutRule: Sendable, Hashable {
     /// When set, only these servers pass (before the percentage is applied).
     public var allow: Set<String>?
@@ -26,18 +28,18 @@ public struct RolloutRule: Sendable, Hashable {
 
     public enum Decision: Sendable, Hashable {
         case pass
-        case hold(why: String)
+        case gated(why: String)
     }
 
     public func decide(syncServer: String?) -> Decision {
         guard let server = syncServer?.lowercased(), !server.isEmpty else {
-            return allowUnnamed ? .pass : .hold(why: "job names no sync server")
+            return allowUnnamed ? .pass : .gated(why: "job names no sync server")
         }
-        if deny.contains(server) { return .hold(why: "sync server \(server) is denied") }
-        if let allow, !allow.contains(server) { return .hold(why: "sync server \(server) is not in the allow list") }
+        if deny.contains(server) { return .gated(why: "sync server \(server) is denied") }
+        if let allow, !allow.contains(server) { return .gated(why: "sync server \(server) is not in the allow list") }
         if percentage >= 100 { return .pass }
         if Self.bucket(of: server) < percentage { return .pass }
-        return .hold(why: "sync server \(server) is outside the \(percentage)% rollout")
+        return .gated(why: "sync server \(server) is outside the \(percentage)% rollout")
     }
 
     /// 0…99 from FNV-1a over the UTF-8 name: stable across processes, unlike `Hasher`.

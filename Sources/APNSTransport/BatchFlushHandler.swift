@@ -1,4 +1,4 @@
-/// Holds back flushes between `NIOHTTP2Handler` and TLS while the connection writes a batch of
+/// Keeps back flushes between `NIOHTTP2Handler` and TLS while the connection writes a batch of
 /// requests, and lets one through at the end.
 import NIOCore
 
@@ -10,13 +10,13 @@ import NIOCore
 /// order. This handler keeps those flushes from reaching TLS, so the batch still goes out with
 /// one flush and one `write(2)` (and, gathered below it by `WriteGatheringHandler`, a TLS record
 /// per 16 KiB). NIO has no such handler.
-final class HeldFlushHandler: ChannelOutboundHandler, RemovableChannelHandler {
+final class BatchFlushHandler: ChannelOutboundHandler, RemovableChannelHandler {
     typealias OutboundIn = IOData
     typealias OutboundOut = IOData
 
     private var context: ChannelHandlerContext?
-    private var holding = false
-    private var flushHeld = false
+    private var batching = false
+    private var flushPending = false
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
@@ -27,20 +27,20 @@ final class HeldFlushHandler: ChannelOutboundHandler, RemovableChannelHandler {
     }
 
     func flush(context: ChannelHandlerContext) {
-        if holding {
-            flushHeld = true
+        if batching {
+            flushPending = true
         } else {
             context.flush()
         }
     }
 
-    /// Runs `body` with flushes held, then lets one through if any was asked for.
-    func holdingFlushes(_ body: () -> Void) {
-        holding = true
+    /// Runs `body` with flushes kept back, then lets one through if any was asked for.
+    func batchingFlushes(_ body: () -> Void) {
+        batching = true
         body()
-        holding = false
-        if flushHeld {
-            flushHeld = false
+        batching = false
+        if flushPending {
+            flushPending = false
             context?.flush()
         }
     }

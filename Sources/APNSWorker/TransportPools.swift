@@ -9,7 +9,7 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 
-public final class TransportRegistry: Service, Sendable {
+public final class TransportPools: Service, Sendable {
     /// Makes the transport of a new pool; `bundle` is the first bundle that needed it (its
     /// `connections`, `caFile` and timeouts are the pool's).
     public typealias Factory =
@@ -18,11 +18,11 @@ public final class TransportRegistry: Service, Sendable {
     /// The pool key of a bundle for an environment (`TransportPoolKey.reading` in production).
     public typealias KeyReader = @Sendable (_ bundle: BundleConfiguration, _ environment: APNSEnvironment) throws -> TransportPoolKey
 
-    public enum RegistryError: Error, CustomStringConvertible {
-        /// The registry has begun shutting down (or finished): no new pool would ever run.
+    public enum PoolsError: Error, CustomStringConvertible {
+        /// The pools have begun shutting down (or finished): no new pool would ever run.
         case stopped
 
-        public var description: String { "the transport registry has stopped: no new connection pool is opened" }
+        public var description: String { "the transport pools have stopped: no new connection pool is opened" }
     }
 
     private struct Pool {
@@ -72,11 +72,11 @@ public final class TransportRegistry: Service, Sendable {
     /// started, once `run()` runs) if no bundle uses it yet. Each call is one use until
     /// `release(bundle:environment:)`. Safe from any thread, at any time before shutdown.
     /// - Throws: when a credential file cannot be read, the transport cannot be made (its TLS
-    ///   material), or the registry has stopped.
+    ///   material), or the pools have stopped.
     public func acquire(bundle: BundleConfiguration, environment: APNSEnvironment) throws -> any NotificationTransport {
         let key = try poolKey(bundle, environment)
         let (transport, created) = try state.withLock { state throws -> (any NotificationTransport, Bool) in
-            guard !state.stopped else { throw RegistryError.stopped }
+            guard !state.stopped else { throw PoolsError.stopped }
             var created = false
             if state.pools[key] == nil {
                 let transport = try factory(key, bundle, environment)
@@ -133,9 +133,6 @@ public final class TransportRegistry: Service, Sendable {
         }.sorted { $0.name < $1.name }
     }
 
-    /// How many pools are in use (for tests and the bench).
-    public var poolCount: Int { state.withLock { $0.pools.count } }
-
     /// Runs every pool, those acquired before and those acquired while it runs, until graceful
     /// shutdown; then each pool drains (graceful shutdown reaches the pools' own groups) and
     /// `run()` returns when the last has closed.
@@ -171,7 +168,7 @@ public final class TransportRegistry: Service, Sendable {
     }
 }
 
-/// The registry is the worker's transport source: a bundle unit that starts acquires its pools,
+/// The pools are the worker's transport source: a bundle unit that starts acquires its pools,
 /// one that stops releases them, so a re-credentialed bundle moves to the new key's pool and the
 /// old pool drains once no bundle uses it.
-extension TransportRegistry: TransportSource {}
+extension TransportPools: TransportSource {}

@@ -8,7 +8,7 @@ import Synchronization
 /// sent: it gets Apple's answer to it at once, 403 `BadEnvironmentKeyInToken` or 400
 /// `TopicDisallowed`, which holds the bundle (contract §4: the fault is the configuration's, not
 /// the job's; `docs/decisions.md`, "Apple's key rules").
-public struct EnvironmentRouter: NotificationTransport {
+public struct PerEnvironmentTransport: NotificationTransport {
     let transports: [APNSEnvironment: any NotificationTransport]
     let keyScope: TokenKeyScope
 
@@ -31,7 +31,7 @@ public struct EnvironmentRouter: NotificationTransport {
     static let notConfigured = TransportResult.http(HTTPAnswer(status: 400, reason: .unknown("EnvironmentNotConfigured")))
 }
 
-extension EnvironmentRouter: TransportStatusReporting {
+extension PerEnvironmentTransport: TransportStatusReporting {
     /// The connections of every environment's transport together (those that report them).
     public func connectionStates() -> [TransportConnectionState: Int] {
         var total = Dictionary(uniqueKeysWithValues: TransportConnectionState.allCases.map { ($0, 0) })
@@ -42,7 +42,7 @@ extension EnvironmentRouter: TransportStatusReporting {
     }
 }
 
-extension EnvironmentRouter: InFlightWindowReporting {
+extension PerEnvironmentTransport: InFlightWindowReporting {
     /// The largest window of the environments' transports: a bundle's jobs nearly all go to its
     /// own environment, and a sum would double the consumer's prefetch for an idle one.
     public var inFlightWindow: Int {

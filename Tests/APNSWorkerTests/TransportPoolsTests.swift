@@ -8,9 +8,9 @@ import Synchronization
 import Testing
 import TestSupport
 
-/// The registry's bookkeeping without sockets: which bundles share a pool, when a pool runs and
+/// The pools' bookkeeping without sockets: which bundles share a pool, when a pool runs and
 /// when it drains. (Against the simulator and the broker: `SharedPoolEndToEndTests`.)
-@Suite struct TransportRegistryTests {
+@Suite struct TransportPoolsTests {
     /// A pool's transport that answers 200 and records its life.
     final class RecordingTransport: NotificationTransport, Service, Sendable {
         let key: TransportPoolKey
@@ -32,19 +32,19 @@ import TestSupport
         }
     }
 
-    /// The registry with in-memory key files, and every transport its factory made, in order.
+    /// The pools with in-memory key files, and every transport its factory made, in order.
     final class Fixture: Sendable {
         final class Made: Sendable {
             let list = Mutex<[RecordingTransport]>([])
         }
         let made = Made()
-        let registry: TransportRegistry
+        let pools: TransportPools
 
         init() {
             let made = self.made
-            var logger = Logger(label: "test.registry")
+            var logger = Logger(label: "test.pools")
             logger.logLevel = .warning
-            registry = TransportRegistry(
+            pools = TransportPools(
                 logger: logger,
                 poolKey: { bundle, environment in
                     TransportPoolKey(bundle: bundle, environment: environment) { path in Array(path.utf8) }
@@ -65,16 +65,16 @@ import TestSupport
 
     @Test func bundlesOfOneCredentialShareOnePoolPerEnvironment() throws {
         let fixture = Fixture()
-        let registry = fixture.registry
-        let a = try registry.acquire(bundle: Self.bundle("com.a"), environment: .production)
-        let b = try registry.acquire(bundle: Self.bundle("com.b"), environment: .production)
-        let other = try registry.acquire(bundle: Self.bundle("com.c", team: "TEAM2"), environment: .production)
-        let sandbox = try registry.acquire(bundle: Self.bundle("com.a"), environment: .sandbox)
+        let pools = fixture.pools
+        let a = try pools.acquire(bundle: Self.bundle("com.a"), environment: .production)
+        let b = try pools.acquire(bundle: Self.bundle("com.b"), environment: .production)
+        let other = try pools.acquire(bundle: Self.bundle("com.c", team: "TEAM2"), environment: .production)
+        let sandbox = try pools.acquire(bundle: Self.bundle("com.a"), environment: .sandbox)
         #expect((a as? RecordingTransport) === (b as? RecordingTransport))
         #expect((a as? RecordingTransport) !== (other as? RecordingTransport))
         #expect((a as? RecordingTransport) !== (sandbox as? RecordingTransport))
         #expect(fixture.transports.count == 3)
-        let reports = registry.reports()
+        let reports = pools.reports()
         #expect(reports.count == 3)
         let shared = try #require(reports.first { $0.bundles.count == 2 })
         #expect(shared.bundles == ["com.a", "com.b"])
@@ -84,41 +84,41 @@ import TestSupport
 
     @Test func aPoolRunsWhenAcquiredWhileRunningAndDrainsOnlyWhenItsLastBundleReleases() async throws {
         let fixture = Fixture()
-        let registry = fixture.registry
-        // Acquired before run(): started once the registry runs.
-        _ = try registry.acquire(bundle: Self.bundle("com.a"), environment: .production)
+        let pools = fixture.pools
+        // Acquired before run(): started once the pools run.
+        _ = try pools.acquire(bundle: Self.bundle("com.a"), environment: .production)
         try await testGracefulShutdown { trigger in
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await registry.run() }
+                group.addTask { try await pools.run() }
                 try await waitUntil("the first pool running") { fixture.transports.first?.started == true }
                 // Acquired while running: a new pool, started at once.
-                _ = try registry.acquire(bundle: Self.bundle("com.b", team: "TEAM2"), environment: .production)
-                _ = try registry.acquire(bundle: Self.bundle("com.c", team: "TEAM2"), environment: .production)
+                _ = try pools.acquire(bundle: Self.bundle("com.b", team: "TEAM2"), environment: .production)
+                _ = try pools.acquire(bundle: Self.bundle("com.c", team: "TEAM2"), environment: .production)
                 try await waitUntil("the second pool running") { fixture.transports.count == 2 && fixture.transports[1].started }
                 let second = fixture.transports[1]
 
-                registry.release(bundle: Self.bundle("com.b", team: "TEAM2"), environment: .production)
-                #expect(registry.poolCount == 2, "com.c still uses it")
+                pools.release(bundle: Self.bundle("com.b", team: "TEAM2"), environment: .production)
+                #expect(pools.reports().count == 2, "com.c still uses it")
                 #expect(!second.stopped)
-                registry.release(bundle: Self.bundle("com.c", team: "TEAM2"), environment: .production)
-                #expect(registry.poolCount == 1)
+                pools.release(bundle: Self.bundle("com.c", team: "TEAM2"), environment: .production)
+                #expect(pools.reports().count == 1)
                 try await waitUntil("the unused pool drained") { second.stopped }
                 #expect(!fixture.transports[0].stopped, "the other pool goes on")
                 // Released twice, or never acquired: nothing happens.
-                registry.release(bundle: Self.bundle("com.c", team: "TEAM2"), environment: .production)
-                registry.release(bundle: Self.bundle("com.z"), environment: .sandbox)
-                #expect(registry.poolCount == 1)
+                pools.release(bundle: Self.bundle("com.c", team: "TEAM2"), environment: .production)
+                pools.release(bundle: Self.bundle("com.z"), environment: .sandbox)
+                #expect(pools.reports().count == 1)
 
                 // The same credential again after its pool closed: a new pool.
-                _ = try registry.acquire(bundle: Self.bundle("com.b", team: "TEAM2"), environment: .production)
+                _ = try pools.acquire(bundle: Self.bundle("com.b", team: "TEAM2"), environment: .production)
                 try await waitUntil("a new pool running") { fixture.transports.count == 3 && fixture.transports[2].started }
 
                 trigger.triggerGracefulShutdown()
                 try await group.next()
                 let everyPoolStopped = fixture.transports.allSatisfy { $0.stopped }
                 #expect(everyPoolStopped)
-                #expect(throws: TransportRegistry.RegistryError.self) {
-                    try registry.acquire(bundle: Self.bundle("com.d", team: "TEAM3"), environment: .production)
+                #expect(throws: TransportPools.PoolsError.self) {
+                    try pools.acquire(bundle: Self.bundle("com.d", team: "TEAM3"), environment: .production)
                 }
             }
         }
@@ -128,12 +128,12 @@ import TestSupport
     /// release ends the use of the key computed when it began.
     @Test func releaseEndsTheOldestUseOfABundle() throws {
         let fixture = Fixture()
-        let registry = fixture.registry
+        let pools = fixture.pools
         let rotated = BundleConfiguration(bundleID: "com.a", auth: .token(teamID: "TEAM1", keyID: "KEY2", tokenKeyFile: "AuthKey2.p8"))
-        _ = try registry.acquire(bundle: Self.bundle("com.a"), environment: .production)
-        _ = try registry.acquire(bundle: rotated, environment: .production)
-        #expect(registry.poolCount == 2)
-        registry.release(bundle: Self.bundle("com.a"), environment: .production)
-        #expect(registry.reports().map(\.name) == [fixture.transports[1].key.description])
+        _ = try pools.acquire(bundle: Self.bundle("com.a"), environment: .production)
+        _ = try pools.acquire(bundle: rotated, environment: .production)
+        #expect(pools.reports().count == 2)
+        pools.release(bundle: Self.bundle("com.a"), environment: .production)
+        #expect(pools.reports().map(\.name) == [fixture.transports[1].key.description])
     }
 }
