@@ -121,10 +121,7 @@ public enum JobInspection {
     /// has none, as on retry jobs). `user_id` and `expiration` are dropped
     /// (`AMQPProperties.republished`, contract §4).
     public static func requeueMessage(_ message: AMQPDeliveredMessage, bundleID: String) -> AMQPOutboundMessage {
-        var properties = message.properties.republished()
-        var envelope = JobEnvelope(properties.headers)
-        envelope.requeue()
-        properties.setHeaders(envelope)
+        let properties = message.properties.republished { $0.requeue() }
         return AMQPOutboundMessage(
             exchange: "", routingKey: TopologyNames.workQueue(bundleID), body: message.body, properties: properties)
     }

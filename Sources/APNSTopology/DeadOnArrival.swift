@@ -31,13 +31,12 @@ public enum DeadOnArrival: Sendable, Hashable {
     /// `user_id` and `expiration`, `AMQPProperties.republished`) with the `x-apns-*` headers of a
     /// `MalformedJob` failure (status 0, no attempt made), into `queue`.
     public static func deadLetter(properties: AMQPProperties, body: [UInt8], queue: String, error: JobError, now: Date) -> AMQPOutboundMessage {
-        var copy = properties.republished()
-        var envelope = JobEnvelope(copy.headers)
-        envelope.forward()
-        envelope.record(
-            JobEnvelope.Failure(
-                reason: JobError.Kind.malformedJob.rawValue, status: 0, attempts: 0, failedAt: now, error: error.description))
-        copy.setHeaders(envelope)
+        let failure = JobEnvelope.Failure(
+            reason: JobError.Kind.malformedJob.rawValue, status: 0, attempts: 0, failedAt: now, error: error.description)
+        let copy = properties.republished {
+            $0.forward()
+            $0.record(failure)
+        }
         return AMQPOutboundMessage(exchange: "", routingKey: queue, body: body, properties: copy)
     }
 

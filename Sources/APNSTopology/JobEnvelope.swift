@@ -195,4 +195,16 @@ extension AMQPProperties {
     public mutating func setHeaders(_ envelope: JobEnvelope) {
         setHeaders(envelope.amqpHeaders, writing: envelope.writtenKeys)
     }
+
+    /// These properties as a copy carries them on (`republished`: less `user_id` and
+    /// `expiration`, contract §4), with the job's envelope read from their headers, changed by
+    /// `change`, and written back: the one way a retry, a hand-back, a dead letter and a requeue
+    /// make their properties.
+    public func republished(changingEnvelope change: (inout JobEnvelope) -> Void) -> AMQPProperties {
+        var copy = republished()
+        var envelope = JobEnvelope(copy.headers)
+        change(&envelope)
+        copy.setHeaders(envelope)
+        return copy
+    }
 }

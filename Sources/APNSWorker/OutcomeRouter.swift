@@ -216,12 +216,11 @@ public struct OutcomeRouter: Sendable {
     /// the same for every attempt (contract §2). An id that came with the job (its body's `id`,
     /// or its `message_id`) leaves `message_id` as it arrived.
     func forwardedProperties(_ job: JobContext, _ write: (inout JobEnvelope) -> Void = { _ in }) -> AMQPProperties {
-        var properties = job.message.properties.republished()
+        var properties = job.message.properties.republished {
+            $0.forward()
+            write(&$0)
+        }
         if let generated = job.generatedID { properties.messageID = generated }
-        var envelope = JobEnvelope(properties.headers)
-        envelope.forward()
-        write(&envelope)
-        properties.setHeaders(envelope)
         return properties
     }
 
