@@ -97,6 +97,9 @@ struct RefusedValueEndToEndTests {
         let bundle = harness.bundles[0]
         try await waitUntil("the admin server listening", timeout: .seconds(60)) { RegistryHarness.adminPort(worker) != nil }
         let port = try #require(RegistryHarness.adminPort(worker))
+        // Ready first (its queues declared, the registry reached): what must stay 200 is a
+        // ready worker's answer while refused values arrive, not a starting one's.
+        try await waitUntil("the worker ready", timeout: .seconds(60)) { try await Self.readyStatus(port) == 200 }
         let nulGroup = #"{"op":"register","bundleId":"\#(bundle)","token":"\#(RegistryHarness.token(1))","group":"a\u0000b","at":5}"#
         let refused = #"{"op":"register","bundleId":"\#(bundle)","token":"\#(RegistryHarness.token(2))","group":"\#(RegistryRefusingDatabase.refusedGroup)","at":5}"#
         let nulGroupJob = #"{"group":"a\u0000b","payload":{"aps":{"content-available":1}}}"#
