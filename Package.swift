@@ -246,8 +246,8 @@ let package = Package(
         .executableTarget(
             name: "APNSWorkerCLI",
             dependencies: [
-                client("APNSModel"), "APNSChannelManagement", "APNSFleet", client("APNSRegistryMessages"), client("APNSTopologyNames"), "APNSConfig", client("AMQPClient"),
-                "APNSTopology", "APNSTransport", "APNSSimulator",
+                client("APNSModel"), client("APNSJSON"), "APNSChannelManagement", "APNSFleet", client("APNSRegistryMessages"), client("APNSTopologyNames"), "APNSConfig",
+                client("AMQPClient"), "APNSTopology", "APNSTransport", "APNSSimulator",
                 "APNSWorker", "APNSOperations", "APNSAdmin", "APNSRegistry", client("APNSWorkerClient"), "APNSTracing", "ServiceClock",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -415,7 +415,7 @@ let package = Package(
             dependencies: [
                 client("APNSModel"), "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSChannelManagement", client("APNSTopologyNames"), client("AMQPClient"),
                 "APNSTopology", "APNSTransport", "APNSSimulator", "APNSWorker", client("CancellableWait"), "TestSupport", "QueueConsumer",
-                "APNSConfig",
+                "APNSConfig", client("APNSWorkerClient"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,9 +1,16 @@
 /// `apns-worker events --bundle B [--end E] [--json]` (contract §8): a bundle's delivery events,
 /// live, one line each, for a person watching a rollout. Its own exclusive queue, bound to
-/// `apns.events`, which the broker removes when the command's connection ends.
+/// `apns.events`, which the broker removes when the command's connection ends. Read with the
+/// client's strict reader, the one a sync server links.
 import AMQPClient
+@_spi(APNSWorker) import APNSJSON
 import APNSModel
 import APNSTopologyNames
+// Scoped: APNSModel's DeliveryEvent is the worker's writer; the module's name is also its client
+// class's, so `APNSWorkerClient.DeliveryEvent` would not name this one.
+import struct APNSWorkerClient.DeliveryEvent
+import struct APNSWorkerClient.DeliveryEvents
+import struct APNSWorkerClient.MalformedFeedback
 import ArgumentParser
 import Foundation
 import Logging
@@ -45,28 +52,36 @@ struct EventsCommand: AsyncParsableCommand {
                     exchanges: [ExchangeDeclaration(name: TopologyNames.eventsExchange, kind: .topic)],
                     queues: [QueueDeclaration(name: queue, exclusive: true)],
                     bindings: [BindingDeclaration(queue: queue, exchange: TopologyNames.eventsExchange, routingKey: "\(bundle).\(end ?? "*")")]))
-            let consumer = try await connection.consume(queue: queue, prefetch: 100, maxBodySize: Self.maxBodySize)
+            let consumer = try await connection.consume(queue: queue, prefetch: 100, maxBodySize: DeliveryEvents.maxBodyBytes)
             // The header goes where it cannot mix with the JSON lines a script reads.
             let header = "following the delivery events of \(bundle)\(end.map { " (\($0) only)" } ?? ""); interrupt to stop\n"
             (json ? FileHandle.standardError : FileHandle.standardOutput).write(Data(header.utf8))
             // Written at once, line by line, whatever stdout is (a pipe or a file buffers `print`).
-            let out = FileHandle.standardOutput
             for try await delivery in consumer {
-                out.write(Data((Self.line(delivery.message.body, json: json) + "\n").utf8))
+                let (line, onStandardError) = Self.shown(delivery.message, json: json)
+                (onStandardError ? FileHandle.standardError : FileHandle.standardOutput).write(Data((line + "\n").utf8))
                 connection.ackNow(delivery)
             }
         }
     }
 
-    /// An event is a few hundred bytes; anything far larger is not one of the worker's.
-    static let maxBodySize = 64 * 1024
-
-    /// One event as printed: its body (`--json`), or `DeliveryEvent.line`; a body that is no event
-    /// (someone else published it) says so, without its content.
-    static func line(_ body: [UInt8], json: Bool) -> String {
-        guard let event = try? JSONDecoder().decode(DeliveryEvent.self, from: Data(body)) else {
-            return json ? #"{"unreadable":\#(body.count)}"# : "an unreadable message on apns.events (\(body.count) bytes)"
+    /// One message as shown: an event as its `line`, or with `--json` its body as the worker wrote
+    /// it (compacted, so that it is one line whatever whitespace a publisher put in). A message the
+    /// client's reader refuses (someone else published it) is one line saying why, without its
+    /// content; with `--json` on standard error, so that standard output stays events a script
+    /// can read.
+    static func shown(_ message: AMQPDeliveredMessage, json: Bool) -> (line: String, onStandardError: Bool) {
+        let event: DeliveryEvent
+        do throws(MalformedFeedback) {
+            if let size = message.oversizedBodySize {
+                throw MalformedFeedback("the body is \(size) bytes; at most \(DeliveryEvents.maxBodyBytes) are accepted")
+            }
+            event = try DeliveryEvent.parseOrThrow(message.body)
+        } catch {
+            let size = message.oversizedBodySize ?? UInt64(message.body.count)
+            return ("refused a message on apns.events that is no delivery event (\(size) bytes): \(error.message)", json)
         }
-        return json ? String(decoding: event.jsonBytes(), as: UTF8.self) : event.line
+        guard json else { return (event.line, false) }
+        return (String(decoding: message.body.withUnsafeBufferPointer(JSONReader.compact), as: UTF8.self), false)
     }
 }

@@ -2,6 +2,9 @@ import AMQPClient
 import APNSModel
 import APNSSimulator
 import APNSTopologyNames
+// Scoped: the client's reader (`apns-worker events` reads with it), not APNSModel's writer; the
+// module's name is also its client class's, so `APNSWorkerClient.DeliveryEvent` would not name it.
+import struct APNSWorkerClient.DeliveryEvent
 import Foundation
 import Testing
 import TestSupport
@@ -163,13 +166,55 @@ struct DeliveryEventsEndToEndTests {
         #expect(plain.contains { $0.contains("  delivered  job \(endsID.uuidString)  ") })
         #expect(!plain.contains { $0.contains(WorkerHarness.token(1008)) }, "the token redacted")
         try await waitUntil("the deliveries' follower's two lines") { lines(deliveries, "{").count == 2 }
-        let delivered = try lines(deliveries, "{").map { try JSONDecoder().decode(DeliveryEvent.self, from: Data($0.utf8)) }
-        #expect(Set(delivered.map(\.jobId)) == [allID.uuidString, endsID.uuidString])
+        let delivered = try lines(deliveries, "{").map { try DeliveryEvent.parseOrThrow(Array($0.utf8)) }
+        #expect(Set(delivered.map(\.jobID)) == [allID.uuidString, endsID.uuidString])
         #expect(delivered.allSatisfy { $0.end == .delivered })
         everything.signal(SIGINT)
         deliveries.signal(SIGINT)
         #expect(await everything.waitForExit(timeout: .seconds(15)) != nil)
         _ = try? await h.connection.deleteQueue(events)
+        await h.shutdown()
+    }
+
+    /// A message on `apns.events` that the client's reader refuses (anyone who may publish there
+    /// can send one; this one a laxer reader took for an event) is shown as refused, with why and
+    /// without its content, and the follower goes on to the next event; with `--json`, the lines
+    /// that are JSON are the events alone.
+    @Test func aMessageThatIsNoEventIsShownAsRefusedAndTheFollowerGoesOn() async throws {
+        let h = try await WorkerHarness.start(broker: try TestBroker.require())
+        let plain = try await Self.follow(h, "follow-refused")
+        let json = try await Self.follow(h, "follow-refused-json", ["--json"])
+        defer { plain.kill9(); json.kill9() }
+        func publish(_ body: [UInt8], end: String) async throws {
+            try await h.connection.publish(
+                AMQPOutboundMessage(
+                    exchange: TopologyNames.eventsExchange, routingKey: "\(h.bundle).\(end)", body: body, properties: .persistentJSON,
+                    mandatory: false))
+        }
+        let jobID = UUID().uuidString.lowercased()
+        func written(jobID: String) -> APNSModel.DeliveryEvent {
+            APNSModel.DeliveryEvent(
+                jobId: jobID, bundleId: h.bundle, end: .dead, reason: "BadDeviceToken", status: 400, apnsId: nil, apnsUniqueId: nil,
+                attempts: 1, at: Date(), target: .device(DeviceToken(hex: WorkerHarness.token(31))!), environment: .production, groupJobId: nil)
+        }
+        // Every member there, but the job id is no UUID: the contract's schema refuses it.
+        try await publish(written(jobID: "secret-not-a-job").jsonBytes(), end: "dead")
+        try await publish(Array("secret: not even JSON".utf8), end: "dead")
+        // The worker's own event, with whitespace and a line break a publisher could add.
+        let event = String(decoding: written(jobID: jobID).jsonBytes(), as: UTF8.self)
+        let spaced = event.replacingOccurrences(of: ",", with: ",\n  ")
+        try await publish(Array(spaced.utf8), end: "dead")
+        for follower in [plain, json] {
+            try await waitUntil("the follower shows the event after the two refused") { follower.log.contains(jobID) }
+            let refused = follower.log.split(separator: "\n").filter { $0.hasPrefix("refused a message on apns.events that is no delivery event") }
+            #expect(refused.count == 2)
+            #expect(refused.first?.hasSuffix("jobId must be a canonical UUID") == true)
+            #expect(refused.last?.hasSuffix("invalid JSON at byte 0: unexpected character") == true)
+            #expect(!follower.log.contains("secret"), "a refused message's content is not shown")
+        }
+        #expect(plain.log.contains("  dead  job \(jobID)  "))
+        let jsonLines = json.log.split(separator: "\n").filter { $0.hasPrefix("{") }
+        #expect(jsonLines == [Substring(event)], "the body as the worker wrote it, on one line")
         await h.shutdown()
     }
 

@@ -3,7 +3,7 @@ import Foundation
 
 /// Which delivery events a sender wants (contract §8): `[apns "…"] events` for a bundle, the
 /// job's `events` field for one job (it wins).
-public enum DeliveryEventLevel: String, Sendable, Hashable, CaseIterable, Codable {
+public enum DeliveryEventLevel: String, Sendable, Hashable, CaseIterable {
     /// No event at all: the default, and the worker's cost unchanged.
     case none
     /// One event per end reached: delivered, invalid token, dead.
@@ -23,10 +23,12 @@ public enum DeliveryEventLevel: String, Sendable, Hashable, CaseIterable, Codabl
 
 /// One delivery event (contract §8): what became of a job, published on `apns.events` with
 /// routing key `<bundleID>.<end>` and `message_id` `<jobId>.<end>.<attempt>` (a consumer drops
-/// a repeat by it). Pure: the worker builds it, the client and the tools read it.
-public struct DeliveryEvent: Sendable, Hashable, Codable {
+/// a repeat by it). Pure, and written only: the worker builds it and writes its body
+/// (`jsonBytes`); the client's `DeliveryEvent.parse` is the one reader, `apns-worker events`'
+/// too.
+public struct DeliveryEvent: Sendable, Hashable {
     /// The end a job reached, as the routing key and the body spell it.
-    public enum End: String, Sendable, Hashable, CaseIterable, Codable {
+    public enum End: String, Sendable, Hashable, CaseIterable {
         case delivered
         case invalidToken
         case dead
@@ -96,39 +98,6 @@ public struct DeliveryEvent: Sendable, Hashable, Codable {
     /// `<jobId>.<end>.<attempts>`: the same for a repeat of the same event, different for each
     /// retry of a job.
     public var messageID: String { "\(jobId).\(end.rawValue).\(attempts)" }
-
-    /// One line for a person watching (`apns-worker events`): the time, the end, the job, the
-    /// target redacted as in the logs, Apple's status and reason, the attempts, the environment.
-    /// Text from the event is shown with its control characters replaced: anyone who may
-    /// publish on `apns.events` could write one.
-    public var line: String {
-        let target: String
-        if let channel {
-            target = "channel " + (channel.count > 8 ? "\(channel.prefix(4))…\(channel.suffix(4))" : "…")
-        } else if let token, token.count > 8 {
-            target = "\(token.prefix(4))…\(token.suffix(4))"
-        } else {
-            target = "-"
-        }
-        var fields = [
-            Self.printable(at), end.rawValue, "job \(Self.printable(jobId))", target, "status \(status)",
-            "attempts \(attempts)", environment.rawValue,
-        ]
-        if let reason { fields.insert(Self.printable(reason), at: 5) }
-        if let groupJobId { fields.append("group \(Self.printable(groupJobId))") }
-        return fields.joined(separator: "  ")
-    }
-
-    /// At most 80 characters, control characters (C0, DEL, C1) as `?`.
-    static func printable(_ text: String) -> String {
-        var out = ""
-        for scalar in text.unicodeScalars.prefix(80) {
-            let control = scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar == "\u{2028}" || scalar == "\u{2029}"
-            out.unicodeScalars.append(control ? "?" : scalar)
-        }
-        if text.unicodeScalars.count > 80 { out += "…" }
-        return out
-    }
 
     /// The body of contract §8: every key present (`null` where there is no value), keys sorted;
     /// `token` or `channel` as the job had, `groupJobId` only for a job a group job produced.

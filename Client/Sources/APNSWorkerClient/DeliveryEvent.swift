@@ -57,7 +57,8 @@ public struct DeliveryEvent: Sendable, Hashable {
         try? parseOrThrow(body)
     }
 
-    static func parseOrThrow(_ body: [UInt8]) throws(MalformedFeedback) -> DeliveryEvent {
+    /// The event in `body`, or why it is not one (`apns-worker events` shows the operator why).
+    public static func parseOrThrow(_ body: [UInt8]) throws(MalformedFeedback) -> DeliveryEvent {
         let fields = try EventFields(body, maxBodyBytes: DeliveryEvents.maxBodyBytes)
         func uuid(_ value: JSONValue) -> String? { value.stringValue.flatMap { JobParser.canonicalUUID($0) != nil ? $0 : nil } }
         func count(_ value: JSONValue) -> Int? { value.wholeNumberValue.flatMap { (0...Int64(Int32.max)).contains($0) ? Int($0) : nil } }
@@ -85,5 +86,37 @@ public struct DeliveryEvent: Sendable, Hashable {
             jobID: jobID, bundleID: bundleID, end: end, reason: reason, status: status, apnsID: apnsID,
             apnsUniqueID: apnsUniqueID, attempts: attempts, at: at, target: target, environment: environment,
             groupJobID: groupJobID)
+    }
+
+    /// One line for a person watching (`apns-worker events`): the time, the end, the job, the
+    /// target redacted as in the worker's logs, Apple's status and reason, the attempts, the
+    /// environment. Text from the event is shown with its control characters replaced: anyone
+    /// who may publish on `apns.events` could write one.
+    public var line: String {
+        let shown: String
+        switch target {
+        case .channel(let channel)?: shown = "channel " + (channel.count > 8 ? "\(channel.prefix(4))…\(channel.suffix(4))" : "…")
+        case .token(let token)? where token.count > 8: shown = "\(token.prefix(4))…\(token.suffix(4))"
+        case .token?, nil: shown = "-"
+        }
+        var fields = [
+            RFC3339.string(from: at), end.rawValue, "job \(Self.printable(jobID))", shown, "status \(status)", "attempts \(attempts)",
+            Self.printable(environment),
+        ]
+        if let reason { fields.insert(Self.printable(reason), at: 5) }
+        if let groupJobID { fields.append("group \(Self.printable(groupJobID))") }
+        return fields.joined(separator: "  ")
+    }
+
+    /// At most 80 characters, control characters (C0, DEL, C1, the Unicode line and paragraph
+    /// separators) as `?`.
+    static func printable(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars.prefix(80) {
+            let control = scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar == "\u{2028}" || scalar == "\u{2029}"
+            out.unicodeScalars.append(control ? "?" : scalar)
+        }
+        if text.unicodeScalars.count > 80 { out += "…" }
+        return out
     }
 }
