@@ -27,17 +27,11 @@ public enum DeadOnArrival: Sendable, Hashable {
         }
     }
 
-    /// Contract §4's dead letter of a message never tried: its properties as republished (less
-    /// `user_id` and `expiration`, `AMQPProperties.republished`) with the `x-apns-*` headers of a
-    /// `MalformedJob` failure (status 0, no attempt made), into `queue`.
+    /// Contract §4's dead letter of a message never tried (`JobEnvelope.Failure.deadLetter`): a
+    /// `MalformedJob` failure, status 0, no attempt made, into `queue`.
     public static func deadLetter(properties: AMQPProperties, body: [UInt8], queue: String, error: JobError, now: Date) -> AMQPOutboundMessage {
-        let failure = JobEnvelope.Failure(
-            reason: JobError.Kind.malformedJob.rawValue, status: 0, attempts: 0, failedAt: now, error: error.description)
-        let copy = properties.republished {
-            $0.forward()
-            $0.record(failure)
-        }
-        return AMQPOutboundMessage(exchange: "", routingKey: queue, body: body, properties: copy)
+        JobEnvelope.Failure(reason: JobError.Kind.malformedJob.rawValue, status: 0, attempts: 0, failedAt: now, error: error.description)
+            .deadLetter(properties: properties, body: body, queue: queue)
     }
 
     /// The dead letter of a body over `maxBodyBytes`, for the connection to publish with the

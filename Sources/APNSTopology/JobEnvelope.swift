@@ -208,3 +208,19 @@ extension AMQPProperties {
         return copy
     }
 }
+
+extension JobEnvelope.Failure {
+    /// Contract §4's dead letter, the one builder of every dead letter the worker writes (a job
+    /// the router gives up on, a message dead on arrival): `body` into `queue`, its properties as
+    /// a copy carries them on (`republished(changingEnvelope:)`) with this failure's `x-apns-*`
+    /// headers. `messageID`, when given, replaces the `message_id` it arrived with (the router's:
+    /// the id its parser generated, the same for every copy of the job).
+    public func deadLetter(properties: AMQPProperties, body: [UInt8], queue: String, messageID: String? = nil) -> AMQPOutboundMessage {
+        var copy = properties.republished {
+            $0.forward()
+            $0.record(self)
+        }
+        if let messageID { copy.messageID = messageID }
+        return AMQPOutboundMessage(exchange: "", routingKey: queue, body: body, properties: copy)
+    }
+}

@@ -244,11 +244,11 @@ public struct OutcomeRouter: Sendable {
             body: job.message.body, properties: properties)
     }
 
+    /// The job's dead letter (`JobEnvelope.Failure.deadLetter`, the one builder), with
+    /// `forwardedProperties`' rule for an id the parser generated.
     func deadLetter(job: JobContext, reason: String, status: Int, attempts: Int, detail: String, now: Date) -> AMQPOutboundMessage {
-        let failure = JobEnvelope.Failure(reason: reason, status: status, attempts: attempts, failedAt: now, error: detail)
-        let properties = forwardedProperties(job) { $0.record(failure) }
-        return AMQPOutboundMessage(
-            exchange: "", routingKey: TopologyNames.deadQueue(bundleID), body: job.message.body, properties: properties)
+        JobEnvelope.Failure(reason: reason, status: status, attempts: attempts, failedAt: now, error: detail).deadLetter(
+            properties: job.message.properties, body: job.message.body, queue: TopologyNames.deadQueue(bundleID), messageID: job.generatedID)
     }
 }
 
