@@ -268,7 +268,7 @@ let package = Package(
             dependencies: [
                 "APNSSoak", client("APNSModel"), "APNSBinaryProtocol", "APNSOutcome", "APNSFleet", "APNSProviderToken",
                 client("APNSRegistryMessages"), client("APNSTopologyNames"), "SeededRandom", client("AMQPClient"), "APNSTopology",
-                "APNSTransport", "APNSSimulator", "APNSConfig", "APNSRegistry",
+                "APNSTransport", "APNSSimulator", "APNSConfig", "APNSRegistry", client("APNSWorkerClient"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -95,14 +95,14 @@ struct BenchWorkerSetup {
     /// Publishes `rate` jobs a second for `seconds` through `publish` (given the index, the job
     /// id), then waits for the simulator to accept them all and returns each job's milliseconds
     /// from publishing to the simulator's 200. Call `simulator.clearAccepted()` first.
-    func pacedLatencies(rate: Int, seconds: Int, publish: (Int, String) async throws -> Void) async throws -> [Double] {
+    func pacedLatencies(rate: Int, seconds: Int, publish: (Int, UUID) async throws -> Void) async throws -> [Double] {
         var published: [String: Date] = [:]
         let interval = Duration.seconds(1) / max(rate, 1)
         let total = rate * seconds
         let paceStart = ContinuousClock.now
         for index in 0..<total {
-            let id = UUID().uuidString
-            published[id.lowercased()] = Date()
+            let id = UUID()
+            published[id.uuidString.lowercased()] = Date()
             try await publish(index, id)
             let due = paceStart.advanced(by: interval * (index + 1))
             if due > .now { try await Task.sleep(until: due, clock: .continuous) }

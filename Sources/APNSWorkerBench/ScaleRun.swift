@@ -5,6 +5,7 @@ import AMQPClient
 import APNSSimulator
 import APNSTopology
 import APNSTopologyNames
+import APNSWorkerClient
 import ArgumentParser
 import Crypto
 import Foundation
@@ -70,8 +71,9 @@ struct ScaleRun {
     }
 }
 
-/// Jobs as the sync server publishes them: a distinct token per index, an alert payload, the
-/// id as the message id, persistent, with publisher confirms.
+/// Jobs as the sync server publishes them, written by the client's encoder (`NotificationJob`): a
+/// distinct token per index, an alert payload, the id as the message id, persistent, with
+/// publisher confirms.
 enum BenchJobs {
     /// `count` jobs, round-robin over `bundles`, never more than 500 unconfirmed.
     static func publish(count: Int, bundles: [String], connection: AMQPConnection) async throws {
@@ -79,19 +81,19 @@ enum BenchJobs {
             for index in 0..<count {
                 if index >= 500 { try await group.next() }
                 group.addTask {
-                    try await publishOne(id: UUID().uuidString, index: index, bundle: bundles[index % bundles.count], connection: connection)
+                    try await publishOne(id: UUID(), index: index, bundle: bundles[index % bundles.count], connection: connection)
                 }
             }
             try await group.waitForAll()
         }
     }
 
-    static func publishOne(id: String, index: Int, bundle: String, connection: AMQPConnection) async throws {
-        let token = String(format: "%064x", index)
-        let body = #"{"token":"\#(token)","payload":{"aps":{"alert":"bench \#(index)"}},"id":"\#(id)"}"#
+    static func publishOne(id: UUID, index: Int, bundle: String, connection: AMQPConnection) async throws {
+        let job = NotificationJob(bundleID: bundle, token: String(format: "%064x", index), payload: .alert("bench \(index)"), id: id)
         var properties = AMQPProperties.persistentJSON
-        properties.messageID = id
+        // As the body writes it (lower case), so that the two never disagree.
+        properties.messageID = id.uuidString.lowercased()
         try await connection.publish(
-            AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: bundle, body: Array(body.utf8), properties: properties))
+            AMQPOutboundMessage(exchange: TopologyNames.jobsExchange, routingKey: bundle, body: job.body(), properties: properties))
     }
 }

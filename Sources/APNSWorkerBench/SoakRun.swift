@@ -6,6 +6,7 @@ import APNSModel
 import APNSSimulator
 import APNSSoak
 import APNSTopologyNames
+import APNSWorkerClient
 import Foundation
 import Synchronization
 
@@ -106,7 +107,8 @@ final class SoakRun: Sendable {
             let due = started + interval * index
             guard started.duration(to: due) < schedule.duration else { return }
             if due > .now { try? await Task.sleep(until: due, clock: .continuous) }
-            let id = UUID().uuidString.lowercased()
+            let job = UUID()
+            let id = job.uuidString.lowercased()
             let bundle = bundles[index % bundles.count]
             // Shifted by one every hundred jobs, so that each bundle gets its share of both.
             let shift = (index / 100) % bundles.count
@@ -115,17 +117,18 @@ final class SoakRun: Sendable {
             } else if index % 50 == 45 + shift {
                 let token = "dead" + String(format: "%060x", index)
                 simulator.script(token: token, .unregistered(timestamp: Int64(Date().timeIntervalSince1970 * 1000)))
-                await publish(id: id, bundle: bundle, body: Self.job(id: id, token: token, index: index), expecting: .feedback)
+                await publish(id: id, bundle: bundle, body: Self.job(job, bundle: bundle, token: token, index: index), expecting: .feedback)
             } else {
-                await publish(id: id, bundle: bundle, body: Self.job(id: id, token: String(format: "%064x", index), index: index), expecting: .delivered)
+                let token = String(format: "%064x", index)
+                await publish(id: id, bundle: bundle, body: Self.job(job, bundle: bundle, token: token, index: index), expecting: .delivered)
             }
             index += 1
         }
     }
 
-    static func job(id: String, token: String, index: Int, pushType: String? = nil) -> [UInt8] {
-        let type = pushType.map { #","pushType":"\#($0)""# } ?? ""
-        return Array(#"{"token":"\#(token)","payload":{"aps":{"alert":"soak \#(index)"}},"id":"\#(id)"\#(type)}"#.utf8)
+    /// A job as a sync server writes it, through the client's own encoder.
+    static func job(_ id: UUID, bundle: String, token: String, index: Int, pushType: PushType? = nil) -> [UInt8] {
+        NotificationJob(bundleID: bundle, token: token, payload: .alert("soak \(index)"), options: DeliveryOptions(pushType: pushType), id: id).body()
     }
 
     /// Publishes until the broker confirms (the broker may be restarting); a job whose publish
@@ -178,8 +181,9 @@ final class SoakRun: Sendable {
         case .allowKey: changeFaults { $0.rejectAllTokens = nil }
         case .refuseTopic:
             simulator.script(token: Self.voipToken, .always(status: 400, reason: .topicDisallowed))
-            let id = UUID().uuidString.lowercased()
-            await publish(id: id, bundle: voipBundle, body: Self.job(id: id, token: Self.voipToken, index: -1, pushType: "voip"), expecting: .delivered)
+            let job = UUID()
+            let body = Self.job(job, bundle: voipBundle, token: Self.voipToken, index: -1, pushType: .voip)
+            await publish(id: job.uuidString.lowercased(), bundle: voipBundle, body: body, expecting: .delivered)
         case .allowTopic: simulator.script(token: Self.voipToken, .accept)
         case .pause, .resume:
             if let problem = await worker.fleetCommand(action == .pause ? "pause" : "resume", bundle: pausedBundle, url: broker.url) {
