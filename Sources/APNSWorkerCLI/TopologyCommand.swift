@@ -49,9 +49,12 @@ struct TopologyCommand: AsyncParsableCommand {
         if !dryRun {
             let amqp = try broker.amqpConfiguration(connectionName: "apns-worker topology")
             let planned = report
+            let logger = broker.logger("apns-worker.topology")
             report = try await operatorCall {
-                try await AMQPConnection.withConnection(configuration: amqp, logger: broker.logger("apns-worker.topology")) { connection in
-                    try await connection.declare(plan)
+                try await AMQPConnection.withConnection(configuration: amqp, logger: logger) { connection in
+                    // As the worker does: a busy node refusing a quorum queue for a while
+                    // (`541 … cluster_not_formed`) is waited out, said once; an interrupt stops it.
+                    try await connection.declareWaitingForTheBroker(plan, logger: logger)
                     var counted = planned
                     for index in counted.queues.indices {
                         let info = try await connection.inspectQueue(counted.queues[index].name)
