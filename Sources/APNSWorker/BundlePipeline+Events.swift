@@ -7,8 +7,9 @@ import QueueConsumer
 import ServiceClock
 
 /// Delivery events in the pipeline (contract §8): the event a job's end produces, when its
-/// sender asked, published beside the route's own message and confirmed before the job's ack.
-/// With `events = none` (the job's and the bundle's) the hot path pays one branch.
+/// sender asked, published beside the route's own message and confirmed before the job's ack
+/// (in batches: `BundlePipeline+Publishing.swift`). With `events = none` (the job's and the
+/// bundle's) the hot path pays one branch.
 extension BundlePipeline {
     /// The event of a job Apple answered; nil when it wants none.
     func answeredEvent(
@@ -31,58 +32,5 @@ extension BundlePipeline {
         let context = OutcomeRouter.JobContext(message: delivery.message, jobID: messageID, token: nil, previousAttempts: 0)
         let facts = OutcomeRouter.unsentFacts(route, environment: settings.defaultEnvironment)
         return router.event(end: .dead, level: router.events, job: context, facts: facts, now: clock.wallTime)
-    }
-
-    /// The route's message (if any) and the event, published together so they share the
-    /// broker's confirms; the job is acked once both are confirmed. The route's message failing
-    /// leaves the job to the broker, as without events (`publishThenAck(_:_:)`); the event
-    /// failing never does: it is published again until the broker takes it, since delivering
-    /// the job again would send it to Apple again.
-    func publishThenAck(_ delivery: AMQPDelivery, _ message: AMQPOutboundMessage?, event: AMQPOutboundMessage) async {
-        async let eventConfirmed = publishEvent(event)
-        if let message {
-            do {
-                try await broker.publish(message)
-            } catch {
-                logger.warning(
-                    "could not publish the job's outcome; the broker will deliver the job again",
-                    metadata: ["amqp.error": "\(error)", "amqp.routing_key": "\(message.routingKey)"])
-                await broker.nack(delivery, requeue: true)
-                return
-            }
-        }
-        // Not confirmed only when cancelled at the shutdown deadline: the job stays unacked.
-        guard await eventConfirmed else { return }
-        broker.ackNow(delivery)
-    }
-
-    /// Publishes `event` until the broker confirms it; false when cancelled first. One warning
-    /// for its first refusal, one notice when it is taken after that.
-    func publishEvent(_ event: AMQPOutboundMessage) async -> Bool {
-        var delay = Duration.milliseconds(100)
-        var refused = 0
-        while true {
-            do {
-                try await broker.publish(event)
-                if refused > 0 {
-                    logger.notice(
-                        "delivery event published after refusals", metadata: ["amqp.routing_key": "\(event.routingKey)", "amqp.refusals": "\(refused)"])
-                }
-                return true
-            } catch {
-                if refused == 0 {
-                    logger.warning(
-                        "could not publish a delivery event; publishing it again, the job is not sent again",
-                        metadata: ["amqp.error": "\(error)", "amqp.routing_key": "\(event.routingKey)"])
-                }
-                refused += 1
-                do {
-                    try await Task.sleep(for: delay)
-                } catch {
-                    return false
-                }
-                delay = min(delay * 2, .seconds(5))
-            }
-        }
     }
 }

@@ -71,8 +71,9 @@ extension BundlePipeline {
     }
 
     /// The one settle: a bare ack at once, from any thread (`ackNow` never blocks); a route that
-    /// publishes must await the broker's confirm, so it continues in the consumer's settle runner
-    /// (a child of `run()`: cancelled with it at the shutdown deadline). Then the job's end is
+    /// publishes, or a job's delivery event, must await the broker's confirm, so it joins the
+    /// batch the consumer's settle runner publishes next (`BundlePipeline+Publishing.swift`; a
+    /// child of `run()`: cancelled with it at the shutdown deadline). Then the job's end is
     /// counted, logged and told to the machine. `answered`: APNs' outcome, for a job that was
     /// sent; `details`: why a job settled unsent; `event`: its delivery event, published with
     /// the route's message before the ack (`BundlePipeline+Events.swift`).
@@ -81,31 +82,22 @@ extension BundlePipeline {
         details: Logger.Metadata = [:], event: AMQPOutboundMessage? = nil
     ) {
         switch route {
-        case .ack:
-            if let event {
-                consumer.settleLater {
-                    await self.publishThenAck(job.delivery, nil, event: event)
-                    self.finished(job, route, answered: answered, details: details)
-                }
-                return
-            }
+        case .ack where event == nil:
             broker.ackNow(job.delivery)
             finished(job, route, answered: answered, details: details)
+        case .ack:
+            publishThenAck(PublishingSettle(job: job, route: route, message: nil, event: event, answered: answered, details: details))
         case .publishThenAck(let message, _):
-            consumer.settleLater {
-                if let event {
-                    await self.publishThenAck(job.delivery, message, event: event)
-                } else {
-                    await self.publishThenAck(job.delivery, message)
-                }
-                self.finished(job, route, answered: answered, details: details)
-            }
+            publishThenAck(PublishingSettle(job: job, route: route, message: message, event: event, answered: answered, details: details))
         case .rejectToDeadLetter:
             // Without requeue, for the broker to dead-letter it (a job over the size limit).
             consumer.settleLater {
                 // Its event first: once rejected, the job is out of the worker's hands.
                 var eventTaken = true
-                if let event { eventTaken = await self.publishEvent(event) }
+                if let event {
+                    eventTaken = false
+                    await self.publishUntilTaken([event], refusedFirst: nil) { _ in eventTaken = true }
+                }
                 if eventTaken { await self.broker.nack(job.delivery, requeue: false) }
                 self.finished(job, route, answered: answered, details: details)
             }
@@ -133,7 +125,7 @@ extension BundlePipeline {
     }
 
     /// Every settled job, sent or not, ends here: its route's end counted, reported, traced.
-    private func finished(
+    func finished(
         _ job: JobInFlight, _ route: OutcomeRouter.Route, answered: (Outcome, OutcomeRouter.JobContext)?, details: Logger.Metadata
     ) {
         let end = route.end

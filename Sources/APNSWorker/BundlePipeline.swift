@@ -59,6 +59,8 @@ public final class BundlePipeline<Broker: MessageBroker>: Sendable {
     let inFlightBounds: Mutex<BundleInFlightBounds>
     /// The bundle's consumer: hold breaker, pause, consumer, jobs in flight, shutdown.
     let consumer: QueueConsumer<BundlePipeline>
+    /// The settles that publish, gathered into the batch published next (`BundlePipeline+Publishing.swift`).
+    let publishing = Mutex(PublishBatcher<PublishingSettle>(limit: BundlePipeline.publishBatchLimit))
 
     public init(
         settings: BundlePipelineSettings, broker: Broker, transport: any NotificationTransport,

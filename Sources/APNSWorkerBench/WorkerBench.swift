@@ -32,8 +32,15 @@ struct WorkerBench: AsyncParsableCommand {
     @Option(help: "Jobs per second in the latency phase.")
     var rate: Int = 1_000
 
-    @Option(help: "Seconds of the latency phase.")
+    @Option(help: "Seconds of the latency phase (0: none, so the worker's CPU is the drain's alone).")
     var latencySeconds: Int = 10
+
+    @Option(help: "The bundle's delivery events (contract §8): none, ends or all; published to apns.events, which no queue is bound to here.")
+    var events: String = DeliveryEventLevel.none.rawValue
+
+    func validate() throws {
+        guard DeliveryEventLevel(rawValue: events) != nil else { throw ValidationError("--events is none, ends or all") }
+    }
 
     func run() async throws {
         var logger = Logger(label: "bench")
@@ -46,7 +53,7 @@ struct WorkerBench: AsyncParsableCommand {
         let configPath = directory + "/worker.conf"
         try BenchWorkerSetup.workerConfig(
             url: url, amqpKeys: ["prefetch = \(prefetch)"], bundles: [bundle], port: simulator.port,
-            bundleKeys: ["connections = \(connections)"]
+            bundleKeys: ["connections = \(connections)", "events = \(events)"]
         ).write(toFile: configPath, atomically: true, encoding: .utf8)
 
         let connection = try await AMQPConnection.connect(
@@ -97,7 +104,7 @@ struct WorkerBench: AsyncParsableCommand {
         let noopRate = Double(jobs) / noop.timeInterval
         print("""
             worker drain:      \(jobs) jobs in \(String(format: "%.2f", drain.timeInterval)) s = \(Int(drainRate)) jobs/s (prefetch \(prefetch), \(connections) connections)
-            worker process:    \(String(format: "%.1f", cpu)) CPU s, peak RSS \(usage.ru_maxrss / 1024) MiB
+            worker process:    \(String(format: "%.2f", cpu)) CPU s = \(String(format: "%.1f", cpu / Double(jobs + latencies.count) * 1e6)) µs a job (events \(events)), peak RSS \(usage.ru_maxrss / 1024) MiB
             latency at \(rate)/s: p50 \(percentile(latencies, 0.50)) ms, p99 \(percentile(latencies, 0.99)) ms, max \(percentile(latencies, 1.0)) ms (\(latencies.count) jobs, publish → APNs 200)
             no-op consumer:    \(jobs) jobs in \(String(format: "%.2f", noop.timeInterval)) s = \(Int(noopRate)) msgs/s (broker ceiling)
             ratio worker/no-op: \(String(format: "%.2f", drainRate / noopRate))

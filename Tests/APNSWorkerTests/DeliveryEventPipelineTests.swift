@@ -39,6 +39,29 @@ import TestSupport
         #expect(rig.jobs(.delivered) == 3)
     }
 
+    /// Jobs whose settles publish go to the broker in batches, a job's route message (here its
+    /// invalid token's feedback) and its event always in the same one, in that order; every job
+    /// acked once, after its batch.
+    @Test func aRoutesMessageAndItsEventShareOneBatch() async throws {
+        let rig = Rig(answer: ScriptedTransport.unregistered)
+        rig.pipeline.updateEvents(.ends)
+        let jobs = 30
+        try await rig.running { _ in
+            for _ in 0..<jobs { rig.enqueueJob() }
+            try await waitUntil("every job acked") { rig.broker.snapshot.acked.count == jobs }
+        }
+        let batches = rig.broker.snapshot.batches
+        #expect(batches.map(\.count).reduce(0, +) == 2 * jobs, "one feedback message and one event a job, all in batches")
+        for batch in batches {
+            let exchanges = batch.map(\.exchange)
+            let pairs = stride(from: 0, to: exchanges.count, by: 2).map { Array(exchanges[$0..<min($0 + 2, exchanges.count)]) }
+            #expect(pairs.allSatisfy { $0 == [TopologyNames.feedbackExchange, TopologyNames.eventsExchange] }, "\(exchanges)")
+        }
+        #expect(Set(rig.broker.snapshot.acked).count == jobs)
+        #expect(rig.broker.snapshot.nacked.isEmpty)
+        #expect(rig.jobs(.invalidToken) == jobs)
+    }
+
     @Test func aRefusedEventIsPublishedAgainAndItsJobNeverHandedBack() async throws {
         let rig = Rig(answer: ScriptedTransport.accepted)
         rig.pipeline.updateEvents(.ends)

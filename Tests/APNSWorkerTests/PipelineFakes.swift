@@ -35,6 +35,8 @@ final class FakeBroker: MessageBroker {
         var stallPublishes = false
         var stalled: [UInt64: CheckedContinuation<Void, any Error>] = [:]
         var publishesCancelled = 0
+        /// Each batch published as one (`publish(_:)` of an array), as the pipeline made it.
+        var batches: [[AMQPOutboundMessage]] = []
     }
 
     let workQueue: String
@@ -130,6 +132,21 @@ final class FakeBroker: MessageBroker {
             if let consumer = state.consumer { consumer.yield(again) } else { state.ready.insert(again, at: 0) }
         }
         return .settled
+    }
+
+    /// Recorded as one batch, then published one by one as `publish` does each.
+    func publish(_ messages: [AMQPOutboundMessage]) async -> [AMQPError?] {
+        state.withLock { $0.batches.append(messages) }
+        var results: [AMQPError?] = []
+        for message in messages {
+            do {
+                try await publish(message)
+                results.append(nil)
+            } catch {
+                results.append(error as? AMQPError ?? AMQPError(.connectionLost, "\(error)"))
+            }
+        }
+        return results
     }
 
     func publish(_ message: AMQPOutboundMessage) async throws {

@@ -252,6 +252,20 @@ public final class AMQPConnection: Sendable {
         }
     }
 
+    /// Publishes `messages` in order as one command to the owner thread and returns once the
+    /// broker has settled every one: nil for a message it confirmed, else the error `publish`
+    /// would have thrown for it (a name too long for a short string fails alone, before it is
+    /// sent). One wake-up of the owner thread and one resumption for the whole batch, where
+    /// publishing each costs both per message. Ignores task cancellation, as `publish` does.
+    public func publish(_ messages: [AMQPOutboundMessage]) async -> [AMQPError?] {
+        guard !messages.isEmpty else { return [] }
+        return await withCheckedContinuation { (continuation: CheckedContinuation<[AMQPError?], Never>) in
+            submit(
+                .publishBatch(messages, continuation),
+                orElse: { continuation.resume(returning: Array(repeating: AMQPError(.closed, "the connection is closed"), count: messages.count)) })
+        }
+    }
+
     /// Starts a consumer on a channel of its own with `basic.qos(prefetch)` and manual acks.
     /// While the connection is down, the consumer is registered and starts with the next connection.
     /// A message whose body is larger than `maxBodySize` is delivered without it (its bytes are
@@ -455,6 +469,8 @@ enum RPCResult: Sendable {
 
 enum Command: Sendable {
     case publish(AMQPOutboundMessage, CheckedContinuation<Void, any Error>)
+    /// Many publishes, resumed once with every one's result (`publish(_:)` of an array).
+    case publishBatch([AMQPOutboundMessage], CheckedContinuation<[AMQPError?], Never>)
     case settle(AMQPDeliveryTag, SettlementKind)
     case rpc(RPCRequest, CheckedContinuation<RPCResult, any Error>)
     case consume(ConsumerRequest, CheckedContinuation<Void, any Error>)

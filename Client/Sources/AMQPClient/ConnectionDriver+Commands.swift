@@ -12,6 +12,7 @@ extension ConnectionDriver {
         let notConnected = AMQPError(stopRequested ? .closed : .notConnected, stopRequested ? "the connection is closed" : "not connected to the broker (reconnecting)")
         switch command {
         case .publish(_, let continuation): continuation.resume(throwing: notConnected)
+        case .publishBatch(let messages, let continuation): continuation.resume(returning: Array(repeating: notConnected, count: messages.count))
         case .settle: break
         case .rpc(let request, let continuation):
             if case .declarePlan(let plan) = request, !stopRequested, reconnect.everConnected {
@@ -46,10 +47,12 @@ extension ConnectionDriver {
         switch command {
         case .publish(let message, let continuation):
             if blocked {
-                publishesWhileBlocked.append((message, continuation))
+                publishesWhileBlocked.append((message, .one(continuation)))
             } else {
-                try send(message, continuation, on: state)
+                try send(message, .one(continuation), on: state)
             }
+        case .publishBatch(let messages, let continuation):
+            try sendBatch(messages, PublishBatch(count: messages.count, continuation: continuation), on: state)
         case .settle(let tag, let kind):
             // Checked again here: the channel may have died after the caller queued this.
             guard channels.isCurrent(tag) else {
@@ -242,7 +245,30 @@ extension ConnectionDriver {
         confirms.restartNumbering()
     }
 
-    func send(_ message: AMQPOutboundMessage, _ continuation: CheckedContinuation<Void, any Error>, on state: amqp_connection_state_t) throws(ConnectionFailure) {
+    /// Each message of a batch as `publish` would send it, its result kept in `batch`: a name
+    /// too long for a short string refused alone (the caller's check of `publish`), the rest
+    /// queued while the broker blocks publishing, or sent. When the connection fails mid-batch,
+    /// the messages not sent yet fail with it.
+    func sendBatch(_ messages: [AMQPOutboundMessage], _ batch: PublishBatch, on state: amqp_connection_state_t) throws(ConnectionFailure) {
+        for (index, message) in messages.enumerated() {
+            let waiter = PublishWaiter.batch(batch, index)
+            if !AMQPShortString.fits(message.exchange) || !AMQPShortString.fits(message.routingKey) {
+                waiter.settle(ShortStringNames.refusal(AMQPShortString.fits(message.exchange) ? message.routingKey : message.exchange))
+            } else if blocked {
+                publishesWhileBlocked.append((message, waiter))
+            } else {
+                do throws(ConnectionFailure) {
+                    try send(message, waiter, on: state)
+                } catch {
+                    let unsent = AMQPError(.connectionLost, "the connection was lost before the publish was sent")
+                    for rest in messages.indices.dropFirst(index + 1) { PublishWaiter.batch(batch, rest).settle(unsent) }
+                    throw error
+                }
+            }
+        }
+    }
+
+    func send(_ message: AMQPOutboundMessage, _ waiter: PublishWaiter, on state: amqp_connection_state_t) throws(ConnectionFailure) {
         arena.reset()
         var properties = arena.properties(message.properties)
         let exchange = arena.bytes(message.exchange)
@@ -254,19 +280,17 @@ extension ConnectionDriver {
         }
         arena.reset()
         guard status == AMQP_STATUS_OK.rawValue else {
-            continuation.resume(throwing: AMQPError(.connectionLost, "sending the publish failed", libraryStatus: Self.statusString(status)))
+            waiter.settle(AMQPError(.connectionLost, "sending the publish failed", libraryStatus: Self.statusString(status)))
             throw ConnectionFailure(error: AMQPError(.connectionLost, "publishing failed", libraryStatus: Self.statusString(status)))
         }
         confirms.sent(
-            continuation,
+            waiter,
             returnKey: message.mandatory ? .init(exchange: message.exchange, routingKey: message.routingKey, body: message.body) : nil)
     }
 
     /// `basic.ack` / `basic.nack` on the confirm channel, `multiple` included.
     func confirm(upTo tag: UInt64, multiple: Bool, ack: Bool) {
-        confirms.confirmed(upTo: tag, multiple: multiple, ack: ack) { waiter, error in
-            if let error { waiter.resume(throwing: error) } else { waiter.resume() }
-        }
+        confirms.confirmed(upTo: tag, multiple: multiple, ack: ack) { waiter, error in waiter.settle(error) }
     }
 
     /// A `basic.return`: the publish it belongs to fails when its ack comes.
@@ -275,13 +299,13 @@ extension ConnectionDriver {
             .publishReturned,
             "the broker returned the message: exchange '\(assembly.exchange)' has no queue bound for routing key '\(assembly.routingKey)'",
             replyCode: replyCode, replyText: replyText, exchange: assembly.exchange)
-        let key = PublishConfirms<CheckedContinuation<Void, any Error>>.ReturnKey(
+        let key = PublishConfirms<PublishWaiter>.ReturnKey(
             exchange: assembly.exchange, routingKey: assembly.routingKey, body: assembly.body)
         guard !confirms.returned(key, error: error) else { return }
         logger.warning("AMQP basic.return matched no publish in flight", metadata: ["amqp.exchange": "\(assembly.exchange)", "amqp.routing_key": "\(assembly.routingKey)"])
     }
 
     func failInFlightPublishes(_ error: AMQPError) {
-        confirms.failAll { $0.resume(throwing: error) }
+        confirms.failAll { $0.settle(error) }
     }
 }

@@ -138,9 +138,9 @@ extension ConnectionDriver {
             logger.info("AMQP broker unblocked publishing")
             guard let state = conn else { return }
             while !publishesWhileBlocked.isEmpty {
-                let (message, continuation) = publishesWhileBlocked.removeFirst()
+                let (message, waiter) = publishesWhileBlocked.removeFirst()
                 // On failure the rest stay queued; teardown fails them.
-                try send(message, continuation, on: state)
+                try send(message, waiter, on: state)
             }
         default:
             break

@@ -94,9 +94,9 @@ final class ConnectionDriver: @unchecked Sendable {
     /// The oversized message a `basic.get` waits for, handed over once its copy is settled.
     var oversizedGetCopy: ContentAssembler.Message?
 
-    var confirms = PublishConfirms<CheckedContinuation<Void, any Error>>()
+    var confirms = PublishConfirms<PublishWaiter>()
     var blocked = false
-    var publishesWhileBlocked: [(AMQPOutboundMessage, CheckedContinuation<Void, any Error>)] = []
+    var publishesWhileBlocked: [(AMQPOutboundMessage, PublishWaiter)] = []
 
     init(configuration: AMQPConfiguration, connection: AMQPConnection, logger: Logger) {
         self.configuration = configuration
@@ -308,9 +308,8 @@ final class ConnectionDriver: @unchecked Sendable {
         }
         socketFD = -1
         failInFlightPublishes(error.code == .closed ? error : AMQPError(.connectionLost, "the connection was lost before the broker confirmed the publish: \(error.message)", replyCode: error.replyCode, replyText: error.replyText, libraryStatus: error.libraryStatus))
-        for (message, continuation) in publishesWhileBlocked {
-            _ = message
-            continuation.resume(throwing: AMQPError(.connectionLost, "the connection was lost while the broker blocked publishing"))
+        for (_, waiter) in publishesWhileBlocked {
+            waiter.settle(AMQPError(.connectionLost, "the connection was lost while the broker blocked publishing"))
         }
         publishesWhileBlocked.removeAll()
         channels.connectionLost()

@@ -64,6 +64,33 @@ extension MessageFetching {
 public protocol ConfirmedPublishing: Sendable {
     /// Returns once the broker confirmed the message; throws when it did not take it.
     func publish(_ message: AMQPOutboundMessage) async throws
+    /// Publishes `messages` and returns once the broker has settled each: nil where it
+    /// confirmed, else why not. `AMQPConnection` sends them as one command and resumes once.
+    func publish(_ messages: [AMQPOutboundMessage]) async -> [AMQPError?]
+}
+
+extension ConfirmedPublishing {
+    /// Each message published on its own, all at once; an error that is no `AMQPError` (a
+    /// fake's, cancellation) is reported as a lost connection.
+    public func publish(_ messages: [AMQPOutboundMessage]) async -> [AMQPError?] {
+        await withTaskGroup(of: (Int, AMQPError?).self) { group in
+            for (index, message) in messages.enumerated() {
+                group.addTask {
+                    do {
+                        try await self.publish(message)
+                        return (index, nil)
+                    } catch let error as AMQPError {
+                        return (index, error)
+                    } catch {
+                        return (index, AMQPError(.connectionLost, "\(error)"))
+                    }
+                }
+            }
+            var results = [AMQPError?](repeating: nil, count: messages.count)
+            for await (index, error) in group { results[index] = error }
+            return results
+        }
+    }
 }
 
 /// Declares, inspects, purges and deletes exchanges and queues (the topology and the operator

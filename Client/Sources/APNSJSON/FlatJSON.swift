@@ -11,19 +11,59 @@ public enum FlatJSON {
 
     /// `{"key":value,…}` with the keys sorted by their UTF-8 bytes.
     public static func object(_ members: [String: Value]) -> [UInt8] {
-        var out: [UInt8] = [UInt8(ascii: "{")]
-        for (index, key) in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }).enumerated() {
-            if index > 0 { out.append(UInt8(ascii: ",")) }
-            appendString(key, to: &out)
+        var writer = Writer()
+        for key in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) { writer.member(key, members[key]!) }
+        return writer.finish()
+    }
+
+    /// One object written in one pass, member by member in the caller's order: for an object
+    /// made per job (a delivery event), whose keys are fixed, without the dictionary and the
+    /// sort of `object`. The caller keeps the order it promises (byte order, as `object`'s).
+    public struct Writer {
+        private var out: [UInt8]
+
+        public init(capacity: Int = 64) {
+            out = []
+            out.reserveCapacity(capacity)
+            out.append(UInt8(ascii: "{"))
+        }
+
+        /// A string member, `null` when nil. `key`: a literal that needs no escaping.
+        public mutating func member(_ key: StaticString, _ value: String?) {
+            literalKey(key)
+            if let value { FlatJSON.appendString(value, to: &out) } else { out.append(contentsOf: "null".utf8) }
+        }
+
+        /// An integer member. `key`: a literal that needs no escaping.
+        public mutating func member(_ key: StaticString, _ value: Int) {
+            literalKey(key)
+            out.append(contentsOf: String(value).utf8)
+        }
+
+        /// Any member, its key escaped.
+        public mutating func member(_ key: String, _ value: Value) {
+            if out.count > 1 { out.append(UInt8(ascii: ",")) }
+            FlatJSON.appendString(key, to: &out)
             out.append(UInt8(ascii: ":"))
-            switch members[key]! {
-            case .string(let text): appendString(text, to: &out)
+            switch value {
+            case .string(let text): FlatJSON.appendString(text, to: &out)
             case .integer(let number): out.append(contentsOf: String(number).utf8)
             case .null: out.append(contentsOf: "null".utf8)
             }
         }
-        out.append(UInt8(ascii: "}"))
-        return out
+
+        /// The object, closed.
+        public consuming func finish() -> [UInt8] {
+            out.append(UInt8(ascii: "}"))
+            return out
+        }
+
+        private mutating func literalKey(_ key: StaticString) {
+            if out.count > 1 { out.append(UInt8(ascii: ",")) }
+            out.append(UInt8(ascii: "\""))
+            key.withUTF8Buffer { out.append(contentsOf: $0) }
+            out.append(contentsOf: #"":"#.utf8)
+        }
     }
 
     /// Lower-case, as `LowercaseHex` writes them (that one lives in APNSModel, above this module).

@@ -101,15 +101,22 @@ public struct DeliveryEvent: Sendable, Hashable {
 
     /// The body of contract §8: every key present (`null` where there is no value), keys sorted;
     /// `token` or `channel` as the job had, `groupJobId` only for a job a group job produced.
+    /// Written in one pass (one per job with events on), the keys in their byte order by hand.
     public func jsonBytes() -> [UInt8] {
-        var object: [String: FlatJSON.Value] = [
-            "jobId": .string(jobId), "bundleId": .string(bundleId), "end": .string(end.rawValue),
-            "reason": reason.map { .string($0) } ?? .null, "status": .integer(Int64(status)),
-            "apnsId": apnsId.map { .string($0) } ?? .null, "apnsUniqueId": apnsUniqueId.map { .string($0) } ?? .null,
-            "attempts": .integer(Int64(attempts)), "at": .string(at), "environment": .string(environment.rawValue),
-        ]
-        if let channel { object["channel"] = .string(channel) } else { object["token"] = .string(token ?? "") }
-        if let groupJobId { object["groupJobId"] = .string(groupJobId) }
-        return FlatJSON.object(object)
+        var json = FlatJSON.Writer(capacity: 400)
+        json.member("apnsId", apnsId)
+        json.member("apnsUniqueId", apnsUniqueId)
+        json.member("at", at)
+        json.member("attempts", attempts)
+        json.member("bundleId", bundleId)
+        if let channel { json.member("channel", channel) }
+        json.member("end", end.rawValue)
+        json.member("environment", environment.rawValue)
+        if let groupJobId { json.member("groupJobId", groupJobId) }
+        json.member("jobId", jobId)
+        json.member("reason", reason)
+        json.member("status", status)
+        if channel == nil { json.member("token", token ?? "") }
+        return json.finish()
     }
 }
