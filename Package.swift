@@ -151,11 +151,12 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // The injected clock (`ConsumerClock`) and the one periodic loop (`Periodic`) the
-        // consumers, the transports and the services run on.
+        // The injected clock (`ConsumerClock`) and the one periodic loop (`Periodic`, and the
+        // stop one loop alone obeys, `StopSignal`) the consumers, the transports and the services
+        // run on.
         .target(
             name: "ServiceClock",
-            dependencies: [.product(name: "ServiceLifecycle", package: "swift-service-lifecycle")],
+            dependencies: [client("CancellableWait"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")],
             swiftSettings: strictSettings
         ),
         // One queue consumer with hold, probe, pause, drain and a delivery bound: a pure state
