@@ -205,7 +205,7 @@ let package = Package(
             name: "APNSOperations",
             dependencies: [
                 client("APNSModel"), client("APNSJSON"), client("APNSTopologyNames"), "APNSConfig", client("AMQPClient"), "APNSTopology",
-                .product(name: "Logging", package: "swift-log"),
+                client("CancellableWait"), .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),
@@ -407,7 +407,7 @@ let package = Package(
             name: "APNSOperationsTests",
             dependencies: [
                 "APNSOperations", client("AMQPClient"), client("APNSModel"), client("APNSTopologyNames"), "APNSTopology", "TestSupport",
-                .product(name: "Logging", package: "swift-log"),
+                "ServiceClock", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),
