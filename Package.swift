@@ -360,7 +360,7 @@ let package = Package(
             name: "APNSTransportTests",
             dependencies: [
                 client("APNSModel"), "APNSBinaryProtocol", "APNSOutcome", "APNSChannelManagement", "APNSTransport", "APNSSimulator", "TestSupport",
-                "SeededRandom",
+                "SeededRandom", "ServiceClock",
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
