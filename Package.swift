@@ -151,11 +151,12 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // The injected clock (`ConsumerClock`) and the one periodic loop (`Periodic`) the
-        // consumers, the transports and the services run on.
+        // The injected clock (`ConsumerClock`) and the one periodic loop (`Periodic`, and the
+        // stop one loop alone obeys, `StopSignal`) the consumers, the transports and the services
+        // run on.
         .target(
             name: "ServiceClock",
-            dependencies: [.product(name: "ServiceLifecycle", package: "swift-service-lifecycle")],
+            dependencies: [client("CancellableWait"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")],
             swiftSettings: strictSettings
         ),
         // One queue consumer with hold, probe, pause, drain and a delivery bound: a pure state
@@ -204,7 +205,7 @@ let package = Package(
             name: "APNSOperations",
             dependencies: [
                 client("APNSModel"), client("APNSJSON"), client("APNSTopologyNames"), "APNSConfig", client("AMQPClient"), "APNSTopology",
-                .product(name: "Logging", package: "swift-log"),
+                client("CancellableWait"), .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),
@@ -359,7 +360,7 @@ let package = Package(
             name: "APNSTransportTests",
             dependencies: [
                 client("APNSModel"), "APNSBinaryProtocol", "APNSOutcome", "APNSChannelManagement", "APNSTransport", "APNSSimulator", "TestSupport",
-                "SeededRandom",
+                "SeededRandom", "ServiceClock",
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -406,7 +407,7 @@ let package = Package(
             name: "APNSOperationsTests",
             dependencies: [
                 "APNSOperations", client("AMQPClient"), client("APNSModel"), client("APNSTopologyNames"), "APNSTopology", "TestSupport",
-                .product(name: "Logging", package: "swift-log"),
+                "ServiceClock", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),

@@ -35,7 +35,7 @@ struct AdminFleetRoutes: Sendable {
             // deployment's memory limit; `next` leads to the rest.
             var headers = HTTPFields()
             headers[.contentType] = "application/json"
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: fleet.page(pageRequest, now: Date()).body)))
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: fleet.page(pageRequest, now: fleet.wallTime).body)))
         }
         for (action, paused) in [("pause", true), ("resume", false)] {
             router.post("/api/bundles/:bundleId/\(action)") { _, context -> Response in
@@ -104,7 +104,7 @@ struct AdminFleetRoutes: Sendable {
     /// The fleet-wide series only (`FleetRates` keeps it as the work is recorded): what the graph
     /// costs does not grow with the bundles the view holds.
     func graph() -> FleetGraph {
-        FleetGraph(points: fleet?.series(now: Date()) ?? FleetRates().series(now: Date()))
+        FleetGraph(points: fleet.map { $0.series(now: $0.wallTime) } ?? FleetRates().series(now: Date()))
     }
 
     func setPaused(_ bundleID: String, _ paused: Bool, answer: () -> Response) async -> Response {

@@ -26,6 +26,8 @@ public final class HTTP2Transport: NotificationTransport, Service {
     let eventLoopGroup: any EventLoopGroup
     let tlsContext: NIOSSLContext
     private let tokens: ProviderTokenSource?
+    /// The idle period's time (`idlePeriods`), so a test moves a manual clock past it.
+    private let clock: any ConsumerClock
 
     typealias Pool = HTTP2PoolStateMachine<HTTP2Connection, StreamWaiter>
 
@@ -46,13 +48,16 @@ public final class HTTP2Transport: NotificationTransport, Service {
 
     /// - Parameters:
     ///   - eventLoopGroup: where the connections live; NIO's shared singleton by default.
+    ///   - clock: the idle checks' time (`idleConnectionTimeout`); the system's by default.
     /// - Throws: when the TLS material (CA file, client certificate or key) cannot be loaded.
     public init(
         configuration: HTTP2TransportConfiguration,
         logger: Logger,
-        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        clock: any ConsumerClock = SystemConsumerClock()
     ) throws {
         self.configuration = configuration
+        self.clock = clock
         var logger = logger
         logger[metadataKey: "apns.host"] = .string(configuration.host)
         logger[metadataKey: "apns.environment"] = .string(configuration.environment.rawValue)
@@ -334,7 +339,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
     /// Tells the machine each time an idle period passes (`HTTP2PoolStateMachine.idleCheck`),
     /// until the transport is told to stop (what also shuts the pool down: `run`).
     private func idlePeriods() async {
-        await Periodic.run(every: configuration.idleConnectionTimeout, on: SystemConsumerClock(), start: .afterInterval) {
+        await Periodic.run(every: configuration.idleConnectionTimeout, on: clock, start: .afterInterval) {
             feed { $0.idleCheck() }
         }
     }

@@ -44,11 +44,17 @@ public struct FeedbackPoller<Publisher: ConfirmedPublishing>: Service {
     }
 
     public func run() async throws {
+        await run(until: nil)
+    }
+
+    /// Polls until graceful shutdown, cancellation or `stop` (`FeedbackPollers` stops one
+    /// poller alone on a reload). Graceful shutdown and `stop` wait for the poll under way, whose
+    /// tuples the service served only once, so it publishes them first; cancellation (the
+    /// service itself stopped at once) cuts it short.
+    public func run(until stop: StopSignal?) async {
         var unpublished: [FeedbackTuple] = []
-        await Periodic.run(every: interval, on: clock, start: .now) {
-            // Not cut short by a stop (`FeedbackPollers`): what the service served is published
-            // first, as it is served only once.
-            unpublished = await Task { [unpublished] in await poll(unpublished: unpublished) }.value
+        await Periodic.run(every: interval, on: clock, start: .now, until: stop) {
+            unpublished = await poll(unpublished: unpublished)
         }
         if !unpublished.isEmpty {
             logger.error(

@@ -8,6 +8,7 @@ import APNSConfig
 import APNSModel
 import APNSTransport
 import Logging
+import ServiceClock
 import ServiceLifecycle
 import Synchronization
 
@@ -77,53 +78,60 @@ struct FeedbackPollerPlan: Sendable, Equatable {
     var isEmpty: Bool { started.isEmpty && stopped.isEmpty && replaced.isEmpty }
 }
 
+/// The pollers run in `run()`'s task group, fed by a stream of pollers to start, as the worker
+/// runs its bundle units (`WorkerService`); each is stopped alone by its own `StopSignal`, and
+/// all of them end with the service (graceful shutdown or cancellation).
 public final class FeedbackPollers<Publisher: ConfirmedPublishing>: Service, ConfigurationFollower {
-    private let broker: Publisher
-    private let observer: (any JobEndObserver)?
+    /// Makes a bundle's poller (on a `BinaryFeedbackClient` in production).
+    typealias PollerMaker = @Sendable (FeedbackPollerSpec) throws -> FeedbackPoller<Publisher>
+
+    private let makePoller: PollerMaker
     private let logger: Logger
     private let state: Mutex<State>
+    private let starts: (stream: AsyncStream<RunningPoller>, continuation: AsyncStream<RunningPoller>.Continuation)
 
     private struct State {
-        var pollers: [String: Entry] = [:]
-        var phase = Phase.notStarted
-    }
-
-    private enum Phase { case notStarted, running, ended }
-
-    /// A poller and, once `run()` began, the task that runs it.
-    private struct Entry {
-        var spec: FeedbackPollerSpec
-        var poller: FeedbackPoller<Publisher>
-        var task: Task<Void, Never>?
+        var pollers: [String: RunningPoller] = [:]
+        /// False once `run()` ended: a poller made later is never run.
+        var accepting = true
     }
 
     /// - Throws: when a bundle's certificate, key or CA file cannot be loaded (at start-up, as
     ///   before any poll).
-    public init(_ loaded: LoadedConfiguration, broker: Publisher, observer: (any JobEndObserver)?, logger: Logger) throws {
-        self.broker = broker
-        self.observer = observer
-        self.logger = logger
-        var pollers: [String: Entry] = [:]
-        for spec in FeedbackPollerSpec.wanted(loaded) {
-            pollers[spec.bundleID] = Entry(spec: spec, poller: try Self.makePoller(spec, broker: broker, observer: observer, logger: logger))
+    public convenience init(_ loaded: LoadedConfiguration, broker: Publisher, observer: (any JobEndObserver)?, logger: Logger) throws {
+        try self.init(loaded, logger: logger) { spec in
+            let client = try BinaryFeedbackClient(configuration: spec.clientConfiguration, logger: logger)
+            var poller = FeedbackPoller(bundleID: spec.bundleID, interval: spec.interval, client: client, broker: broker, logger: logger)
+            poller.observer = observer
+            return poller
         }
-        state = Mutex(State(pollers: pollers))
     }
 
-    /// Starts the pollers, and stops them all at graceful shutdown (each after its poll under way).
+    init(_ loaded: LoadedConfiguration, logger: Logger, makePoller: @escaping PollerMaker) throws {
+        self.makePoller = makePoller
+        self.logger = logger
+        starts = AsyncStream.makeStream()
+        var pollers: [String: RunningPoller] = [:]
+        for spec in FeedbackPollerSpec.wanted(loaded) {
+            pollers[spec.bundleID] = RunningPoller(spec: spec, poller: try makePoller(spec))
+        }
+        state = Mutex(State(pollers: pollers))
+        for poller in pollers.values { starts.continuation.yield(poller) }
+    }
+
+    /// Runs the pollers, those of the start and those `follow` starts, until graceful shutdown
+    /// (each ends after its poll under way) or cancellation.
     public func run() async throws {
-        let entries = state.withLock { state -> [Entry] in
-            state.phase = .running
-            return Array(state.pollers.values)
+        await withDiscardingTaskGroup { group in
+            for await poller in starts.stream.cancelOnGracefulShutdown() {
+                group.addTask { await poller.run() }
+            }
         }
-        for entry in entries { start(entry) }
-        try? await gracefulShutdown()
-        let tasks = state.withLock { state -> [Task<Void, Never>] in
-            state.phase = .ended
-            return state.pollers.values.compactMap(\.task)
+        let unstarted = state.withLock { state in
+            state.accepting = false
+            return state.pollers.values.filter { !$0.hasStarted }
         }
-        for task in tasks { task.cancel() }
-        for task in tasks { await task.value }
+        for poller in unstarted { poller.abandon() }
     }
 
     public func follow(_ inForce: LoadedConfiguration) async {
@@ -132,31 +140,37 @@ public final class FeedbackPollers<Publisher: ConfirmedPublishing>: Service, Con
         guard !plan.isEmpty else { return }
 
         var failed: [String: any Error] = [:]
-        var made: [Entry] = []
+        var made: [RunningPoller] = []
         for spec in plan.started + plan.replaced {
             do {
-                made.append(Entry(spec: spec, poller: try Self.makePoller(spec, broker: broker, observer: observer, logger: logger)))
+                made.append(RunningPoller(spec: spec, poller: try makePoller(spec)))
             } catch {
                 failed[spec.bundleID] = error
             }
         }
         // Old pollers end (after their poll under way) before the new ones start: never two on
-        // one bundle, and the service hands each tuple to one of them.
+        // one bundle, and the service hands each tuple to one of them. They stay listed until
+        // they ended, so that `run()` ending meanwhile abandons one it never started.
         let leaving = Set(plan.stopped + plan.replaced.map(\.bundleID) + failed.keys)
-        let old = state.withLock { state -> [Task<Void, Never>] in
-            let tasks = leaving.compactMap { state.pollers.removeValue(forKey: $0)?.task }
-            return tasks
+        let old = state.withLock { state in leaving.compactMap { state.pollers[$0] } }
+        await withTaskGroup(of: Void.self) { group in
+            for poller in old { group.addTask { await poller.stop() } }
         }
-        for task in old { task.cancel() }
-        for task in old { await task.value }
-        let startNow = state.withLock { state -> Bool in
-            guard state.phase != .ended else { return false }
-            for entry in made { state.pollers[entry.spec.bundleID] = entry }
-            return state.phase == .running
+        let accepted = state.withLock { state -> Bool in
+            for poller in old where state.pollers[poller.spec.bundleID] === poller { state.pollers[poller.spec.bundleID] = nil }
+            guard state.accepting else { return false }
+            for poller in made { state.pollers[poller.spec.bundleID] = poller }
+            return true
         }
-        if startNow { for entry in made { start(entry) } }
+        var started: Set<String> = []
+        for poller in made {
+            guard accepted, case .enqueued = starts.continuation.yield(poller) else {
+                poller.abandon()
+                continue
+            }
+            started.insert(poller.spec.bundleID)
+        }
 
-        let started = Set(made.map(\.spec.bundleID))
         var metadata: Logger.Metadata = [:]
         func add(_ key: String, _ ids: [String]) { if !ids.isEmpty { metadata[key] = "\(ids.sorted())" } }
         add("feedback.started", plan.started.map(\.bundleID).filter(started.contains))
@@ -170,30 +184,61 @@ public final class FeedbackPollers<Publisher: ConfirmedPublishing>: Service, Con
         }
     }
 
-    private func start(_ entry: Entry) {
-        let poller = entry.poller
-        // Unstructured, so that one poller can be stopped alone, and detached, so that every
-        // poller stops the same way whoever started it (cancelled by `run()` at graceful
-        // shutdown, or by `follow`); both await the tasks they cancel.
-        let task = Task.detached {
-            do { try await poller.run() } catch {}
-        }
-        let kept = state.withLock { state -> Bool in
-            guard state.phase != .ended, state.pollers[entry.spec.bundleID]?.spec == entry.spec,
-                state.pollers[entry.spec.bundleID]?.task == nil
-            else { return false }
-            state.pollers[entry.spec.bundleID]?.task = task
-            return true
-        }
-        if !kept { task.cancel() }
-    }
+    /// One bundle's poller while it runs as a child of `run()`: `stop()` tells it alone to stop
+    /// and waits until its poll under way ended.
+    private final class RunningPoller: Sendable {
+        let spec: FeedbackPollerSpec
+        private let poller: FeedbackPoller<Publisher>
+        private let stopSignal = StopSignal()
+        private let phase = Mutex(Phase())
 
-    private static func makePoller(
-        _ spec: FeedbackPollerSpec, broker: Publisher, observer: (any JobEndObserver)?, logger: Logger
-    ) throws -> FeedbackPoller<Publisher> {
-        let client = try BinaryFeedbackClient(configuration: spec.clientConfiguration, logger: logger)
-        var poller = FeedbackPoller(bundleID: spec.bundleID, interval: spec.interval, client: client, broker: broker, logger: logger)
-        poller.observer = observer
-        return poller
+        private struct Phase {
+            var started = false
+            var ended = false
+            /// Those waiting in `stop()` for the end.
+            var waiters: [CheckedContinuation<Void, Never>] = []
+        }
+
+        init(spec: FeedbackPollerSpec, poller: FeedbackPoller<Publisher>) {
+            self.spec = spec
+            self.poller = poller
+        }
+
+        var hasStarted: Bool { phase.withLock { $0.started } }
+
+        /// Polls until stopped; a poller stopped before it ran ends before any poll.
+        func run() async {
+            let first = phase.withLock { phase -> Bool in
+                guard !phase.started, !phase.ended else { return false }
+                phase.started = true
+                return true
+            }
+            guard first else { return }
+            await poller.run(until: stopSignal)
+            finish()
+        }
+
+        func stop() async {
+            stopSignal.stop()
+            await withCheckedContinuation { continuation in
+                let ended = phase.withLock { phase -> Bool in
+                    if !phase.ended { phase.waiters.append(continuation) }
+                    return phase.ended
+                }
+                if ended { continuation.resume() }
+            }
+        }
+
+        /// Never to be run (the service ended first): whoever stops it goes on.
+        func abandon() { finish() }
+
+        private func finish() {
+            let waiters = phase.withLock { phase -> [CheckedContinuation<Void, Never>] in
+                phase.ended = true
+                defer { phase.waiters = [] }
+                return phase.waiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
     }
 }

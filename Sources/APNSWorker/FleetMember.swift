@@ -35,6 +35,9 @@ extension WorkerService: FleetMember {
 /// page's graph, and fleet-wide pause and resume.
 public protocol FleetOperating: Sendable {
     var identity: FleetIdentity { get }
+    /// The wall-clock time of the fleet's own clock, the one its view is kept on (heartbeats
+    /// heard, instances expired): what is live is asked at this time.
+    var wallTime: Date { get }
     func report(now: Date) -> FleetReport
     /// One page of `GET /api/fleet`.
     func page(_ request: FleetPage.Request, now: Date) -> FleetPage
@@ -45,7 +48,7 @@ public protocol FleetOperating: Sendable {
 }
 
 extension FleetOperating {
-    public func report() -> FleetReport { report(now: Date()) }
+    public func report() -> FleetReport { report(now: wallTime) }
 }
 
 extension FleetService: FleetOperating {}

@@ -158,6 +158,8 @@ public final class FleetService<Broker: FleetBroker>: Service, Sendable {
         return own.intersection(configured).union(others.subtracting(configured)).sorted()
     }
 
+    public var wallTime: Date { clock.wallTime }
+
     /// What `GET /api/fleet` answers and the page shows.
     public func report(now: Date) -> FleetReport {
         let instances = view.withLock { $0.live(now: now) }

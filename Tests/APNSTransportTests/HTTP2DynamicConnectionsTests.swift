@@ -73,6 +73,49 @@ struct HTTP2DynamicConnectionsTests {
         }
     }
 
+    /// The idle checks run on the transport's clock: a pool idle for its timeout closes its
+    /// connection when a manual clock passes the idle period, and not before. The period is an
+    /// hour, which the system's clock never reaches while the test runs.
+    @Test func theIdleCloseComesWhenTheTransportsClockPassesTheIdlePeriodAndNotBefore() async throws {
+        let clock = ManualClock()
+        let period = Duration.seconds(3600)
+        try await Env.withTransport(
+            transport: {
+                $0.connections = 1
+                $0.idleConnectionTimeout = period
+                $0.poolIdleTimeout = period
+            },
+            clock: clock
+        ) { simulator, transport in
+            try await waitUntil("the idle checks wait on the manual clock") { clock.sleepers == 1 }
+            let sent = await Env.sendAll((0..<20).map { _ in Env.notification() }, through: transport)
+            #expect(sent.allSatisfy { $0.isAccepted })
+            #expect(simulator.counters().openConnections == 1)
+
+            // Half a period: no check is due, the first wait goes on.
+            clock.advance(by: period / 2)
+            #expect(clock.sleepers == 1, "no idle check before the period passed")
+            #expect(transport.connectionStates()[.ready] == 1)
+
+            // The first period passes: the connection carried streams in it, so it stays.
+            clock.advance(by: period / 2)
+            try await waitUntil("the first idle check ran and the next wait began") { clock.sleepers == 1 }
+            #expect(transport.connectionStates()[.ready] == 1, "a connection used in the period is not idle")
+            #expect(simulator.counters().openConnections == 1)
+
+            // A whole period without a job: the pool closes its connection and reports idle.
+            clock.advance(by: period)
+            try await waitUntil("the idle pool closed its connection", timeout: .seconds(60)) {
+                simulator.counters().openConnections == 0
+            }
+            let states = transport.connectionStates()
+            #expect(states[.idle] == 1 && states[.ready] == 0, "\(states)")
+
+            let again = await Env.sendAll((0..<5).map { _ in Env.notification() }, through: transport)
+            #expect(again.allSatisfy { $0.isAccepted }, "the next job opens it again")
+        }
+    }
+
     /// The window's round trip is the path's, from a request's write to its answer: a job that
     /// waited for a connection (here 2 s, while nothing listened) is in flight all that time,
     /// but its wait is not the distance to Apple. Counted, a drain's first answers (after the

@@ -5,6 +5,7 @@ import APNSSimulator
 import APNSTransport
 import Foundation
 import Logging
+import ServiceClock
 import Synchronization
 
 enum HTTP2Integration {
@@ -33,11 +34,13 @@ enum HTTP2Integration {
     }
 
     /// Starts a simulator and a transport trusting its CA, runs the transport as a service in a
-    /// task group, calls `body`, then cancels the group and shuts the simulator down.
+    /// task group, calls `body`, then cancels the group and shuts the simulator down. `clock`
+    /// is the transport's (its idle checks').
     static func withTransport<T: Sendable>(
         authentication: HTTP2TransportConfiguration.Authentication? = nil,
         simulator adjustSimulator: (inout SimulatorConfiguration) -> Void = { _ in },
         transport adjustTransport: (inout HTTP2TransportConfiguration) -> Void = { _ in },
+        clock: any ConsumerClock = SystemConsumerClock(),
         _ body: (APNSSimulator, HTTP2Transport) async throws -> T
     ) async throws -> T {
         try await SimulatorTestEnvironment.withOwnEventLoop { group in
@@ -49,7 +52,7 @@ enum HTTP2Integration {
                     var configuration = configuration(port: simulator.port, authentication: authentication)
                     configuration.reconnectInitialDelay = .milliseconds(10)
                     adjustTransport(&configuration)
-                    return try HTTP2Transport(configuration: configuration, logger: logger, eventLoopGroup: group)
+                    return try HTTP2Transport(configuration: configuration, logger: logger, eventLoopGroup: group, clock: clock)
                 },
                 run: { try await $0.run() },
                 { try await body(simulator, $0) })

@@ -117,6 +117,27 @@ struct FleetServiceSeamTests {
         #expect(broker.consumerCount == 0)
     }
 
+    /// The view is kept on the fleet's clock (a heartbeat heard at its wall time), so what it
+    /// reports live is asked on the same clock: an instance silent for an hour of a manual clock
+    /// is gone from the report, the page and the graph, though the system's clock barely moved.
+    @Test func theReportIsAskedOnTheFleetsOwnClock() async throws {
+        let broker = InMemoryBroker()
+        let clock = ManualClock()
+        let fleet = FleetService(
+            broker: broker, worker: StubFleetMember(bundleIDs: ["com.example.a"]),
+            identity: FleetIdentity(instanceID: "host-1-abc", host: "host", pid: 1, version: "test", startedAt: Date(timeIntervalSince1970: 1_700_000_000)),
+            interval: .seconds(10), logger: quietLogger, clock: clock)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await fleet.run() }
+            try await waitUntil("this instance's own heartbeat heard") { fleet.report().instances.map(\.id) == ["host-1-abc"] }
+            group.cancelAll()
+            try await group.waitForAll()
+        }
+        clock.advance(by: .seconds(3600))
+        #expect(fleet.wallTime == clock.wallTime)
+        #expect(fleet.report().instances.isEmpty, "silent for an hour on the fleet's clock")
+    }
+
     @Test func aPauseMarkerPausesTheBundleAtOnceAndItsRemovalResumesIt() async throws {
         let broker = InMemoryBroker()
         let member = StubFleetMember(bundleIDs: ["com.example.a"])
