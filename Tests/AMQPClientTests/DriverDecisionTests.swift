@@ -200,26 +200,27 @@ import Testing
 
     static let backoff = AMQPBackoff(initial: .milliseconds(100), maximum: .milliseconds(400))
 
+    static let t0 = ContinuousClock.now
+
     @Test func beforeTheFirstConnectionItGivesUpOnceEveryURLFailed() {
         var policy = ReconnectPolicy(urlCount: 3, backoff: Self.backoff)
         var random = Highest()
         #expect(policy.urlIndex == 0)
-        #expect(policy.failed(using: &random) == .retry(after: .milliseconds(100)))
+        #expect(policy.failed(at: Self.t0, using: &random) == .retry(after: .milliseconds(100)))
         #expect(policy.urlIndex == 1)
-        #expect(policy.failed(using: &random) == .retry(after: .milliseconds(200)))
+        #expect(policy.failed(at: Self.t0, using: &random) == .retry(after: .milliseconds(200)))
         #expect(policy.urlIndex == 2)
-        #expect(policy.failed(using: &random) == .giveUp)
+        #expect(policy.failed(at: Self.t0, using: &random) == .giveUp)
     }
 
     @Test func afterAConnectionItRotatesTheListForeverWithACappedBackoff() {
         var policy = ReconnectPolicy(urlCount: 2, backoff: Self.backoff)
         var random = Highest()
-        policy.opened()
-        policy.established()
+        policy.established(at: Self.t0)
         var delays: [Duration] = []
         var urls: [Int] = []
         for _ in 0..<5 {
-            guard case .retry(let delay) = policy.failed(using: &random) else {
+            guard case .retry(let delay) = policy.failed(at: Self.t0, using: &random) else {
                 Issue.record("gave up after a connection")
                 return
             }
@@ -230,23 +231,42 @@ import Testing
         #expect(urls == [1, 0, 1, 0, 1])
     }
 
-    @Test func aConnectionThatOpenedStartsTheBackoffOver() {
+    @Test func aConnectionThatStayedEstablishedStartsTheBackoffOver() {
         var policy = ReconnectPolicy(urlCount: 1, backoff: Self.backoff)
         var random = Highest()
-        policy.opened()
-        policy.established()
-        _ = policy.failed(using: &random)
-        _ = policy.failed(using: &random)
-        policy.opened()
-        #expect(policy.failed(using: &random) == .retry(after: .milliseconds(100)))
+        policy.established(at: Self.t0)
+        _ = policy.failed(at: Self.t0, using: &random)
+        _ = policy.failed(at: Self.t0, using: &random)
+        policy.established(at: Self.t0)
+        let later = Self.t0 + ReconnectPolicy.stableAfter
+        #expect(policy.failed(at: later, using: &random) == .retry(after: .milliseconds(100)))
     }
 
-    @Test func aConnectionThatOpenedButWasNeverEstablishedStillCountsTowardsGivingUp() {
+    /// A node that takes the login and then closes the connection on every declaration (541
+    /// `cluster_not_formed` on a busy node) is asked again less and less often, however many
+    /// times the login succeeds.
+    @Test func aConnectionLostSoonAfterItWasEstablishedKeepsBackingOff() {
+        var policy = ReconnectPolicy(urlCount: 1, backoff: Self.backoff)
+        var random = Highest()
+        var now = Self.t0
+        var delays: [Duration] = []
+        for _ in 0..<4 {
+            policy.established(at: now)
+            now += .seconds(1)
+            guard case .retry(let delay) = policy.failed(at: now, using: &random) else {
+                Issue.record("gave up after a connection")
+                return
+            }
+            delays.append(delay)
+        }
+        #expect(delays == [100, 200, 400, 400].map { .milliseconds($0) })
+    }
+
+    @Test func aConnectionThatFailedToRestoreStillCountsTowardsGivingUp() {
         var policy = ReconnectPolicy(urlCount: 2, backoff: Self.backoff)
         var random = Highest()
-        policy.opened()
-        #expect(policy.failed(using: &random) == .retry(after: .milliseconds(100)))
-        #expect(policy.failed(using: &random) == .giveUp)
+        #expect(policy.failed(at: Self.t0, using: &random) == .retry(after: .milliseconds(100)))
+        #expect(policy.failed(at: Self.t0, using: &random) == .giveUp)
     }
 }
 

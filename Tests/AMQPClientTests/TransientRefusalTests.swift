@@ -55,7 +55,7 @@ import Testing
 
     @Test func aNodeNotReadyIsWaitedForAndTheTopologyDeclaredOnceItIs() async throws {
         let broker = RefusingBroker(Self.clusterNotFormed, refusals: 3)
-        try await broker.declareWaitingForTheBroker(Self.plan, logger: Logger(label: "test"), retryEvery: .milliseconds(1))
+        try await broker.declareWaitingForTheBroker(Self.plan, logger: Logger(label: "test"), backoff: AMQPBackoff(initial: .milliseconds(1), maximum: .milliseconds(4)))
         #expect(broker.attempts.load(ordering: .relaxed) == 4)
     }
 
@@ -63,7 +63,7 @@ import Testing
         let conflict = AMQPError(.declarationConflict, "conflict", replyCode: 406, replyText: "PRECONDITION_FAILED")
         let broker = RefusingBroker(conflict, refusals: 1)
         await #expect(throws: conflict) {
-            try await broker.declareWaitingForTheBroker(Self.plan, logger: Logger(label: "test"), retryEvery: .milliseconds(1))
+            try await broker.declareWaitingForTheBroker(Self.plan, logger: Logger(label: "test"), backoff: AMQPBackoff(initial: .milliseconds(1), maximum: .milliseconds(4)))
         }
         #expect(broker.attempts.load(ordering: .relaxed) == 1)
     }

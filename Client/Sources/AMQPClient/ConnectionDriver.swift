@@ -115,9 +115,8 @@ final class ConnectionDriver: @unchecked Sendable {
             setState(.connecting)
             do {
                 try open(url)
-                reconnect.opened()
                 try restore()
-                reconnect.established()
+                reconnect.established(at: .now)
                 connection.shared.withLock {
                     $0.connectionCount += 1
                     $0.connectedURL = url
@@ -136,7 +135,7 @@ final class ConnectionDriver: @unchecked Sendable {
                 } else {
                     logger.warning("AMQP connect failed", metadata: ["amqp.url": "\(url)", "amqp.error": "\(failure.error)"])
                 }
-                switch reconnect.failed(using: &random) {
+                switch reconnect.failed(at: .now, using: &random) {
                 case .giveUp:
                     if let first = connection.shared.withLock({ state in defer { state.firstConnect = nil }; return state.firstConnect }) {
                         first.resume(throwing: failure.error)

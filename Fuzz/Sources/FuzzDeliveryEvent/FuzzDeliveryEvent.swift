@@ -23,7 +23,16 @@ public func fuzzDeliveryEvent(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt
     let body = Array(UnsafeBufferPointer(start: data, count: size))
     let event = DeliveryEvent.parse(body)
     guard DeliveryEvent.parse(body) == event else { fatalError("DeliveryEvent.parse gave two answers for one body") }
-    guard let event else { return 0 }
+    guard let event else {
+        // `apns-worker events` prints the refusal's reason to a person's terminal.
+        do {
+            _ = try DeliveryEvent.parseOrThrow(body)
+            fatalError("parseOrThrow took a body parse refused")
+        } catch {
+            if let control = firstControl(error.message) { fatalError("the refusal shows control character U+\(String(control, radix: 16)): \(error.message.debugDescription)") }
+        }
+        return 0
+    }
     guard body.count <= DeliveryEvents.maxBodyBytes else { fatalError("accepted a body over the bound") }
     guard UUID(uuidString: event.jobID) != nil else { fatalError("accepted jobId \(event.jobID.debugDescription)") }
     guard UntrustedText.isBundleID(event.bundleID) else { fatalError("accepted bundleId \(event.bundleID.debugDescription)") }
@@ -41,5 +50,13 @@ public func fuzzDeliveryEvent(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt
     case nil:
         break
     }
+    // `apns-worker events` prints this line to a person's terminal.
+    if let control = firstControl(event.line) { fatalError("the line shows control character U+\(String(control, radix: 16)): \(event.line.debugDescription)") }
     return 0
+}
+
+/// The first C0, DEL, C1 or Unicode line or paragraph separator in `text`: what could move a
+/// terminal's cursor or start a line that looks like the worker's own.
+func firstControl(_ text: String) -> UInt32? {
+    text.unicodeScalars.first { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) || $0 == "\u{2028}" || $0 == "\u{2029}" }?.value
 }
