@@ -109,7 +109,9 @@ struct SyncWindowStoreTests {
     /// and once done opens the next window with no trailing push left.
     @Test func aDueTrailingPushIsClaimedOnceAndOpensTheNextWindow() async throws {
         let settings = try await prepared()
-        let window = SyncWindow(length: .seconds(5))
+        // Long enough that the second write lands inside the first one's window on a machine
+        // at load 41 (a 5 s window had ended between them there, so it opened a new one).
+        let window = SyncWindow(length: .seconds(20))
         let (opening, latest) = (UUID(), UUID())
         try await TestPostgres.withStore(settings) { a in
             try await TestPostgres.withStore(settings) { b in
@@ -118,7 +120,7 @@ struct SyncWindowStoreTests {
                 #expect(merged.written.count == 6)
                 #expect(merged.actions.allSatisfy { if case .merge = $0 { true } else { false } })
                 var claimed: [DueTrailingPush] = []
-                try await waitUntil("the window ended and its pushes are claimed", timeout: .seconds(60)) {
+                try await waitUntil("the window ended and its pushes are claimed", timeout: .seconds(120)) {
                     async let fromA = a.claimDueTrailingPushes(limit: 4, leaseMS: 60_000)
                     async let fromB = b.claimDueTrailingPushes(limit: 4, leaseMS: 60_000)
                     let (x, y) = try await (fromA, fromB)
@@ -134,8 +136,8 @@ struct SyncWindowStoreTests {
                     claimed.map { SyncWindowWrite(position: $0.device.position, window: window.afterTrailingPush($0.window, now: now), trailingBody: nil) })
                 #expect(done.count == 6)
                 let after = try await a.activeDevicesWithWindows(group: "g", after: nil, limit: 100)
-                #expect(after.devices.allSatisfy { $0.window.trailing == nil && $0.window.openedBy == latest && $0.window.windowEnd == now + 5_000 })
-                try await Task.sleep(for: .milliseconds(5_100))
+                #expect(after.devices.allSatisfy { $0.window.trailing == nil && $0.window.openedBy == latest && $0.window.windowEnd == now + 20_000 })
+                try await Task.sleep(for: .milliseconds(20_100))
                 #expect(try await a.claimDueTrailingPushes(limit: 10, leaseMS: 60_000).pushes.isEmpty, "nothing left to send")
             }
         }
