@@ -270,6 +270,19 @@ import Testing
     }
 }
 
+/// Which passes of the owner thread hold their frames in the kernel until the pass ends.
+@Suite struct CorkTests {
+    @Test func aPassIsHeldOnlyWhenItPublishesTwiceAndWaitsForNoReply() {
+        #expect(Command.worthCorking([2]), "a batch of two events")
+        #expect(Command.worthCorking([1, 0, 1]), "two publishes and an ack")
+        #expect(!Command.worthCorking([1, 0, 0]), "one publish: one push either way")
+        #expect(!Command.worthCorking([0, 0]), "acks alone are coalesced into one frame")
+        #expect(!Command.worthCorking([]))
+        #expect(!Command.worthCorking([5, nil]), "an RPC waits for the answer to what it wrote")
+        #expect(!Command.worthCorking([nil, 5]))
+    }
+}
+
 /// Consumers across channels, cancellations and reconnects.
 @Suite struct ConsumerRegistryTests {
     typealias Registry = ConsumerRegistry<String>

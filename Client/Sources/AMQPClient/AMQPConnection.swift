@@ -479,4 +479,30 @@ enum Command: Sendable {
     case releaseConsumer(Int, handingBack: Bool, CheckedContinuation<Void, Never>)
     /// With the continuation of `close()`, resumed once closed.
     case close(CheckedContinuation<Void, Never>)
+
+    /// What the command writes without waiting for the broker: the number of publishes
+    /// (settlements write an ack but no publish), or nil when it waits for a reply to what it
+    /// wrote (an RPC, a consume, a cancel, a close).
+    var publishesWithoutWaiting: Int? {
+        switch self {
+        case .publish: 1
+        case .publishBatch(let messages, _): messages.count
+        case .settle: 0
+        case .rpc, .consume, .cancelConsumer, .releaseConsumer, .close: nil
+        }
+    }
+
+    /// Whether a pass of commands (their `publishesWithoutWaiting`) is worth holding in the
+    /// kernel until it ends (`ConnectionDriver.serve`): at least two publishes, each pushed
+    /// through TCP on its own otherwise, and nothing that waits for the answer to what it wrote,
+    /// which a held write would delay. A pass of one publish or of acks alone (coalesced into one
+    /// frame) gains nothing from the two extra system calls.
+    static func worthCorking(_ passes: some Sequence<Int?>) -> Bool {
+        var publishes = 0
+        for count in passes {
+            guard let count else { return false }
+            publishes += count
+        }
+        return publishes >= 2
+    }
 }

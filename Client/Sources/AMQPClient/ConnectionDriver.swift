@@ -323,8 +323,22 @@ final class ConnectionDriver: @unchecked Sendable {
 
     // MARK: Serve
 
+    /// Sets TCP_CORK on the connection's socket: while it is set the kernel sends only full
+    /// segments, and clearing it sends what is left. librabbitmq writes each frame of a publish
+    /// with a `send` of its own and pushes the segment at the last one, so a pass of N publishes
+    /// and acks cost N pushes through the TCP stack (on loopback, with the broker's receive
+    /// processing charged to this thread: 9 % of the worker's CPU with delivery events on);
+    /// corked, the pass costs one. librabbitmq has no call to write several frames at once.
+    /// False when the socket refused (not TCP): then nothing is held.
+    func setCork(_ on: Bool) -> Bool {
+        guard socketFD >= 0 else { return false }
+        var value: Int32 = on ? 1 : 0
+        return setsockopt(socketFD, Int32(IPPROTO_TCP), TCP_CORK, &value, socklen_t(MemoryLayout<Int32>.size)) == 0
+    }
+
     func serve() throws(ConnectionFailure) {
         var schedule = ServeSchedule()
+        var corked = false
         while true {
             if stopRequested {
                 closeGracefully()
@@ -335,6 +349,7 @@ final class ConnectionDriver: @unchecked Sendable {
                 schedule.noCommands()
             } else {
                 let askedAt = schedule.commandsTaken(now: Self.monotonicNanoseconds())
+                corked = Command.worthCorking(commands.lazy.map(\.publishesWithoutWaiting)) && setCork(true)
                 var untried = commands[...]
                 while let command = untried.popFirst() {
                     do throws(ConnectionFailure) {
@@ -350,6 +365,10 @@ final class ConnectionDriver: @unchecked Sendable {
                 }
             }
             try flushAcks()
+            if corked {
+                _ = setCork(false)
+                corked = false
+            }
             if stopRequested { continue }
             var handled = 0
             var drained = false
