@@ -51,6 +51,11 @@ enum HTTP2Integration {
                 make: {
                     var configuration = configuration(port: simulator.port, authentication: authentication)
                     configuration.reconnectInitialDelay = .milliseconds(10)
+                    // Deadlines no test here is about: at the start of a full run every suite
+                    // starts at once and this process stalled for over a minute (load 36), past
+                    // the 10 s defaults. Tests of a deadline set their own.
+                    configuration.requestTimeout = .seconds(120)
+                    configuration.connectTimeout = .seconds(120)
                     adjustTransport(&configuration)
                     return try HTTP2Transport(configuration: configuration, logger: logger, eventLoopGroup: group, clock: clock)
                 },

@@ -156,9 +156,9 @@ struct HTTP2TransportIntegrationTests {
 
     @Test("GOAWAY after N streams: every notification still gets 200, unprocessed ones on a fresh connection")
     func goaway() async throws {
-        // A generous deadline: this test is about resending, and a loaded CI machine must not
-        // turn a slow reconnect into a timeout.
-        try await Env.withTransport(transport: { $0.requestTimeout = .seconds(30) }) { simulator, transport in
+        // The environment's generous deadline: this test is about resending, and a loaded CI
+        // machine must not turn a slow reconnect into a timeout.
+        try await Env.withTransport { simulator, transport in
             #expect(await transport.send(Env.notification()).isAccepted)
             simulator.setFaults(SimulatorFaults(goawayAfterStreams: 10))
             let notifications = (0..<60).map { _ in Env.notification() }
@@ -176,7 +176,7 @@ struct HTTP2TransportIntegrationTests {
 
     @Test("an abrupt drop fails the streams in flight with .connectionLost; later sends use a new connection")
     func droppedConnection() async throws {
-        try await Env.withTransport(transport: { $0.requestTimeout = .seconds(30) }) { simulator, transport in
+        try await Env.withTransport { simulator, transport in
             #expect(await transport.send(Env.notification()).isAccepted)
             simulator.setFaults(SimulatorFaults(latency: .milliseconds(50), dropAfterStreams: 5))
             let results = await Env.sendAll((0..<20).map { _ in Env.notification() }, through: transport)
@@ -199,7 +199,7 @@ struct HTTP2TransportIntegrationTests {
     func streamLimit() async throws {
         let latency = Duration.milliseconds(20)
         // 200 sends through 5 streams queue for 40 rounds, each waiting counted in its deadline.
-        try await Env.withTransport(simulator: { $0.maxConcurrentStreams = 5 }, transport: { $0.requestTimeout = .seconds(60) }) { simulator, transport in
+        try await Env.withTransport(simulator: { $0.maxConcurrentStreams = 5 }) { simulator, transport in
             simulator.setFaults(SimulatorFaults(latency: latency))
             let started = ContinuousClock.now
             let results = await Env.sendAll((0..<200).map { _ in Env.notification() }, through: transport)
@@ -236,7 +236,6 @@ struct HTTP2TransportIntegrationTests {
         try await Env.withTransport(transport: {
             $0.connections = 2
             $0.connectOnFirstUse = true
-            $0.requestTimeout = .seconds(30)
         }) { simulator, transport in
             // A control transport without the flag, started after this one: once it is
             // connected, this one has had every chance to connect too, had it not waited.
@@ -256,12 +255,10 @@ struct HTTP2TransportIntegrationTests {
 
     @Test("connection reuse: 1000 notifications over 1 and over 4 connections open exactly that many", arguments: [1, 4])
     func connectionReuse(connections: Int) async throws {
-        // Generous deadlines: a debug build on a busy machine answers a thousand at once slowly,
-        // and a timed-out connect would (rightly) open a replacement connection.
+        // The environment's generous deadlines: a debug build on a busy machine answers a
+        // thousand at once slowly, and a timed-out connect would (rightly) open a replacement.
         try await Env.withTransport(transport: {
             $0.connections = connections
-            $0.requestTimeout = .seconds(60)
-            $0.connectTimeout = .seconds(60)
         }) { simulator, transport in
             let results = await Env.sendAll((0..<1000).map { _ in Env.notification() }, through: transport)
             #expect(results.allSatisfy { $0.isAccepted })
