@@ -80,13 +80,6 @@ CONF
     done 2>/dev/null
     as_owner "$pg_bin/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 start > "$dir/pg_ctl.log" 2>&1
   ) || { echo "postgres.sh: the server did not start; last log lines:" >&2; tail -n 20 "$dir/server.log" >&2 || true; exit 1; }
-  # Like the broker (scripts/broker.sh), the server runs ahead of its clients for the CPU where
-  # the caller may raise a priority: with the broker ahead and this server not, a CI run at load
-  # 23 saw a fresh database's first query wait past the registry's 10 s. Each connection's
-  # backend, forked later by the postmaster, inherits its priority.
-  if [ "$(nice -n -10 nice 2>/dev/null || echo 0)" -lt "$(nice)" ] && pid=$(head -n 1 "$data/postmaster.pid" 2>/dev/null); then
-    renice -n -10 -p "$pid" $(pgrep -P "$pid") > /dev/null 2>&1 || true
-  fi
   psql=("$pg_bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 -qAt)
   if [ "$("${psql[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname = 'apns'")" != 1 ]; then
     "${psql[@]}" -c "CREATE ROLE apns LOGIN PASSWORD 'apns'" -c "CREATE DATABASE apns OWNER apns" > /dev/null
