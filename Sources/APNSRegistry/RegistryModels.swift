@@ -158,7 +158,7 @@ enum RegistryTLS {
 
 extension RegistryStore {
     /// A store on a new pooled client for `settings` (the client runs in `run()`).
-    public convenience init(settings: RegistrySettings, logger: Logger) throws {
+    public convenience init(settings: RegistrySettings, logger: Logger, operationTimeout: Duration = .seconds(10)) throws {
         let url = settings.url
         var configuration = PostgresClient.Configuration(
             host: url.host, port: url.port, username: url.user, password: url.password, database: url.database,
@@ -169,7 +169,7 @@ extension RegistryStore {
         // that is one line per back-off step; our own hold logs the outage once.
         var background = logger
         background.logLevel = max(logger.logLevel, .warning)
-        self.init(client: PostgresClient(configuration: configuration, backgroundLogger: background), logger: logger)
+        self.init(client: PostgresClient(configuration: configuration, backgroundLogger: background), logger: logger, operationTimeout: operationTimeout)
     }
 
     /// Opens one connection outside any pool and closes it. At start-up the pool is the wrong
