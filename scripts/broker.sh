@@ -96,9 +96,11 @@ CONF
   # rabbit_fifo_dlx_sup past its restart limit, after which no such queue starts on the node
   # again (rabbitmq-server#16652; docs/operating.md). So the node runs ahead of its clients for
   # the CPU, as a production broker on cores of its own would, where the caller may raise a
-  # priority, and without the schedulers' busy-waiting, which would take that CPU from them.
+  # priority (APNS_BROKER_AHEAD=1: scripts/test's shared node alone; the nodes tests start of
+  # their own, booting at once at that priority, starved the tests for over a minute), and
+  # without the schedulers' busy-waiting, which would take that CPU from them.
   ahead=()
-  if [ "$(nice -n -10 nice 2>/dev/null || echo 0)" -lt "$(nice)" ]; then ahead=(nice -n -10); fi
+  if [ "${APNS_BROKER_AHEAD:-}" = 1 ] && [ "$(nice -n -10 nice 2>/dev/null || echo 0)" -lt "$(nice)" ]; then ahead=(nice -n -10); fi
   echo 'RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+sbwt none +sbwtdcpu none +sbwtdio none"' > "$RABBITMQ_CONF_ENV_FILE"
   # The node must not inherit the caller's descriptors: Foundation's Process (TestSupport's
   # PrivateBroker) learns that this script exited when the last holder of a socket it passes
