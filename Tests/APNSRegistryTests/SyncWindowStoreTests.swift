@@ -146,12 +146,14 @@ struct SyncWindowStoreTests {
     /// A claim whose instance died runs out: the push is claimed again.
     @Test func aClaimRunsOut() async throws {
         let settings = try await prepared()
-        let window = SyncWindow(length: .seconds(5))
+        // The second write must land in the first one's window on a loaded machine (load 31
+        // put more than 5 s between them).
+        let window = SyncWindow(length: .seconds(20))
         try await TestPostgres.withStore(settings) { store in
             _ = try await Self.decideAndWrite(store, window: window, job: UUID())
             _ = try await Self.decideAndWrite(store, window: window, job: UUID())
             var first: [DueTrailingPush] = []
-            try await waitUntil("due", timeout: .seconds(60)) {
+            try await waitUntil("due", timeout: .seconds(120)) {
                 first += try await store.claimDueTrailingPushes(limit: 10, leaseMS: 200).pushes
                 return first.count == 6
             }

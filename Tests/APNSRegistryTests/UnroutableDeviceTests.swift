@@ -83,8 +83,9 @@ struct UnroutableDeviceTests {
         let bundle = bundle
         try await withPrepared { store, connection in
             // Long enough that the second job still falls in the windows the first opened on a
-            // loaded machine (CI once took over a second between the two with a 1 s window).
-            let window = SyncWindow(length: .seconds(5))
+            // loaded machine (CI once took over a second between the two with a 1 s window, and
+            // over five at load 31 with a 5 s one).
+            let window = SyncWindow(length: .seconds(20))
             // The first job opens both windows, the second merges into them: two trailing pushes.
             _ = try await SyncWindowStoreTests.decideAndWrite(store, window: window, job: UUID())
             let merged = try await SyncWindowStoreTests.decideAndWrite(store, window: window, job: UUID())
@@ -93,7 +94,7 @@ struct UnroutableDeviceTests {
                 store: store, broker: connection, recorder: nil, window: window, batchSize: 10, leaseMS: 200, logger: Self.logger,
                 clock: SystemConsumerClock())
             var claimed = 0
-            try await waitUntil("both windows ended and their pushes were claimed", timeout: .seconds(60)) {
+            try await waitUntil("both windows ended and their pushes were claimed", timeout: .seconds(120)) {
                 claimed += try await pusher.pushDue()
                 return claimed >= 2
             }
