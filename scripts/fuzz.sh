@@ -10,7 +10,8 @@
 # (Fuzz/work/TARGET: new inputs do not touch the committed corpus). A crash, a sanitizer report,
 # a leak or an input taking longer than FUZZ_INPUT_TIMEOUT seconds (default 10) stops the target;
 # the input is kept in Fuzz/artifacts/TARGET/ and the script fails. A summary line per target
-# gives its executions and time. Extra libFuzzer flags: FUZZ_FLAGS="-max_len=65536 …".
+# gives its executions and time. Targets run FUZZ_JOBS at a time (default: one a core). Extra
+# libFuzzer flags: FUZZ_FLAGS="-max_len=65536 …".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 all_targets=(FuzzJobParser FuzzBinaryFraming FuzzFeedbackTuple FuzzConfig FuzzAMQPFields FuzzJobEnvelope)
@@ -38,18 +39,14 @@ if ! "${build[@]}" > "$log_dir/build.log" 2>&1; then
 fi
 bin=$(swift build --package-path Fuzz -c release -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library --show-bin-path)
 
-failed=()
 for t in "${targets[@]}"; do
   [ -x "$bin/$t" ] || { echo "fuzz.sh: the build made no $bin/$t" >&2; exit 1; }
 done
-for t in "${targets[@]}"; do
-  corpus=Fuzz/work/$t
-  artifacts=Fuzz/artifacts/$t
+# One target's run, its verdict written to $log_dir/$t.verdict (read back in the targets' order).
+run_target() {
+  local t=$1 corpus=Fuzz/work/$1 artifacts=Fuzz/artifacts/$1 log=$log_dir/$1.log status=0 runs took units
   mkdir -p "$corpus" "$artifacts"
   cp -n Fuzz/Corpus/"$t"/* "$corpus"/ 2>/dev/null || true
-  log=$log_dir/$t.log
-  echo "fuzz.sh: $t for ${seconds}s" >&2
-  status=0
   # detect_leaks is on by default with ASan on Linux; said here so nobody wonders.
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} "$bin/$t" "$corpus" \
     -max_total_time="$seconds" -timeout="${FUZZ_INPUT_TIMEOUT:-10}" -rss_limit_mb=2048 \
@@ -58,10 +55,33 @@ for t in "${targets[@]}"; do
   took=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -n 1)
   units=$(ls "$corpus" | wc -l)
   if [ "$status" -eq 0 ]; then
-    echo "fuzz.sh: $t: ${runs:-?} executions in ${took:-?} s, no crash, hang or leak (corpus $units inputs)"
+    echo "ok fuzz.sh: $t: ${runs:-?} executions in ${took:-?} s, no crash, hang or leak (corpus $units inputs)" > "$log_dir/$t.verdict"
   else
-    echo "fuzz.sh: $t FAILED (exit $status) after ${runs:-?} executions; input in $artifacts/; log $log:" >&2
-    grep -E -m 20 'ERROR|SUMMARY|Fatal error|fatal error|Precondition|==[0-9]+==|artifact' "$log" >&2 || tail -n 40 "$log" >&2
+    { echo "FAILED fuzz.sh: $t FAILED (exit $status) after ${runs:-?} executions; input in $artifacts/; log $log:"
+      grep -E -m 20 'ERROR|SUMMARY|Fatal error|fatal error|Precondition|==[0-9]+==|artifact' "$log" || tail -n 40 "$log"
+    } > "$log_dir/$t.verdict"
+  fi
+}
+# Targets run side by side, one a core (FUZZ_JOBS to choose): each is one process that uses one
+# core, so on a CI machine of two cores the phase takes half the time for the same fuzzing.
+jobs=${FUZZ_JOBS:-$(nproc)}
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: FUZZ_JOBS must be a positive number" >&2; exit 2; }
+echo "fuzz.sh: ${#targets[@]} targets, ${seconds}s each, $jobs at a time" >&2
+running=0
+for t in "${targets[@]}"; do
+  rm -f "$log_dir/$t.verdict"
+  if [ "$running" -ge "$jobs" ]; then wait -n || true; running=$((running - 1)); fi
+  run_target "$t" &
+  running=$((running + 1))
+done
+wait
+failed=()
+for t in "${targets[@]}"; do
+  verdict=$log_dir/$t.verdict
+  if [ -f "$verdict" ] && head -n 1 "$verdict" | grep -q '^ok '; then
+    sed -n '1s/^ok //p' "$verdict"
+  else
+    [ -f "$verdict" ] && sed '1s/^FAILED //' "$verdict" >&2 || echo "fuzz.sh: $t ended without a verdict" >&2
     failed+=("$t")
   fi
 done

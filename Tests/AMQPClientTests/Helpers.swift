@@ -23,16 +23,16 @@ func withTimeout<T: Sendable>(_ limit: Duration, _ what: String, _ body: @escapi
     }
 }
 
-/// Polls `condition` every 100 ms until it holds or `limit` passes.
+/// Polls `condition` every 100 ms until it holds or `limit` of polling passes (`PollBudget`).
 func eventually(
     _ limit: Duration, _ what: String, isolation: isolated (any Actor)? = #isolation, _ condition: () async throws -> Bool
 ) async throws {
-    let deadline = ContinuousClock.now + limit
-    while ContinuousClock.now < deadline {
+    var budget = PollBudget(limit, every: .milliseconds(100))
+    while true {
         if try await condition() { return }
+        if budget.spent() { throw TimeoutError(what: what) }
         try await Task.sleep(for: .milliseconds(100))
     }
-    throw TimeoutError(what: what)
 }
 
 func testLogger(_ label: String = "amqp-test") -> Logger {

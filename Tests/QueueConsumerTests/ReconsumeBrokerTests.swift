@@ -173,13 +173,14 @@ struct ReconsumeBrokerTests {
         Issue.record("\(failure)\nin the queue once the connection closed (ready or unacked before): \(inQueue.count): \(inQueue.prefix(20))")
     }
 
-    /// Polls `condition` every 100 ms until it holds (true) or `limit` passes (false).
+    /// Polls `condition` every 100 ms until it holds (true) or `limit` of polling passes (false;
+    /// `PollBudget`).
     static func eventually(_ limit: Duration, _ condition: () async throws -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + limit
-        while ContinuousClock.now < deadline {
+        var budget = PollBudget(limit, every: .milliseconds(100))
+        while true {
             if (try? await condition()) == true { return true }
+            if budget.spent() { return false }
             try? await Task.sleep(for: .milliseconds(100))
         }
-        return false
     }
 }

@@ -297,10 +297,10 @@ public final class ChildProcess: Sendable {
 
     /// Waits up to `timeout` for the process to exit; its exit status, or nil if it still runs.
     public func waitForExit(timeout: Duration) async -> Int32? {
-        let deadline = ContinuousClock.now.advanced(by: timeout)
+        var budget = PollBudget(timeout, every: .milliseconds(50))
         while true {
             if let status = poll() { return status }
-            if ContinuousClock.now >= deadline { return nil }
+            if budget.spent() { return nil }
             try? await Task.sleep(for: .milliseconds(50))
         }
     }
@@ -319,14 +319,43 @@ public final class ChildProcess: Sendable {
 
 /// Polls `condition` until it holds or `timeout` passes; throws with `what` on time-out. The
 /// default deadline is long because it costs a passing test nothing, and on CI's loaded two cores
-/// a worker process can take half a minute to start and take its first job.
+/// a worker process can take half a minute to start and take its first job. The time counts as
+/// `PollBudget` counts it: a stall of the whole test process does not use it up.
 public func waitUntil(
     _ what: @autoclosure () -> String, timeout: Duration = .seconds(60), every interval: Duration = .milliseconds(100),
     _ condition: () async throws -> Bool
 ) async throws {
-    let deadline = ContinuousClock.now.advanced(by: timeout)
+    var budget = PollBudget(timeout, every: interval)
     while try await !condition() {
-        if ContinuousClock.now >= deadline { throw TestSupportError("timed out after \(timeout) waiting for \(what())") }
+        if budget.spent() { throw TestSupportError("timed out after \(timeout) waiting for \(what())") }
         try await Task.sleep(for: interval)
+    }
+}
+
+/// The time a polling wait has had to see its condition, which is not always the time that
+/// passed. The tests share one process whose cooperative pool has a thread per core (two on CI);
+/// while the suites start together, other tests' work can hold both for a minute, and then no
+/// poll runs and nothing the wait is waiting for moves either. A wall-clock deadline ran out in
+/// that minute and failed ten unrelated waits at once, each on its first poll after the stall.
+/// So a round of polling counts at most its interval and a second, however late it came back:
+/// a wait still ends (every round counts something), a condition that never holds still fails
+/// after `timeout` of polling, and a stall costs only wall time.
+public struct PollBudget {
+    private let timeout: Duration
+    private let mostPerRound: Duration
+    private var counted: Duration = .zero
+    private var last: ContinuousClock.Instant
+
+    public init(_ timeout: Duration, every interval: Duration, from start: ContinuousClock.Instant = .now) {
+        self.timeout = timeout
+        self.mostPerRound = interval + .seconds(1)
+        self.last = start
+    }
+
+    /// Counts the round since the last call; whether the budget is now spent.
+    public mutating func spent(at now: ContinuousClock.Instant = .now) -> Bool {
+        counted += min(now - last, mostPerRound)
+        last = now
+        return counted >= timeout
     }
 }
