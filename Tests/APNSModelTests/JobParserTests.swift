@@ -382,6 +382,7 @@ import Testing
         Bad("id with a non-hex digit", body(#""id":"6f1d2c1e-6b1a-4e8c-9d6f-0123456789ag""#), field: "id", mentions: "canonical"),
         Bad("id is a number", body(#""id":42"#), field: "id", mentions: "must be a string"),
         Bad("id message strips control characters", body(#""id":"a\nb""#), field: "id", mentions: "\"a?b\""),
+        Bad("id message strips C1 and Unicode line breaks", body(#""id":"a\u0085b\u2028c\u2029d""#), field: "id", mentions: "\"a?b?c?d\""),
 
         Bad("unknown environment", body(#""environment":"staging""#), field: "environment", mentions: "production or sandbox, got \"staging\""),
         Bad("environment is a boolean", body(#""environment":true"#), field: "environment", mentions: "got a boolean"),

@@ -338,13 +338,14 @@ final class ConnectionDriver: @unchecked Sendable {
 
     func serve() throws(ConnectionFailure) {
         var schedule = ServeSchedule()
-        var corked = false
         while true {
             if stopRequested {
                 closeGracefully()
                 return
             }
             let commands = takeCommands()
+            // Held for this pass's writes only (a connection failure drops the socket with it).
+            var corked = false
             if commands.isEmpty {
                 schedule.noCommands()
             } else {
@@ -365,10 +366,7 @@ final class ConnectionDriver: @unchecked Sendable {
                 }
             }
             try flushAcks()
-            if corked {
-                _ = setCork(false)
-                corked = false
-            }
+            if corked { _ = setCork(false) }
             if stopRequested { continue }
             var handled = 0
             var drained = false

@@ -330,12 +330,5 @@ public enum JobParser {
 
     /// A value quoted in an error line: at most 40 characters, control characters replaced, so a
     /// hostile body cannot inject lines into logs or headers.
-    private static func printable(_ text: String) -> String {
-        var out = ""
-        for scalar in text.unicodeScalars.prefix(40) {
-            out.unicodeScalars.append(scalar.value < 0x20 || scalar.value == 0x7F ? "?" : scalar)
-        }
-        if text.unicodeScalars.count > 40 { out += "…" }
-        return out
-    }
+    private static func printable(_ text: String) -> String { UntrustedText.quoted(text, limit: 40) }
 }

@@ -110,13 +110,5 @@ public struct DeliveryEvent: Sendable, Hashable {
 
     /// At most 80 characters, control characters (C0, DEL, C1, the Unicode line and paragraph
     /// separators) as `?`.
-    static func printable(_ text: String) -> String {
-        var out = ""
-        for scalar in text.unicodeScalars.prefix(80) {
-            let control = scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar == "\u{2028}" || scalar == "\u{2029}"
-            out.unicodeScalars.append(control ? "?" : scalar)
-        }
-        if text.unicodeScalars.count > 80 { out += "…" }
-        return out
-    }
+    static func printable(_ text: String) -> String { UntrustedText.quoted(text, limit: 80) }
 }

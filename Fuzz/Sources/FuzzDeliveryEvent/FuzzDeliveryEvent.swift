@@ -55,8 +55,7 @@ public func fuzzDeliveryEvent(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt
     return 0
 }
 
-/// The first C0, DEL, C1 or Unicode line or paragraph separator in `text`: what could move a
-/// terminal's cursor or start a line that looks like the worker's own.
+/// The first character in `text` that a line a person reads must not show (`UntrustedText.breaksALine`).
 func firstControl(_ text: String) -> UInt32? {
-    text.unicodeScalars.first { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) || $0 == "\u{2028}" || $0 == "\u{2029}" }?.value
+    text.unicodeScalars.first(where: UntrustedText.breaksALine)?.value
 }
