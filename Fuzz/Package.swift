@@ -95,6 +95,7 @@ let package = Package(
             name: "FuzzDeliveryEvent",
             dependencies: [
                 "FuzzDriver", .product(name: "APNSWorkerClient", package: "Client"), .product(name: "APNSModel", package: "Client"),
+                .product(name: "APNSJSON", package: "Client"),
             ]
         ),
         .executableTarget(

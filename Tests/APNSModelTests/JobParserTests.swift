@@ -320,6 +320,8 @@ import Testing
         Bad("number out of range", body(#""userInfo":{"n":1e999}"#), field: "body", mentions: "out of range"),
         Bad("duplicate top-level key", #"{"token":"ab","token":"cd","payload":{"aps":{}}}"#, field: "body", mentions: "duplicate key \"token\""),
         Bad("duplicate key in payload", body(payload: #"{"aps":{},"aps":{"alert":"x"}}"#), field: "body", mentions: "duplicate key \"aps\""),
+        Bad("a duplicate key's control characters are not echoed", #"{"a\fb\u2028":1,"a\fb\u2028":2}"#, field: "body", mentions: "duplicate key \"a?b?\""),
+        Bad("nor in the payload", body(payload: #"{"aps":{},"x\u0085":1,"x\u0085":2}"#), field: "body", mentions: "duplicate key \"x?\""),
         Bad("invalid UTF-8 byte", bytes: Array(#"{"token":""#.utf8) + [0xFF] + Array(#""}"#.utf8), field: "body", mentions: "not valid UTF-8 (byte 10)"),
         Bad("overlong UTF-8", bytes: Array(#"{"a":""#.utf8) + [0xC0, 0xAF] + Array(#""}"#.utf8), field: "body", mentions: "not valid UTF-8 (byte 6)"),
         Bad("UTF-8 surrogate", bytes: Array(#"{"a":""#.utf8) + [0xED, 0xA0, 0x80] + Array(#""}"#.utf8), field: "body", mentions: "not valid UTF-8"),

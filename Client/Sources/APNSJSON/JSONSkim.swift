@@ -175,7 +175,7 @@ extension JSONReader.Parser {
     /// Refuses a key the object already has, as `parseValue`'s dictionary does.
     func noteKey(_ key: KeyRef, at offset: Int, firstKey: Int, keys: inout [KeyRef], overflow: inout Set<String>?) throws(JSONSyntaxError) {
         func duplicate() -> JSONSyntaxError {
-            JSONSyntaxError(offset: offset, message: "duplicate key \"\(decodedKey(key))\"")
+            JSONSyntaxError(offset: offset, message: "duplicate key \"\(LineSafeText.quoted(decodedKey(key), limit: 80))\"")
         }
         if overflow != nil {
             guard overflow!.insert(decodedKey(key)).inserted else { throw duplicate() }

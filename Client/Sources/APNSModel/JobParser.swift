@@ -330,5 +330,5 @@ public enum JobParser {
 
     /// A value quoted in an error line: at most 40 characters, control characters replaced, so a
     /// hostile body cannot inject lines into logs or headers.
-    private static func printable(_ text: String) -> String { UntrustedText.quoted(text, limit: 40) }
+    private static func printable(_ text: String) -> String { LineSafeText.quoted(text, limit: 40) }
 }

@@ -1,3 +1,5 @@
+import APNSJSON
+
 /// The shape rules for text taken from messages anyone on the vhost can publish (contract §4
 /// "Hostile and damaged input", §6): checked once where a message is parsed, so nothing after the
 /// parser (PostgreSQL, a header, a log line, the fleet page) sees a control character or an
@@ -11,27 +13,7 @@ public enum UntrustedText {
         return !text.unicodeScalars.contains(where: isControl)
     }
 
-    static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
-    }
-
-    /// A character that must not reach a line a person reads (a log line, an error, an event's
-    /// line): a control character, which can move a terminal's cursor, or Unicode's line and
-    /// paragraph separators, which start a line that can pass for the worker's own.
-    public static func breaksALine(_ scalar: Unicode.Scalar) -> Bool {
-        isControl(scalar) || scalar == "\u{2028}" || scalar == "\u{2029}"
-    }
-
-    /// `text` as a line may quote it: its first `limit` characters, each that `breaksALine`
-    /// replaced by `?`, and `…` where it was cut.
-    public static func quoted(_ text: String, limit: Int) -> String {
-        var out = ""
-        for scalar in text.unicodeScalars.prefix(limit) {
-            out.unicodeScalars.append(breaksALine(scalar) ? "?" : scalar)
-        }
-        if text.unicodeScalars.count > limit { out += "…" }
-        return out
-    }
+    static func isControl(_ scalar: Unicode.Scalar) -> Bool { LineSafeText.isControl(scalar) }
 
     /// Why `text` cannot be sent as an HTTP/2 field value, in one line that never echoes it; nil
     /// when it can. The one rule for every job field that becomes a header value (contract §4):

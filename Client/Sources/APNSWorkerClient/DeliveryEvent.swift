@@ -110,5 +110,5 @@ public struct DeliveryEvent: Sendable, Hashable {
 
     /// At most 80 characters, control characters (C0, DEL, C1, the Unicode line and paragraph
     /// separators) as `?`.
-    static func printable(_ text: String) -> String { UntrustedText.quoted(text, limit: 80) }
+    static func printable(_ text: String) -> String { LineSafeText.quoted(text, limit: 80) }
 }

@@ -2,6 +2,7 @@
 // (contract §8), which anyone with publish rights on the exchange can send to a sync server and
 // to `apns-worker events`. What it accepts must obey the event's schema, since a sync server acts
 // on it (logs a dead job's reason, prunes a token).
+import APNSJSON
 import APNSModel
 import APNSWorkerClient
 import Foundation
@@ -55,7 +56,7 @@ public func fuzzDeliveryEvent(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt
     return 0
 }
 
-/// The first character in `text` that a line a person reads must not show (`UntrustedText.breaksALine`).
+/// The first character in `text` that a line a person reads must not show (`LineSafeText.breaksALine`).
 func firstControl(_ text: String) -> UInt32? {
-    text.unicodeScalars.first(where: UntrustedText.breaksALine)?.value
+    text.unicodeScalars.first(where: LineSafeText.breaksALine)?.value
 }
