@@ -81,8 +81,11 @@ struct OversizedEndToEndTests {
             let after = try Self.peakRSS(worker.pid)
             let total = 3 * Self.count * Self.size / 1024
             print("oversized: worker peak RSS \(before) kB before, \(after) kB after \(3 * Self.count) messages of 1 MiB (\(total) kB)")
-            // Generous: a quarter of what the bodies weigh (and far below prefetch × 1 MiB).
-            #expect(after - before < total / 4, "the worker's peak RSS grew by \(after - before) kB")
+            // Half of what the bodies weigh: a worker that held them would grow by all of it (and
+            // prefetch × 1 MiB could be in flight). One that does not grows by about 4 MiB on a
+            // quiet machine, and once by 9.2 MiB at load 27, when the broker's frames came
+            // faster than the worker threw them away.
+            #expect(after - before < total / 2, "the worker's peak RSS grew by \(after - before) kB")
 
             // The operator's view of the bundle's dead queue: every one named, body unchanged.
             let list = try await runProcess(workerExecutable, ["dead", "list", "--json", "--url", try TestBroker.require().amqpURL, "--bundle", bundle])

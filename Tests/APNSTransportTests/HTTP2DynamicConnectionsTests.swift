@@ -123,11 +123,10 @@ struct HTTP2DynamicConnectionsTests {
     /// period to several round trips, and it grew that much later.
     @Test func theWindowsRoundTripLeavesOutTheWaitForAConnection() async throws {
         try await SimulatorTestEnvironment.withOwnEventLoop { group in
-            // A free port, closed again: the transport finds nobody there until the job waited.
-            let placeholder = try await APNSSimulator.start(
-                SimulatorTestEnvironment.configuration(), logger: Env.logger, eventLoopGroup: group)
-            let port = placeholder.port
-            try await placeholder.shutdown()
+            // A port held without a listener: the transport finds nobody there until the job waited.
+            let reserved = try ReservedPort()
+            defer { reserved.release() }
+            let port = reserved.port
             var configuration = Env.configuration(port: port)
             configuration.connections = 1
             configuration.reconnectInitialDelay = .milliseconds(10)

@@ -185,6 +185,43 @@ public func freePort() throws -> Int {
     return Int(UInt16(bigEndian: addr.sin_port))
 }
 
+/// A TCP port on 127.0.0.1 held by a bound socket that does not listen, until `release()`: a
+/// connection to it is refused, as to a port nobody uses, and no other socket can take it (bind
+/// and the kernel's choice of ports for new connections both pass it by), but a server that sets
+/// SO_REUSEADDR (the simulator does) can bind it and listen. For a test that needs "nobody there"
+/// first and its own server on the same port later: a port freed in between was taken once, by
+/// another test's connection, in the 2 s between.
+public final class ReservedPort: Sendable {
+    public let port: Int
+    private let fd: Int32
+
+    public init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw TestSupportError("socket() failed") }
+        var on: Int32 = 1
+        let reusable = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = 0
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard reusable == 0, bound == 0 else {
+            close(fd)
+            throw TestSupportError("could not reserve a port")
+        }
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+        }
+        self.fd = fd
+        self.port = Int(UInt16(bigEndian: addr.sin_port))
+    }
+
+    public func release() { close(fd) }
+}
+
 public struct ProcessResult: Sendable {
     public var status: Int32
     public var stdout: String
