@@ -167,22 +167,9 @@ public func uniqueName(_ prefix: String) -> String {
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now.
 public func freePort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { throw TestSupportError("socket() failed") }
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_port = 0
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    let bound = withUnsafePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
-    guard bound == 0 else { throw TestSupportError("bind() failed") }
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
-    }
-    return Int(UInt16(bigEndian: addr.sin_port))
+    let socket = try LoopbackSocket(reusable: false)
+    defer { close(socket.fd) }
+    return socket.port
 }
 
 /// A TCP port on 127.0.0.1 held by a bound socket that does not listen, until `release()`: a
@@ -196,30 +183,38 @@ public final class ReservedPort: Sendable {
     private let fd: Int32
 
     public init() throws {
+        let socket = try LoopbackSocket(reusable: true)
+        (fd, port) = (socket.fd, socket.port)
+    }
+
+    public func release() { close(fd) }
+}
+
+/// A TCP socket bound to a port of 127.0.0.1 the kernel chose; the caller closes `fd`.
+struct LoopbackSocket {
+    let fd: Int32
+    let port: Int
+
+    init(reusable: Bool) throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TestSupportError("socket() failed") }
         var on: Int32 = 1
-        let reusable = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = 0
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard reusable == 0, bound == 0 else {
-            close(fd)
-            throw TestSupportError("could not reserve a port")
-        }
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+        let ok = (!reusable || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size)) == 0)
+            && withUnsafeMutablePointer(to: &addr, {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+            })
+        guard ok else {
+            close(fd)
+            throw TestSupportError("could not bind a port of 127.0.0.1")
         }
         self.fd = fd
         self.port = Int(UInt16(bigEndian: addr.sin_port))
     }
-
-    public func release() { close(fd) }
 }
 
 public struct ProcessResult: Sendable {
