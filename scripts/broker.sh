@@ -102,6 +102,13 @@ CONF
   ahead=()
   if [ "${APNS_BROKER_AHEAD:-}" = 1 ] && [ "$(nice -n -10 nice 2>/dev/null || echo 0)" -lt "$(nice)" ]; then ahead=(nice -n -10); fi
   echo 'RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+sbwt none +sbwtdcpu none +sbwtdio none"' > "$RABBITMQ_CONF_ENV_FILE"
+  # A node killed with -9 (the cluster tests) leaves its pid file. `rabbitmqctl wait` below reads
+  # the file as soon as it is up, and a dead pid there ends the wait at once ("did not start",
+  # with nothing in the node's log yet) whenever the new node, booting on loaded cores, has not
+  # written its own pid first. Without the file, the wait waits for it to appear.
+  node_pids
+  [ ${#pids[@]} -eq 0 ] || { echo "broker.sh: a node of $dir still runs (pids ${pids[*]})" >&2; exit 1; }
+  rm -f "$RABBITMQ_PID_FILE"
   # The node must not inherit the caller's descriptors: Foundation's Process (TestSupport's
   # PrivateBroker) learns that this script exited when the last holder of a socket it passes
   # down closes it, so a server keeping that socket would make the caller wait forever.

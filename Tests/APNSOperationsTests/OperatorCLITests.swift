@@ -180,8 +180,24 @@ struct OperatorCLITests {
         #expect(human.status == 0 && human.stdout.hasPrefix("declared:\n") && human.stdout.contains("apns.\(bundleID).dead") && human.stdout.contains("0 msg"))
     }
 
+    /// A kill -9 of `dead requeue --all` part-way loses no job. The kill lands when a tenth has
+    /// moved, as this process sees it; a process starved of the cores for a few seconds saw it
+    /// only after the requeue had moved all 5,000 (once on CI), which tests nothing about a kill.
+    /// So such a run is tried again, on a bundle of its own, up to three times.
     @Test(arguments: [QueueType.quorum, .classic])
     func aRequeueKilledHalfWayLosesNothing(_ type: QueueType) async throws {
+        for attempt in 1...3 {
+            let finishedFirst = try await requeueKilledPartWay(type)
+            guard finishedFirst, attempt < 3 else {
+                #expect(!finishedFirst, "the requeue finished before the kill in all three tries")
+                return
+            }
+        }
+    }
+
+    /// One try: its expectations recorded; true when the requeue had moved every job before the
+    /// kill (a try that says nothing about a kill part-way).
+    func requeueKilledPartWay(_ type: QueueType) async throws -> Bool {
         let bundle = try await TestBundle.make(type)
         let total = 5000
         let ids = jobIDs(total)
@@ -219,7 +235,8 @@ struct OperatorCLITests {
         let duplicated = Set(dead).intersection(work).count + (work.count - Set(work).count) + (dead.count - Set(dead).count)
         print("[measure] \(type.rawValue) requeue of \(total) killed with SIGKILL: work queue \(work.count) (≥\(movedBeforeKill) at kill), dead queue \(dead.count), missing \(missing.count), duplicated \(duplicated)")
         #expect(missing.isEmpty)
-        #expect(work.count > 0 && work.count < total)
+        #expect(work.count > 0)
         #expect(dead.count + work.count == total + duplicated)
+        return work.count >= total && dead.isEmpty
     }
 }
