@@ -46,14 +46,20 @@ node_env() {
 
 # pids=(the live ones of: the shell that started the node, and the node's own process, beam.smp,
 # its child): killing the shell alone left a node that did not stop in time running, orphaned,
-# on its ports.
+# on its ports. A pid counts only while its process carries this node's environment: a file
+# left by a crashed run can name a pid the kernel has since given to another process (pid_max
+# is 32768 here), which must be neither killed nor taken for a running node.
 node_pids() {
   pids=()
   local file pid
   for file in "$dir/server.shell.pid" "$RABBITMQ_PID_FILE"; do
-    [ -f "$file" ] && pid=$(cat "$file") && [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && pids+=("$pid")
+    [ -f "$file" ] && pid=$(cat "$file") && [[ "$pid" =~ ^[0-9]+$ ]] && is_this_node "$pid" && pids+=("$pid")
   done
   return 0
+}
+
+is_this_node() {
+  { tr '\0' '\n' < "/proc/$1/environ"; } 2>/dev/null | grep -qxF "RABBITMQ_PID_FILE=$RABBITMQ_PID_FILE"
 }
 
 case "$cmd" in
@@ -154,9 +160,10 @@ stop)
   # rabbitmqctl stop can hang for minutes on a node that is already gone: only ask a live one.
   [ ${#pids[@]} -gt 0 ] || exit 0
   timeout 60 "$RMQ_BIN/rabbitmqctl" -n "$node" stop "$RABBITMQ_PID_FILE" > /dev/null 2>&1 || true
-  alive() { for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+  alive() { for p in "${pids[@]}"; do is_this_node "$p" && return 0; done; return 1; }
   for _ in $(seq 1 40); do alive || break; sleep 0.25; done
-  kill -9 "${pids[@]}" 2>/dev/null || true
+  node_pids
+  [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2>/dev/null || true
   ;;
 kill)
   [ -d "$dir" ] || exit 0

@@ -23,15 +23,14 @@ func withTimeout<T: Sendable>(_ limit: Duration, _ what: String, _ body: @escapi
     }
 }
 
-/// Polls `condition` every 100 ms until it holds or `limit` of polling passes (`PollBudget`).
+/// Polls `condition` every 100 ms until it holds or `limit` of polling passes (`waitUntil`).
 func eventually(
     _ limit: Duration, _ what: String, isolation: isolated (any Actor)? = #isolation, _ condition: () async throws -> Bool
 ) async throws {
-    var budget = PollBudget(limit, every: .milliseconds(100))
-    while true {
-        if try await condition() { return }
-        if budget.spent() { throw TimeoutError(what: what) }
-        try await Task.sleep(for: .milliseconds(100))
+    do {
+        try await waitUntil(what, timeout: limit, condition)
+    } catch is TestSupportError {
+        throw TimeoutError(what: what)
     }
 }
 

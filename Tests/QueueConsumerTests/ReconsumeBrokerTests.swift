@@ -174,13 +174,8 @@ struct ReconsumeBrokerTests {
     }
 
     /// Polls `condition` every 100 ms until it holds (true) or `limit` of polling passes (false;
-    /// `PollBudget`).
+    /// `waitUntil`). A condition that throws counts as not holding yet.
     static func eventually(_ limit: Duration, _ condition: () async throws -> Bool) async -> Bool {
-        var budget = PollBudget(limit, every: .milliseconds(100))
-        while true {
-            if (try? await condition()) == true { return true }
-            if budget.spent() { return false }
-            try? await Task.sleep(for: .milliseconds(100))
-        }
+        (try? await waitUntil("the condition", timeout: limit) { (try? await condition()) == true }) != nil
     }
 }

@@ -355,7 +355,7 @@ public final class ChildProcess: Sendable {
 /// `PollBudget` counts it: a stall of the whole test process does not use it up.
 public func waitUntil(
     _ what: @autoclosure () -> String, timeout: Duration = .seconds(60), every interval: Duration = .milliseconds(100),
-    _ condition: () async throws -> Bool
+    isolation: isolated (any Actor)? = #isolation, _ condition: () async throws -> Bool
 ) async throws {
     var budget = PollBudget(timeout, every: interval)
     while try await !condition() {

@@ -81,7 +81,7 @@
                     var summary = JSONPayloadSummary()
                     summary.kind = try parser.skimValue(depth: 1, role: .payload, summary: &summary, keys: &keys)
                     if object.skimmed != nil {
-                        throw JSONSyntaxError(offset: keyOffset, message: "duplicate key \"\(LineSafeText.quoted(key, limit: 80))\"")
+                        throw .duplicateKey(key, at: keyOffset)
                     }
                     object.skimmed = JSONSkimmedMember(
                         summary: summary, range: start..<parser.index, hasWhitespace: parser.whitespaceSkipped != whitespaceBefore)
@@ -90,7 +90,7 @@
                     let member = JSONTopLevelMember(
                         value: value, range: start..<parser.index, hasWhitespace: parser.whitespaceSkipped != whitespaceBefore)
                     guard object.add(key, member) else {
-                        throw JSONSyntaxError(offset: keyOffset, message: "duplicate key \"\(LineSafeText.quoted(key, limit: 80))\"")
+                        throw .duplicateKey(key, at: keyOffset)
                     }
                 }
                 parser.skipWhitespace()
@@ -214,7 +214,7 @@
                     skipWhitespace()
                     let value = try parseValue(depth: depth + 1)
                     if members.updateValue(value, forKey: key) != nil {
-                        throw JSONSyntaxError(offset: keyOffset, message: "duplicate key \"\(LineSafeText.quoted(key, limit: 80))\"")
+                        throw .duplicateKey(key, at: keyOffset)
                     }
                     skipWhitespace()
                     if try endOfContainer(closing: UInt8(ascii: "}")) { return .object(members) }

@@ -174,14 +174,11 @@ extension JSONReader.Parser {
 
     /// Refuses a key the object already has, as `parseValue`'s dictionary does.
     func noteKey(_ key: KeyRef, at offset: Int, firstKey: Int, keys: inout [KeyRef], overflow: inout Set<String>?) throws(JSONSyntaxError) {
-        func duplicate() -> JSONSyntaxError {
-            JSONSyntaxError(offset: offset, message: "duplicate key \"\(LineSafeText.quoted(decodedKey(key), limit: 80))\"")
-        }
         if overflow != nil {
-            guard overflow!.insert(decodedKey(key)).inserted else { throw duplicate() }
+            guard overflow!.insert(decodedKey(key)).inserted else { throw .duplicateKey(decodedKey(key), at: offset) }
             return
         }
-        for earlier in keys[firstKey...] where sameKey(earlier, key) { throw duplicate() }
+        for earlier in keys[firstKey...] where sameKey(earlier, key) { throw .duplicateKey(decodedKey(key), at: offset) }
         keys.append(key)
         if keys.count - firstKey > Self.linearKeyLimit {
             overflow = Set(keys[firstKey...].map(decodedKey))

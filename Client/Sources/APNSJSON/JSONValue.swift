@@ -64,6 +64,12 @@ public struct JSONSyntaxError: Error, Sendable, Hashable, CustomStringConvertibl
     }
 
     public var description: String { "invalid JSON at byte \(offset): \(message)" }
+
+    /// A key met twice in one object. The key is quoted line-safe: it comes from the body, and
+    /// the refusal is printed to terminals and logs.
+    static func duplicateKey(_ key: String, at offset: Int) -> JSONSyntaxError {
+        JSONSyntaxError(offset: offset, message: "duplicate key \"\(LineSafeText.quoted(key, limit: 80))\"")
+    }
 }
 
 extension JSONValue {
