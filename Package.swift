@@ -33,6 +33,7 @@ let package = Package(
         .executable(name: "apns-worker", targets: ["APNSWorkerCLI"]),
         .executable(name: "apns-worker-bench", targets: ["APNSWorkerBench"]),
         .executable(name: "amqp-c-loop", targets: ["AMQPCLoop"]),
+        .executable(name: "h2-floor", targets: ["HTTP2Floor"]),
         // The pure modules the libFuzzer package in Fuzz/ (which depends on this one by path) fuzzes.
         .library(name: "APNSBinaryProtocol", targets: ["APNSBinaryProtocol"]),
         .library(name: "APNSFleet", targets: ["APNSFleet"]),
@@ -68,6 +69,18 @@ let package = Package(
     targets: [
         // `amqp-c-loop`: the plain-C librabbitmq baseline that `apns-worker-bench amqp` runs beside AMQPClient.
         .executableTarget(name: "AMQPCLoop", dependencies: [client("CRabbitMQ")]),
+        // `h2-floor`: SwiftNIO's HTTP/2 and TLS bare, a request at a time, the floor under the worker's CPU a job.
+        .executableTarget(
+            name: "HTTP2Floor",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: strictSettings
+        ),
 
         // The pure modules: no IO, no clock read directly, tested without a network. Dependencies
         // point one way: APNSJSON ← APNSModel ← the others (docs/architecture.md, "Modules").

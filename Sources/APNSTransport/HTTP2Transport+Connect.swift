@@ -10,7 +10,7 @@ extension HTTP2Transport {
         let tlsContext = self.tlsContext
         let host = configuration.host
         let pingInterval = configuration.pingInterval.timeAmount
-        let bootstrap = ClientBootstrap(group: eventLoopGroup)
+        let bootstrap = ClientBootstrap(group: eventLoop(forSlot: slot))
             .connectTimeout(configuration.connectTimeout.timeAmount)
             .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { [self] channel in
@@ -27,6 +27,11 @@ extension HTTP2Transport {
         return try await channel.eventLoop.submit {
             HTTP2Connection(channel: channel, handler: try channel.pipeline.syncOperations.handler(type: HTTP2ConnectionHandler.self))
         }.get()
+    }
+
+    /// The loop slot `slot` connects on: the group's loops in turn, by slot.
+    func eventLoop(forSlot slot: Int) -> any EventLoop {
+        eventLoops.isEmpty ? eventLoopGroup.next() : eventLoops[slot % eventLoops.count]
     }
 
     /// The handlers of a connection above TLS, bottom to top: writes gathered into TLS records,

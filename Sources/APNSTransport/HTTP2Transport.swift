@@ -24,6 +24,11 @@ public final class HTTP2Transport: NotificationTransport, Service {
     public let configuration: HTTP2TransportConfiguration
     let logger: Logger
     let eventLoopGroup: any EventLoopGroup
+    /// The group's loops, in order: slot `n` connects on loop `n` modulo their count, so a pool's
+    /// connections spread over the threads. The group's own `next()` is shared with every other
+    /// user of the group (timers, other pools, the admin server), and once gave both
+    /// connections of a pool the same loop: that pool's HTTP/2 work then ran on one core.
+    let eventLoops: [any EventLoop]
     let tlsContext: NIOSSLContext
     private let tokens: ProviderTokenSource?
     /// The idle period's time (`idlePeriods`), so a test moves a manual clock past it.
@@ -63,6 +68,7 @@ public final class HTTP2Transport: NotificationTransport, Service {
         logger[metadataKey: "apns.environment"] = .string(configuration.environment.rawValue)
         self.logger = logger
         self.eventLoopGroup = eventLoopGroup
+        self.eventLoops = Array(eventLoopGroup.makeIterator())
         self.tlsContext = try configuration.makeTLSContext()
         if case .token(let source) = configuration.authentication { tokens = source } else { tokens = nil }
         self.state = Mutex(
