@@ -24,32 +24,15 @@ PY = os.environ.get("PERF_PY", "/tmp/apns-perf/venv/bin/python")
 TMP = os.environ.get("PERF_TMP", "/tmp/apns-perf")
 AMQP = "amqp://guest:guest@127.0.0.1:5800/%2f"
 PROM = "http://127.0.0.1:15801/metrics/detailed?family=queue_coarse_metrics&vhost=%2F"
-CLK = os.sysconf("SC_CLK_TCK")
 
 try:
     import pika
 except ImportError:  # the kit's venv has it: run again under that Python
     os.execv(PY, [PY] + sys.argv)
 
-
-def proc_cpu(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def hwm_kb(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+# The kit's own readings of a process's CPU and peak RSS, so these figures are taken as its are.
+sys.path.insert(0, os.path.join(PERF, "lib"))
+from measure import proc_cpu, proc_hwm_kb  # noqa: E402
 
 
 def bundles_of(count):
@@ -87,10 +70,14 @@ class Queues:
     def total(self):
         with urllib.request.urlopen(PROM, timeout=5) as r:
             found = dict(self.rx.findall(r.read().decode()))
+        # A queue the figures do not list yet counts as holding something.
         return sum(int(found.get(q, 1)) for q in self.names)
 
     def close(self):
-        self.conn.close()
+        try:
+            self.conn.close()
+        except pika.exceptions.AMQPError:  # already closed by the broker
+            pass
 
 
 def product(bin_path, conf, log):
@@ -103,9 +90,29 @@ def stop(proc):
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=40)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
         proc.wait()
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def all_consuming(bundles):
+    """True when every bundle's queue exists and has a consumer. A passive declare of a queue
+    not declared yet closes the channel, so each look uses a connection of its own."""
+    try:
+        q = Queues(bundles)
+    except pika.exceptions.AMQPError:
+        return False
+    try:
+        return q.ready_and_consumers()[1] == len(bundles)
+    except pika.exceptions.AMQPError:
+        return False
+    finally:
+        q.close()
 
 
 def one_run(bin_path, count, jobs, out, index, sink_pid):
@@ -118,15 +125,7 @@ def one_run(bin_path, count, jobs, out, index, sink_pid):
     with open(os.path.join(out, "run%02d-%d-declare.log" % (index, count)), "w") as log:
         declaring = product(bin_path, conf, log)
         deadline = time.monotonic() + 120
-        while True:
-            try:
-                q = Queues(bundles)
-                if q.ready_and_consumers()[1] == len(bundles):
-                    q.close()
-                    break
-                q.close()
-            except pika.exceptions.AMQPError:
-                pass
+        while not all_consuming(bundles):
             if time.monotonic() > deadline or declaring.poll() is not None:
                 stop(declaring)
                 raise SystemExit("the product did not declare and consume all %d queues; see the declare log" % count)
@@ -153,7 +152,7 @@ def one_run(bin_path, count, jobs, out, index, sink_pid):
         time.sleep(0.02)
     end = time.monotonic()
     cpu1, sink1 = proc_cpu(proc.pid), proc_cpu(sink_pid)
-    peak = hwm_kb(proc.pid)
+    peak = proc_hwm_kb(proc.pid)
     stop(proc)
     log.close()
     q.close()
