@@ -121,14 +121,17 @@ final class FloorHandler: ChannelInboundHandler {
         self.context = context
     }
 
-    /// Sends `count` requests, `inFlight` at a time; called on the channel's event loop.
+    /// Sends `count` requests, `inFlight` at a time, and counts this run's answers that were not
+    /// 200 in `notOK`; called on the channel's event loop.
     func run(count: Int, inFlight: Int, done: EventLoopPromise<Void>) {
         guard let context else { return done.fail(ChannelError.ioOnClosedChannel) }
         self.toSend = count
         self.inFlight = inFlight
+        self.notOK = 0
         self.done = done
         fill(context: context)
         context.flush()
+        succeedWhenAllAnswered()
     }
 
     private func fill(context: ChannelHandlerContext) {
@@ -164,6 +167,11 @@ final class FloorHandler: ChannelInboundHandler {
 
     private func finished() {
         open -= 1
+        succeedWhenAllAnswered()
+    }
+
+    /// Also right at the start: a connection given no requests (fewer than connections) is done.
+    private func succeedWhenAllAnswered() {
         if toSend == 0, open == 0 {
             let promise = done
             done = nil
@@ -180,6 +188,25 @@ final class FloorHandler: ChannelInboundHandler {
         done?.fail(error)
         done = nil
         context.close(promise: nil)
+    }
+
+    /// The connection's receive window, granted again as NIOHTTP2's stream multiplexer would
+    /// (which this handler replaces): back to the whole once half is spent. Without it a
+    /// connection stops receiving answer bodies after 65,535 bytes of them.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let window = event as? NIOHTTP2WindowUpdatedEvent, window.streamID == .rootStream,
+            let size = window.inboundWindowSize, size <= 65_535 / 2
+        {
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: 65_535 - size))), promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    /// A server that closes the connection with answers still owed ends the run, not hangs it.
+    func channelInactive(context: ChannelHandlerContext) {
+        done?.fail(ChannelError.ioOnClosedChannel)
+        done = nil
+        context.fireChannelInactive()
     }
 }
 
@@ -237,7 +264,12 @@ func drive(_ connections: [Connection], count: Int, inFlight: Int) async throws 
 }
 
 let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
-let tokens = try String(contentsOfFile: options.tokensFile, encoding: .utf8).split(separator: "\n").map(String.init)
+let tokens: [String]
+do {
+    tokens = try String(contentsOfFile: options.tokensFile, encoding: .utf8).split(separator: "\n").map(String.init)
+} catch {
+    Options.fail("cannot read the tokens in \(options.tokensFile): \(error.localizedDescription)")
+}
 guard !tokens.isEmpty else { Options.fail("no tokens in \(options.tokensFile)") }
 let body = ByteBuffer(
     string: #"{"aps":{"alert":{"title":"Sync","body":"Your documents changed on another device; open the app to see them."},"#
