@@ -333,10 +333,31 @@ final class HTTP2ConnectionHandler: ChannelDuplexHandler {
             if streams[closed.streamID] != nil {
                 finish(closed.streamID, with: .failed(.streamReset(UInt32(closed.reason?.networkCode ?? 0))))
             }
+        case let window as NIOHTTP2WindowUpdatedEvent where window.streamID == .rootStream:
+            if let size = window.inboundWindowSize, let increment = Self.connectionWindowIncrement(inboundWindow: size) {
+                context.writeAndFlush(
+                    wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: increment))),
+                    promise: nil)
+            }
         default:
             break
         }
         context.fireUserInboundEventTriggered(event)
+    }
+
+    /// The connection's receive window as granted at the start (RFC 9113 §6.9.2): error answers'
+    /// bodies use it up, about 27–60 bytes each, and a server sends no more body bytes on the
+    /// connection once it is spent. `NIOHTTP2Handler` grants more only through its stream
+    /// multiplexer, which this handler replaces, so the grant is made here, by its rule: when
+    /// the window (as NIOHTTP2 reports it, bytes it dropped for closed streams included) is down
+    /// to half, it is raised back to the whole. Without it, the 2,428th error answer of 27 bytes
+    /// on a connection never arrived, and every error answer after it ended as a timeout.
+    static let connectionWindowTarget = 65_535
+
+    /// How much to raise the connection's receive window when it stands at `inboundWindow`; nil
+    /// while at least half is left.
+    static func connectionWindowIncrement(inboundWindow: Int) -> Int? {
+        inboundWindow <= connectionWindowTarget / 2 ? connectionWindowTarget - inboundWindow : nil
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -1,0 +1,34 @@
+/// The connection's receive window: Apple's error answers carry bodies, and HTTP/2 lets a server
+/// send only as many body bytes on a connection as the client has granted (65,535 to start,
+/// RFC 9113 §6.9.2). `NIOHTTP2Handler` without its stream multiplexer grants no more by itself.
+import APNSModel
+import APNSSimulator
+@testable import APNSTransport
+import Testing
+import TestSupport
+
+private typealias Env = HTTP2Integration
+
+@Suite("HTTP2Transport's connection receive window", .serialized)
+struct HTTP2ConnectionWindowTests {
+    @Test func theWindowIsRaisedBackToWholeOnceHalfIsSpent() {
+        let whole = HTTP2ConnectionHandler.connectionWindowTarget
+        #expect(HTTP2ConnectionHandler.connectionWindowIncrement(inboundWindow: whole) == nil)
+        #expect(HTTP2ConnectionHandler.connectionWindowIncrement(inboundWindow: whole / 2 + 1) == nil)
+        #expect(HTTP2ConnectionHandler.connectionWindowIncrement(inboundWindow: whole / 2) == whole - whole / 2)
+        #expect(HTTP2ConnectionHandler.connectionWindowIncrement(inboundWindow: 0) == whole)
+    }
+
+    @Test func moreErrorBodiesThanTheFirstWindowHoldsAreAllAnswered() async throws {
+        try await Env.withTransport(transport: { $0.connections = 1; $0.maxConnections = 1 }) { simulator, transport in
+            let device = SimulatorTestEnvironment.deviceToken()
+            simulator.script(token: device, .badDeviceToken)
+            // {"reason":"BadDeviceToken"} is 27 bytes: 3,000 answers are 81,000 bytes of bodies on
+            // the one connection, past the 65,535 the connection starts with.
+            let results = await Env.sendAll((0..<3000).map { _ in Env.notification(token: device) }, through: transport)
+            let answered = results.filter { $0.answer?.reason == .badDeviceToken }.count
+            #expect(answered == 3000, "answered 400 BadDeviceToken: \(answered) of 3,000")
+            #expect(simulator.counters().connections == 1)
+        }
+    }
+}
