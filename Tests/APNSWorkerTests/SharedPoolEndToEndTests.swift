@@ -131,8 +131,13 @@ struct SharedPoolEndToEndTests {
         try await waitUntil("every job of both bundles delivered after the token is accepted") {
             h.bundles.allSatisfy { ids[$0]!.isSubset(of: Self.delivered(h, $0)) }
         }
-        let resumed = worker.log.split(separator: "\n").filter { $0.contains("bundle resumed") }
-        #expect(h.bundles.allSatisfy { bundle in resumed.contains { $0.contains(bundle) } })
+        // The resume is logged once the probe's 200 is back, after the simulator counted the
+        // probe's job: when the probe was a bundle's last job to be accepted (the others were
+        // already in flight as the token came good again), that is after the wait above.
+        try await waitUntil("each bundle's resume logged: \(worker.log)") {
+            let resumed = worker.log.split(separator: "\n").filter { $0.contains("bundle resumed") }
+            return h.bundles.allSatisfy { bundle in resumed.contains { $0.contains(bundle) } }
+        }
         for bundle in h.bundles {
             #expect(try await h.messageCount(TopologyNames.deadQueue(bundle)) == 0)
         }
