@@ -55,18 +55,22 @@ class Handler(BaseHTTPRequestHandler):
             lines = [json.dumps(span) for span in spans(request)]
         except Exception as error:  # a body that is no ExportTraceServiceRequest
             lines = [json.dumps({"error": str(error)})]
-            self.send_response(400)
-            self.end_headers()
-        else:
-            reply = ExportTraceServiceResponse().SerializeToString()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
+            request = None
+        # Written before the answer: a worker that exits once its last export is answered
+        # leaves every span it sent in the file.
         with open(sys.argv[2], "a") as out:
             for line in lines:
                 out.write(line + "\n")
+        if request is None:
+            self.send_response(400)
+            self.end_headers()
+            return
+        reply = ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
 
     def log_message(self, *args):
         pass

@@ -174,6 +174,8 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
         }
         applied = applied.removingBundles(Set(failures.keys))
         for follower in followers { await follower.follow(applied) }
+        // In force before it is told: whoever reads the line and then asks `/api/status` sees it.
+        keep(applied, pendingRestart: change.restartOnly)
         metadata["config.changes"] = "\(change.summary.joined(separator: "; "))"
         logger.notice("configuration change applied", metadata: metadata)
         let waiting = failures.filter { Self.isBrokerOutage($0.value) }
@@ -182,7 +184,6 @@ public final class ConfigurationReloader<Broker: WorkerBroker>: Service, Sendabl
                 "bundle not started: its transports could not be made; it is read again at the next change",
                 metadata: ["apns.bundle": "\(bundleID)", "error": "\(error)"])
         }
-        keep(applied, pendingRestart: change.restartOnly)
         if let (bundleID, error) = waiting.min(by: { $0.key < $1.key }) {
             metadata["config.changes"] = nil
             metadata["apns.bundles"] = "\(waiting.keys.sorted().joined(separator: ", "))"

@@ -66,7 +66,7 @@ import TestSupport
 /// The connection's life without a broker: nothing listens where it connects.
 @Suite struct ConnectionServiceWithoutBrokerTests {
     static func unreachable() throws -> AMQPConfiguration {
-        var configuration = AMQPConfiguration(urls: [try AMQPURL(string: "amqp://guest:guest@127.0.0.1:\(try freePort())/%2f")], connectionName: "unreachable")
+        var configuration = AMQPConfiguration(urls: [try AMQPURL(string: "amqp://guest:guest@127.0.0.1:\(unreachablePort)/%2f")], connectionName: "unreachable")
         configuration.connectTimeout = .seconds(2)
         return configuration
     }

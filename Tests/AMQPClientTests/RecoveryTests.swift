@@ -98,7 +98,7 @@ struct RecoveryTests {
 
     @Test func publishWhileDisconnectedFailsFast() async throws {
         // Nothing listens on this port: the first connect fails with a clear error.
-        let port = try freePort()
+        let port = unreachablePort
         var configuration = AMQPConfiguration(urls: [AMQPURL(host: "127.0.0.1", port: port)], connectionName: "nobody")
         configuration.connectTimeout = .seconds(2)
         do {

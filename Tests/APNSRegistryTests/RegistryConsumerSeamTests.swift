@@ -29,7 +29,7 @@ struct RegistryConsumerSeamTests {
 
     /// A store whose PostgreSQL is down: a real client on a port nothing listens on.
     static func storeWithoutServer() throws -> RegistryStore {
-        let url = try PostgresURL(parsing: "postgres://apns:apns@127.0.0.1:\(try freePort())/registry?sslmode=disable")
+        let url = try PostgresURL(parsing: "postgres://apns:apns@127.0.0.1:\(unreachablePort)/registry?sslmode=disable")
         return try RegistryStore(settings: RegistrySettings(url: url), logger: logger)
     }
 

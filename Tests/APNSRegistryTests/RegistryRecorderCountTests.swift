@@ -49,9 +49,9 @@ struct RegistryRecorderCountTests {
     /// A registry that does not answer is an outage, not a refusal: every count is kept, the one
     /// PostgreSQL would refuse too (nothing is known of it yet), and nothing is logged as dropped.
     @Test func anUnavailableRegistryKeepsEveryCount() async throws {
-        let settings = RegistrySettings(url: try PostgresURL(parsing: "postgres://apns:apns@127.0.0.1:\(try freePort())/nothing?sslmode=disable"))
+        let settings = RegistrySettings(url: try PostgresURL(parsing: "postgres://apns:apns@127.0.0.1:\(unreachablePort)/nothing?sslmode=disable"))
         let log = CapturedLog(label: "recorder-test")
-        try await TestPostgres.withStore(settings) { store in
+        try await TestPostgres.withStore(settings, operationTimeout: .seconds(2)) { store in
             let recorder = RegistryRecorder(store: store, flushInterval: .seconds(3600), logger: log.logger)
             Self.countsRecorded(in: recorder)
             #expect(await recorder.flush() == false)

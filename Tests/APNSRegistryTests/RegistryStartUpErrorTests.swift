@@ -44,7 +44,7 @@ struct RegistryStartUpErrorTests {
 
     @Test(arguments: [["run", "--config"], ["registry", "migrate", "--config"]])
     func nobodyListeningIsOneLineWithFileLineAndKey(command: [String]) async throws {
-        let port = try freePort()
+        let port = unreachablePort
         let path = try writeConfig(url: "postgres://apns:\(Self.password)@127.0.0.1:\(port)/apns?sslmode=disable")
         let result = try await runProcess(workerExecutable, command + [path])
         expectOneLine(result, path: path, cause: "connect")

@@ -132,7 +132,7 @@ struct HTTP2TransportIntegrationTests {
             let elapsed = started.duration(to: .now)
             #expect(result == .failed(.timeout))
             #expect(elapsed >= .milliseconds(950))
-            #expect(elapsed < .seconds(10), "at its deadline, not much later")
+            #expect(elapsed < .seconds(60), "at its deadline, not at the 120 s default (a loaded machine stalls this process for seconds)")
             try await waitUntil("the simulator counts the unanswered request") { simulator.counters().unanswered == 1 }
             // The same connection still serves.
             try await waitUntil("an answer after the timeout") { await transport.send(Env.notification()).isAccepted }
@@ -150,7 +150,7 @@ struct HTTP2TransportIntegrationTests {
             let elapsed = started.duration(to: .now)
             #expect(results.allSatisfy { $0 == .failed(.timeout) }, "\(results)")
             #expect(elapsed >= .milliseconds(950))
-            #expect(elapsed < .seconds(10), "at their deadline, not much later")
+            #expect(elapsed < .seconds(60), "at their deadline, not at the 120 s default (a loaded machine stalls this process for seconds)")
         }
     }
 

@@ -252,11 +252,12 @@ struct ReliabilityTests {
         let ids = try await h.publishMany(total)
         let first = try h.startWorker("first")
         try await waitUntil("some deliveries") { h.acceptedIDs().distinct.count >= 100 }
-        let stopAsked = ContinuousClock.now
         first.signal(SIGTERM)
         let status = await first.waitForExit(timeout: .seconds(30))
         #expect(status == 0)
-        #expect(stopAsked.duration(to: .now) < .seconds(15), "within the 10 s deadline, with room for a loaded machine")
+        // Within the 10 s deadline, as the worker saw it: a stall of this test process (seen at
+        // 41 s on a loaded machine) would stretch a duration measured here.
+        #expect(!first.log.contains("at the deadline are handed back"), "every job in flight finished: \(first.log.suffix(2000))")
         let afterStop = h.acceptedIDs()
         #expect(afterStop.distinct.count < total, "the rest is left in the broker")
         let second = try h.startWorker("second")

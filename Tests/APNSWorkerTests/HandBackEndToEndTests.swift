@@ -86,7 +86,8 @@ struct HandBackEndToEndTests {
         #expect(envelope.reason == JobError.Kind.malformedJob.rawValue)
         #expect(envelope.status == 0)
         #expect(envelope.error?.contains("over the") == true)
-        #expect(worker.log.contains("probing held bundle"), "taken by a probe")
+        // Logged when the probe's job starts, after `basic.get` had its dead letter confirmed.
+        try await waitUntil("taken by a probe") { worker.log.contains("probing held bundle") }
 
         h.simulator.setFaults(.none)
         try await waitUntil("the held job delivered") { h.acceptedIDs().distinct.contains(held.uuidString.lowercased()) }

@@ -172,6 +172,18 @@ public func freePort() throws -> Int {
     return socket.port
 }
 
+/// A TCP port on 127.0.0.1 that nothing listens on while the test process runs, for tests of
+/// "nobody there": a bound socket that never listens holds it (without SO_REUSEADDR, so no
+/// server can bind it, and the kernel's choice of ports passes it by). A port from `freePort()`
+/// is only free until another test's server or connection happens to take it.
+public let unreachablePort: Int = {
+    do {
+        return try LoopbackSocket(reusable: false).port  // its socket is kept open on purpose
+    } catch {
+        fatalError("no port of 127.0.0.1 to hold: \(error)")
+    }
+}()
+
 /// A TCP port on 127.0.0.1 held by a bound socket that does not listen, until `release()`: a
 /// connection to it is refused, as to a port nobody uses, and no other socket can take it (bind
 /// and the kernel's choice of ports for new connections both pass it by), but a server that sets
