@@ -19,7 +19,10 @@ struct PrometheusRulesTests {
     static let metricsToken = "test-metrics-token-0123456789"
 
     /// A Prometheus on a free loopback port with a throwaway data directory, scraping the admin
-    /// server on `adminPort` every second with the rules loaded; always stopped and removed.
+    /// server on `adminPort` every 2 s with the rules loaded (evaluated every second); always
+    /// stopped and removed. The scrape reads the queues' depths from the broker, and a 1 s
+    /// timeout failed a scrape in every full run; for tens of seconds once, and the recorded
+    /// consumer count stayed empty.
     static func withPrometheus(scraping adminPort: Int, _ body: (String) async throws -> Void) async throws {
         let directory = NSTemporaryDirectory() + "apnsw-prometheus-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory + "/data", withIntermediateDirectories: true)
@@ -27,7 +30,8 @@ struct PrometheusRulesTests {
         try metricsToken.write(toFile: directory + "/token", atomically: true, encoding: .utf8)
         let configuration = """
             global:
-              scrape_interval: 1s
+              scrape_interval: 2s
+              scrape_timeout: 2s
               evaluation_interval: 1s
             rule_files: ["\(rules)"]
             scrape_configs:
@@ -38,7 +42,7 @@ struct PrometheusRulesTests {
                   - targets: ["127.0.0.1:\(adminPort)"]
             """
         try configuration.write(toFile: directory + "/prometheus.yml", atomically: true, encoding: .utf8)
-        let port = try freePort()
+        let port = try serverPort()
         let server = try ChildProcess(
             prometheus,
             [
@@ -121,32 +125,32 @@ struct PrometheusRulesTests {
                     // The recording rules see the worker's real series (polled: the rule has a
                     // value only after a scrape that saw the consumer and an evaluation after it;
                     // read once, it was still empty on a loaded machine).
-                    try await waitUntil("the worker's consumer in the recorded consumer count", timeout: .seconds(30)) {
+                    try await waitUntil("the worker's consumer in the recorded consumer count", timeout: .seconds(120)) {
                         try await Self.query(base, #"apns_worker:queue_consumers:max{bundle="\#(b)",role="work"}"#).map(\.value) == [1]
                     }
                     // The alert fires on the jobs counter; the depth reaches the rule with a later
                     // scrape and evaluation (1 s each), so it is polled, not read once.
-                    try await waitUntil("the dead job in the recorded dead queue depth", timeout: .seconds(30)) {
+                    try await waitUntil("the dead job in the recorded dead queue depth", timeout: .seconds(120)) {
                         try await Self.query(base, #"apns_worker:queue_messages:max{bundle="\#(b)",role="dead"}"#).map(\.value) == [1]
                     }
                     // Recorded from a recorded series (the retry depth), so it too takes a scrape
                     // and an evaluation after it: polled (read once, CI saw it still empty).
-                    try await waitUntil("the empty retry backlog's age in the recorded rule", timeout: .seconds(30)) {
+                    try await waitUntil("the empty retry backlog's age in the recorded rule", timeout: .seconds(120)) {
                         try await Self.query(base, #"apns_worker:retry_backlog_age_seconds{bundle="\#(b)"}"#).map(\.value) == [0]
                     }
                     // Recorded rules too: polled, for the same reason.
-                    try await waitUntil("every end in the recorded jobs rate", timeout: .seconds(30)) {
+                    try await waitUntil("every end in the recorded jobs rate", timeout: .seconds(120)) {
                         let outcomes = try await Self.query(base, #"apns_worker:jobs:rate5m{bundle="\#(b)"}"#).compactMap { $0.labels["outcome"] }
                         return Set(outcomes).isSuperset(of: ["delivered", "dead", "retry", "invalid_token"])
                     }
-                    try await waitUntil("the recorded p99 of the job duration", timeout: .seconds(30)) {
+                    try await waitUntil("the recorded p99 of the job duration", timeout: .seconds(120)) {
                         try await Self.query(base, #"apns_worker:job_duration_seconds:p99_5m{bundle="\#(b)"}"#).count == 1
                     }
                     // Nothing fires or is pending for this healthy worker, one dead job included
                     // (other tests of this process leave their bundles' last values in the shared
                     // metrics registry, and other tests' jobs for unconfigured bundles may reach
                     // apns.unrouted on the shared broker meanwhile).
-                    // A scrape that outlived its 1 s timeout on a loaded machine makes `up` 0 for
+                    // A scrape that outlived its 2 s timeout on a loaded machine makes `up` 0 for
                     // one interval, and the two alerts on `up` pending for it (CI saw it once):
                     // they are left out only when Prometheus recorded such a failed scrape.
                     // The latency alert is left out too: its p99 over this test's four jobs is the

@@ -64,7 +64,7 @@ final class PrivatePostgres: Sendable {
 
     init() throws {
         directory = NSTemporaryDirectory() + "apnsw-pg-\(UUID().uuidString.prefix(8))"
-        port = try freePort()
+        port = try serverPort()
     }
 
     func start() async throws {

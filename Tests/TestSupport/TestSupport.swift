@@ -110,7 +110,7 @@ public final class PrivateBroker: Sendable {
 
     private static func startOnce(frameMax: Int?) async throws -> PrivateBroker {
         let dir = NSTemporaryDirectory() + "apnsw-broker-\(UUID().uuidString.prefix(8))"
-        let amqp = try freePort(), mgmt = try freePort(), dist = try freePort()
+        let amqp = try serverPort(), mgmt = try serverPort(), dist = try serverPort()
         var env = ProcessInfo.processInfo.environment
         env["APNS_BROKER_PORT"] = String(amqp)
         env["APNS_BROKER_MGMT_PORT"] = String(mgmt)
@@ -172,6 +172,34 @@ public func freePort() throws -> Int {
     return socket.port
 }
 
+/// A TCP port of 127.0.0.1 for a server a test starts, and may stop and start again (a broker
+/// node, a PostgreSQL cluster): free now, and below the kernel's range of ports for outgoing
+/// connections (`ip_local_port_range`, 32768–60999 on Debian), which `freePort()` draws from too.
+/// A broker on such a port lost it to some test's connection while its application was
+/// stopped, and `start_app` failed with `eaddrinuse`. Taken in turn from 20000–24999, which no
+/// fixed port of the tests uses (the brokers' are 5xxx, 15xxx and 25xxx), from a random start so
+/// that two test processes seldom meet, each tried with a bind first.
+public func serverPort() throws -> Int {
+    guard serverPorts.upperBound <= ephemeralPortsStart else { return try freePort() }
+    for _ in serverPorts {
+        let port = serverPorts.lowerBound + serverPortTurn.wrappingAdd(1, ordering: .relaxed).oldValue % serverPorts.count
+        if let socket = try? LoopbackSocket(reusable: false, port: port) {
+            close(socket.fd)
+            return port
+        }
+    }
+    throw TestSupportError("no port of 127.0.0.1 in \(serverPorts) is free")
+}
+
+private let serverPorts = 20_000..<25_000
+private let serverPortTurn = Atomic<Int>(Int.random(in: 0..<5_000))
+
+/// The first port the kernel gives outgoing connections and `bind` to port 0.
+private let ephemeralPortsStart: Int = {
+    let range = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
+    return range.split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) } ?? 32_768
+}()
+
 /// A TCP port on 127.0.0.1 that nothing listens on while the test process runs, for tests of
 /// "nobody there": a bound socket that never listens holds it (without SO_REUSEADDR, so no
 /// server can bind it, and the kernel's choice of ports passes it by). A port from `freePort()`
@@ -202,18 +230,18 @@ public final class ReservedPort: Sendable {
     public func release() { close(fd) }
 }
 
-/// A TCP socket bound to a port of 127.0.0.1 the kernel chose; the caller closes `fd`.
+/// A TCP socket bound to a port of 127.0.0.1 (0: one the kernel chose); the caller closes `fd`.
 struct LoopbackSocket {
     let fd: Int32
     let port: Int
 
-    init(reusable: Bool) throws {
+    init(reusable: Bool, port: Int = 0) throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TestSupportError("socket() failed") }
         var on: Int32 = 1
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = 0
+        addr.sin_port = UInt16(port).bigEndian
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         let ok = (!reusable || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size)) == 0)
